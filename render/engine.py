@@ -1,0 +1,190 @@
+"""The public engine: one interface over two backends.
+
+``Engine(backend="gpu")`` runs the WGSL kernels through wgpu; ``Engine(backend="reference")`` runs
+the float64 numpy oracle; ``"auto"`` takes the GPU adapter when one exists (Mesa's lavapipe
+counts) and the reference otherwise, and says which in :attr:`Engine.description` and the logs.
+Both backends expose the same batched methods; nothing above this module branches on which
+one it has.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Sequence
+
+import numpy as np
+
+from . import reference
+from .errors import AdapterError, BatchError, SceneError
+from .gpu.timing import Counters, HostPhases, median_ms
+from .scene import Scene
+
+log = logging.getLogger("trifit")
+
+BACKENDS = ("auto", "gpu", "reference")
+
+
+@dataclass
+class Gradient:
+    """Gradient of a loss with respect to a scene's numbers (shared/spec/MODEL.md)."""
+
+    triangles: np.ndarray  # (T, 10)
+    background: np.ndarray  # (3,)
+
+
+class ReferenceBackend:
+    """The float64 oracle behind the batched backend interface (loops over the batch)."""
+
+    name = "reference"
+
+    def __init__(self):
+        self.counters = Counters()
+        self.host = HostPhases()
+        self.adapter = {"name": "numpy float64 reference", "backend": "cpu", "type": "CPU",
+                        "vendor": "", "driver": f"numpy {np.__version__}"}
+
+    def render_batch(self, tris, bg, sigma, width, height):
+        out = np.empty((len(tris), height, width, 3), dtype=np.float64)
+        for b in range(len(tris)):
+            with self.host.phase("forward"):
+                out[b] = reference.render(_scene_of(tris[b], bg[b], sigma[b], width, height))
+        return out
+
+    def loss_and_grad_batch(self, tris, bg, sigma, targets, loss="mse"):
+        B, T = tris.shape[:2]
+        H, W = targets.shape[1:3]
+        losses = np.empty(B)
+        grads = np.zeros((B, T + 1, 10))
+        for b in range(B):
+            with self.host.phase("forward+backward"):
+                losses[b], gt, gb = reference.loss_and_grad(
+                    _scene_of(tris[b], bg[b], sigma[b], W, H), targets[b], loss)
+            grads[b, :T] = gt
+            grads[b, T, :3] = gb
+        return losses, grads
+
+    def fit_loop(self, *args, **kwargs):
+        from .fitloop import ReferenceFitLoop
+
+        return ReferenceFitLoop(self, *args, **kwargs)
+
+    def pool_stats(self) -> dict[str, int]:
+        return {"hits": 0, "misses": 0, "bytes": 0, "in_use_bytes": 0, "peak_in_use_bytes": 0}
+
+    def gpu_phase_samples(self) -> dict[str, list[float]]:
+        return {}
+
+
+def _scene_of(tris, bg, sigma, width, height) -> Scene:
+    return Scene(int(width), int(height), float(sigma), np.asarray(bg, np.float64),
+                 np.asarray(tris, np.float64))
+
+
+def _make_backend(backend: str, subgroups: bool | None):
+    if backend not in BACKENDS:
+        raise ValueError(f"unknown backend {backend!r}; choose one of {', '.join(BACKENDS)}")
+    if backend == "reference":
+        return ReferenceBackend()
+    from .gpu.backend import GpuBackend
+
+    if backend == "gpu":
+        return GpuBackend(subgroups=subgroups)
+    try:
+        return GpuBackend(subgroups=subgroups)
+    except AdapterError as exc:
+        log.warning("no GPU adapter (%s); using the reference backend", exc)
+        return ReferenceBackend()
+
+
+class Engine:
+    """Render scenes and differentiate losses, on the GPU or with the float64 reference."""
+
+    def __init__(self, backend: str = "auto", *, subgroups: bool | None = None):
+        self.requested = backend
+        self.impl = _make_backend(backend, subgroups)
+        log.info("engine backend: %s on %s", self.backend, self.description)
+
+    # ------------------------------------------------------------------ info
+    @property
+    def backend(self) -> str:
+        """``"gpu"`` or ``"reference"``: what ``auto`` resolved to."""
+        return self.impl.name
+
+    @property
+    def adapter(self) -> dict[str, str]:
+        return dict(self.impl.adapter)
+
+    @property
+    def description(self) -> str:
+        a = self.impl.adapter
+        return f"{a['name']} ({a['backend']}, {a['type']})"
+
+    def pool_stats(self) -> dict[str, int]:
+        return self.impl.pool_stats()
+
+    def counters(self) -> dict[str, int]:
+        return self.impl.counters.as_dict()
+
+    def timings(self) -> dict[str, dict[str, float]]:
+        """Median ms per call: GPU passes (timestamps, where the adapter has them) and host phases."""
+        gpu = getattr(self.impl, "timer", None)
+        return {"gpu_ms": median_ms(gpu.samples) if gpu is not None else {},
+                "host_ms": median_ms(self.impl.host.samples)}
+
+    # ------------------------------------------------------------------ calls
+    def render(self, scene: Scene, width: int | None = None, height: int | None = None) -> np.ndarray:
+        """Render at ``width`` x ``height`` (default: the scene's frame): float32 (H, W, 3) in [0, 1]."""
+        W, H = _size(scene, width, height)
+        return self.render_many([scene], W, H)[0]
+
+    def render_many(self, scenes: Sequence[Scene], width: int, height: int) -> np.ndarray:
+        """Render a batch of scenes with the same triangle count in one call: (B, H, W, 3)."""
+        tris, bg, sigma = _stack(scenes)
+        W, H = _size(scenes[0], width, height)
+        out = self.impl.render_batch(tris, bg, sigma, W, H)
+        return np.clip(out, 0.0, 1.0).astype(np.float32)
+
+    def loss_and_grad(self, scene: Scene, target: np.ndarray, loss: str = "mse"):
+        """Loss of the scene rendered at the target's size against it, and the gradient."""
+        losses, grads = self.loss_and_grad_many([scene], np.asarray(target)[None], loss)
+        return losses[0], grads[0]
+
+    def loss_and_grad_many(self, scenes: Sequence[Scene], targets: np.ndarray, loss: str = "mse"):
+        if loss not in reference.LOSSES:
+            raise ValueError(f"unknown loss {loss!r}; choose one of {', '.join(reference.LOSSES)}")
+        targets = _check_targets(targets, len(scenes))
+        tris, bg, sigma = _stack(scenes)
+        losses, grads = self.impl.loss_and_grad_batch(tris, bg, sigma, targets, loss)
+        T = tris.shape[1]
+        out = [Gradient(g[:T].copy(), g[T, :3].copy()) for g in grads]
+        return [float(v) for v in losses], out
+
+
+def _size(scene: Scene, width, height) -> tuple[int, int]:
+    W = int(width) if width else scene.width
+    H = int(height) if height else scene.height
+    if W <= 0 or H <= 0:
+        raise SceneError(f"render size must be positive, got {W}x{H}")
+    return W, H
+
+
+def _stack(scenes: Sequence[Scene]):
+    if len(scenes) == 0:
+        raise BatchError("empty batch")
+    counts = {s.n_triangles for s in scenes}
+    if len(counts) != 1:
+        raise BatchError(f"a batch must have one triangle count; got {sorted(counts)} (ragged batch refused)")
+    tris = np.stack([s.triangles for s in scenes])
+    bg = np.stack([s.background for s in scenes])
+    sigma = np.array([s.sigma for s in scenes])
+    return tris, bg, sigma
+
+
+def _check_targets(targets, batch: int) -> np.ndarray:
+    t = np.asarray(targets, dtype=np.float64)
+    if t.ndim != 4 or t.shape[0] != batch or t.shape[3] != 3:
+        raise BatchError(f"targets must be (B={batch}, H, W, 3); got {t.shape}")
+    if not np.all(np.isfinite(t)):
+        raise BatchError("targets must be finite")
+    return t

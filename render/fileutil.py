@@ -1,0 +1,34 @@
+"""Atomic file writes: a temporary file in the same folder, fsynced, then renamed over the target.
+
+A crash or a full disk leaves either the old file or the new one, never half a file.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+
+
+def atomic_write_bytes(path: Path, data: bytes) -> None:
+    atomic_write(path, lambda f: f.write(data))
+
+
+def atomic_write(path: Path, writer: Callable[[object], object]) -> None:
+    """Call ``writer(fileobj)`` on a temporary file beside ``path``, then rename it into place."""
+    path = Path(path)
+    folder = path.parent if str(path.parent) else Path(".")
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".part", dir=folder)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            writer(f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise

@@ -1,0 +1,158 @@
+"""The optimisation loop's pieces shared by both backends: the raw parameter layout, the sigma
+and learning-rate schedules, and the settings. The GPU loop (render/gpu/fitloop.py) evaluates the
+same formulas in WGSL (shaders/advance.wgsl, shaders/adam.wgsl); the reference loop below runs them
+in float64 numpy and is what the GPU loop is compared against.
+
+Raw parameters, per image: ``T * 10 + 3`` floats -- for each triangle its six vertex coordinates
+as they are, then the logits of r, g, b and a; then the background's three logits. Values are
+``sigmoid(logit)``, so every colour and opacity stays inside (0, 1) by construction.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+
+import numpy as np
+
+from . import reference
+from .scene import Scene
+
+# logits are clamped here when made from values, so 0 and 1 map to finite parameters
+_LOGIT_EPS = 1e-4
+
+
+@dataclass
+class FitSettings:
+    triangles: int = 150
+    size: int = 176
+    seed: int = 0
+    loss: str = "mse"
+    sigma_start_px: float = 2.5   # edge softness at the start, in pixels of the working size
+    sigma_end_px: float = 0.5     # ... annealed geometrically to this
+    sigma_iters: int = 500        # ... over this many iterations
+    lr_vertex: float = 0.006      # per-group Adam learning rates (vertices in frame units)
+    lr_colour: float = 0.05
+    lr_alpha: float = 0.05
+    lr_background: float = 0.05
+    lr_decay_iters: int = 800     # cosine decay of every learning rate ...
+    lr_final: float = 0.1         # ... down to this fraction
+    beta1: float = 0.9
+    beta2: float = 0.999
+    adam_eps: float = 1e-8
+    chunk: int = 25               # iterations encoded per GPU submission
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass
+class Schedule:
+    """What advance.wgsl evaluates each iteration (sigma as a fraction of the shorter side)."""
+
+    sigma_start: float
+    sigma_end: float
+    sigma_iters: float
+    lr_decay_iters: float
+    lr_final: float
+    iter_offset: float = 0.0
+
+    def at(self, it: int) -> tuple[float, float]:
+        u = max(it - self.iter_offset, 0.0)
+        fs = min(max(u / max(self.sigma_iters, 1.0), 0.0), 1.0)
+        sigma = self.sigma_start * (self.sigma_end / self.sigma_start) ** fs
+        fl = min(max(it / max(self.lr_decay_iters, 1.0), 0.0), 1.0)
+        lr = self.lr_final + (1.0 - self.lr_final) * 0.5 * (1.0 + math.cos(math.pi * fl))
+        return sigma, lr
+
+    def pack(self) -> np.ndarray:
+        return np.array([self.sigma_start, self.sigma_end, self.sigma_iters, self.lr_decay_iters,
+                         self.lr_final, self.iter_offset, 0, 0], dtype=np.float32)
+
+
+def logit(v: np.ndarray) -> np.ndarray:
+    v = np.clip(v, _LOGIT_EPS, 1 - _LOGIT_EPS)
+    return np.log(v / (1 - v))
+
+
+def sigmoid(x: np.ndarray) -> np.ndarray:
+    return 1.0 / (1.0 + np.exp(-x))
+
+
+def raw_from_scene(scene: Scene) -> np.ndarray:
+    t = scene.triangles.copy()
+    t[:, 6:10] = logit(t[:, 6:10])
+    return np.concatenate([t.ravel(), logit(scene.background)])
+
+
+def values_from_raw(raw: np.ndarray, n_tris: int) -> tuple[np.ndarray, np.ndarray]:
+    t = raw[: n_tris * 10].reshape(n_tris, 10).astype(np.float64).copy()
+    t[:, 6:10] = sigmoid(t[:, 6:10])
+    return t, sigmoid(raw[n_tris * 10 : n_tris * 10 + 3].astype(np.float64))
+
+
+def lr_vector(settings: FitSettings, n_tris: int) -> np.ndarray:
+    per_tri = np.array([settings.lr_vertex] * 6 + [settings.lr_colour] * 3 + [settings.lr_alpha])
+    return np.concatenate([np.tile(per_tri, n_tris), [settings.lr_background] * 3])
+
+
+class ReferenceFitLoop:
+    """The fit loop in float64 numpy: advance -> loss_and_grad -> Adam, one iteration at a time."""
+
+    def __init__(self, backend, target: np.ndarray, raw: np.ndarray, n_tris: int,
+                 settings: FitSettings, schedule: Schedule, iteration: int = 0):
+        self.backend = backend
+        self.target = np.asarray(target, dtype=np.float64)
+        self.n_tris = n_tris
+        self.settings = settings
+        self.schedule = schedule
+        self.iter = iteration
+        self.raw = raw.astype(np.float64).copy()
+        self.m = np.zeros_like(self.raw)
+        self.v = np.zeros_like(self.raw)
+        self.sigma = schedule.at(max(iteration, 1))[0]
+
+    def set_schedule(self, schedule: Schedule) -> None:
+        self.schedule = schedule
+
+    def set_state(self, raw, m, v) -> None:
+        self.raw, self.m, self.v = raw.astype(np.float64), m.astype(np.float64), v.astype(np.float64)
+
+    def get_state(self):
+        return self.raw.copy(), self.m.copy(), self.v.copy()
+
+    def run(self, n: int) -> np.ndarray:
+        H, W = self.target.shape[:2]
+        s = self.settings
+        lr = lr_vector(s, self.n_tris)
+        losses = np.empty(n)
+        for k in range(n):
+            self.iter += 1
+            self.sigma, lr_scale = self.schedule.at(self.iter)
+            tris, bg = values_from_raw(self.raw, self.n_tris)
+            scene = Scene(W, H, self.sigma, bg, tris)
+            with self.backend.host.phase("forward+backward"):
+                loss, gt, gb = reference.loss_and_grad(scene, self.target, s.loss)
+            g = np.concatenate([gt.ravel(), gb])
+            # chain rule through the sigmoid of every logit
+            vals = sigmoid(self.raw)
+            is_logit = np.ones_like(self.raw, dtype=bool)
+            is_logit[: self.n_tris * 10].reshape(self.n_tris, 10)[:, :6] = False
+            g = np.where(is_logit, g * vals * (1 - vals), g)
+            self.m = s.beta1 * self.m + (1 - s.beta1) * g
+            self.v = s.beta2 * self.v + (1 - s.beta2) * g * g
+            mhat = self.m / (1 - s.beta1 ** self.iter)
+            vhat = self.v / (1 - s.beta2 ** self.iter)
+            self.raw = self.raw - lr * lr_scale * mhat / (np.sqrt(vhat) + s.adam_eps)
+            losses[k] = loss
+        return losses
+
+    def current_values(self):
+        tris, bg = values_from_raw(self.raw, self.n_tris)
+        return tris, bg, self.sigma
+
+    def gpu_image(self):
+        return None
+
+    def gpu_phase_samples(self) -> dict[str, list[float]]:
+        return {}

@@ -1,0 +1,182 @@
+"""The GPU backend: batched render and loss-and-gradient through the WGSL kernels.
+
+One call = one submission: upload scenes (and targets), then in a single compute pass
+bin -> forward [-> loss -> backward -> reduce], then copy results to pooled staging buffers and
+read them back. Workspaces (buffers + bind groups) are cached per problem shape, so repeating a
+call allocates nothing.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import OrderedDict
+
+import numpy as np
+
+from ..errors import BatchError
+from .device import GpuContext, get_context
+from .pool import BufferPool
+from .timing import Counters, GpuTimer, HostPhases
+from .workspace import Shape, Workspace
+
+_MAX_CACHED_WORKSPACES = 4
+
+
+def pack_scenes(tris: np.ndarray, bg: np.ndarray, sigma: np.ndarray) -> np.ndarray:
+    """(B, T*10 + 4) float32 scene records: triangles, background rgb, sigma."""
+    B, T = tris.shape[:2]
+    out = np.empty((B, T * 10 + 4), dtype=np.float32)
+    out[:, : T * 10] = tris.reshape(B, T * 10)
+    out[:, T * 10 : T * 10 + 3] = bg
+    out[:, T * 10 + 3] = sigma
+    return out
+
+
+class GpuBackend:
+    name = "gpu"
+
+    def __init__(self, ctx: GpuContext | None = None, subgroups: bool | None = None):
+        self.ctx = ctx or get_context()
+        self.device = self.ctx.device
+        self.pool = BufferPool(self.device)
+        self.subgroups = subgroups
+        self.counters = Counters()
+        self.host = HostPhases()
+        self.timer = GpuTimer(self.ctx, self.pool)
+        self._workspaces: OrderedDict[tuple, Workspace] = OrderedDict()
+
+    # ------------------------------------------------------------------ info
+    @property
+    def adapter(self) -> dict[str, str]:
+        return dict(self.ctx.info)
+
+    def pool_stats(self) -> dict[str, int]:
+        return self.pool.stats()
+
+    # ------------------------------------------------------------------ workspaces
+    def workspace(self, shape: Shape) -> Workspace:
+        key = (shape, self.subgroups)
+        ws = self._workspaces.get(key)
+        if ws is not None:
+            self._workspaces.move_to_end(key)
+            return ws
+        ws = Workspace(self.ctx, self.pool, shape, subgroups=self.subgroups)
+        self._workspaces[key] = ws
+        while len(self._workspaces) > _MAX_CACHED_WORKSPACES:
+            _, old = self._workspaces.popitem(last=False)
+            old.release()
+        # state.iter = 0 so the loss lands in ring slot 0
+        ws.write("state", np.zeros(4, dtype=np.uint32))
+        return ws
+
+    def fit_loop(self, *args, **kwargs):
+        """A device-resident fit loop (render/gpu/fitloop.py) on this backend's device and pool."""
+        from .fitloop import GpuFitLoop
+
+        return GpuFitLoop(self, *args, **kwargs)
+
+    # ------------------------------------------------------------------ calls
+    def render_batch(self, tris, bg, sigma, width: int, height: int) -> np.ndarray:
+        tris, bg, sigma = _check_batch(tris, bg, sigma)
+        B, T = tris.shape[:2]
+        with self.host.phase("alloc"):
+            ws = self.workspace(Shape(B, width, height, T))
+        with self.host.phase("pack"):
+            packed = pack_scenes(tris, bg, sigma)
+        with self.host.phase("upload"):
+            self.counters.upload_bytes += ws.set_frame("mse") + ws.write("scene", packed)
+        enc = self.device.create_command_encoder()
+        cpass = enc.begin_compute_pass()
+        with self.timer.span(cpass, "bin"):
+            ws.encode_bin(cpass)
+        with self.timer.span(cpass, "forward"):
+            ws.encode_forward(cpass)
+        cpass.end()
+        size = B * height * width * 3 * 4
+        staging, _ = ws.copy_out(enc, "image", size)
+        self.timer.resolve(enc)
+        img = self._submit_and_read(enc, [(staging, size)])[0]
+        return img.reshape(B, height, width, 3)
+
+    def loss_and_grad_batch(self, tris, bg, sigma, targets, loss: str = "mse"):
+        """Per-image losses (B,) and gradients (B, T + 1, 10); row T holds the background's."""
+        tris, bg, sigma = _check_batch(tris, bg, sigma)
+        B, T = tris.shape[:2]
+        targets = np.asarray(targets, dtype=np.float32)
+        if targets.ndim != 4 or targets.shape[0] != B or targets.shape[3] != 3:
+            raise BatchError(f"targets must be (B={B}, H, W, 3), got {targets.shape}")
+        H, W = targets.shape[1:3]
+        with self.host.phase("alloc"):
+            ws = self.workspace(Shape(B, W, H, T))
+        with self.host.phase("pack"):
+            packed = pack_scenes(tris, bg, sigma)
+            tgt = np.ascontiguousarray(targets)
+        with self.host.phase("upload"):
+            self.counters.upload_bytes += (ws.set_frame(loss) + ws.write("scene", packed)
+                                           + ws.write("target", tgt))
+        enc = self.device.create_command_encoder()
+        cpass = enc.begin_compute_pass()
+        with self.timer.span(cpass, "bin"):
+            ws.encode_bin(cpass)
+        with self.timer.span(cpass, "forward"):
+            ws.encode_forward(cpass)
+        with self.timer.span(cpass, "loss"):
+            ws.encode_loss(cpass)
+        with self.timer.span(cpass, "backward"):
+            ws.encode_backward(cpass)
+        with self.timer.span(cpass, "reduce"):
+            ws.encode_reduce(cpass)
+        cpass.end()
+        gsize = B * (T + 1) * 10 * 4
+        g_staging, _ = ws.copy_out(enc, "grad", gsize)
+        l_staging, _ = ws.copy_out(enc, "ring", B * 4)
+        self.timer.resolve(enc)
+        grads, losses = self._submit_and_read(enc, [(g_staging, gsize), (l_staging, B * 4)])
+        return losses.astype(np.float64), grads.reshape(B, T + 1, 10).astype(np.float64)
+
+    def _submit_and_read(self, encoder, reads):
+        with self.host.phase("submit"):
+            self.device.queue.submit([encoder.finish()])
+            self.counters.submissions += 1
+        with self.host.phase("readback"):
+            out = [Workspace.read(buf, size) for buf, size in reads]
+            self.counters.readback_bytes += sum(size for _, size in reads)
+            self.timer.collect()
+        return out
+
+    def forward_backward_timed(self, tris, bg, sigma, targets, repeats: int, loss: str = "mse",
+                               backward: bool = True) -> list[float]:
+        """For benchmarks: encode ``repeats`` evaluations in one submission; wall ms per call."""
+        tris, bg, sigma = _check_batch(tris, bg, sigma)
+        B, T = tris.shape[:2]
+        H, W = np.asarray(targets).shape[1:3]
+        ws = self.workspace(Shape(B, W, H, T))
+        ws.set_frame(loss)
+        ws.write("scene", pack_scenes(tris, bg, sigma))
+        ws.write("target", np.ascontiguousarray(targets, dtype=np.float32))
+        enc = self.device.create_command_encoder()
+        cpass = enc.begin_compute_pass()
+        for _ in range(repeats):
+            ws.encode_bin(cpass)
+            ws.encode_forward(cpass)
+            if backward:
+                ws.encode_loss(cpass)
+                ws.encode_backward(cpass)
+                ws.encode_reduce(cpass)
+        cpass.end()
+        staging, _ = ws.copy_out(enc, "ring", B * 4)
+        t0 = time.perf_counter()
+        self.device.queue.submit([enc.finish()])
+        Workspace.read(staging, B * 4)
+        return (time.perf_counter() - t0) * 1e3 / repeats
+
+
+def _check_batch(tris, bg, sigma):
+    tris = np.asarray(tris, dtype=np.float32)
+    if tris.ndim != 3 or tris.shape[2] != 10:
+        raise BatchError(f"triangles must be (B, T, 10), got {tris.shape}")
+    B = tris.shape[0]
+    bg = np.asarray(bg, dtype=np.float32).reshape(B, 3)
+    sigma = np.asarray(sigma, dtype=np.float32).reshape(B)
+    return tris, bg, sigma
+

@@ -1,0 +1,119 @@
+"""One shared wgpu device per process, requested with what the adapter offers that we use.
+
+The device is shared by the engine, the fitter and the GUI canvas (so the canvas can draw the
+fitter's buffers without a readback). wgpu-py's timestamp period has no getter, so the instance is
+set to normalise timestamps to nanoseconds before the first adapter request.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from dataclasses import dataclass, field
+
+from ..errors import AdapterError
+
+log = logging.getLogger("trifit.gpu")
+
+_WANTED_FEATURES = ("subgroup", "timestamp-query", "timestamp-query-inside-passes")
+_LIMITS_TO_RAISE = (
+    "max-storage-buffers-per-shader-stage",
+    "max-compute-workgroup-storage-size",
+    "max-storage-buffer-binding-size",
+    "max-buffer-size",
+    "max-compute-workgroups-per-dimension",
+)
+
+_lock = threading.Lock()
+_shared: GpuContext | None = None
+_instance_configured = False
+
+
+@dataclass
+class GpuContext:
+    adapter: object
+    device: object
+    features: frozenset[str]
+    limits: dict[str, int]
+    info: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def has_subgroups(self) -> bool:
+        return "subgroup" in self.features
+
+    @property
+    def has_pass_timestamps(self) -> bool:
+        return "timestamp-query-inside-passes" in self.features and "timestamp-query" in self.features
+
+    def describe(self) -> str:
+        i = self.info
+        return f"{i['name']} ({i['backend']}, {i['type']})"
+
+
+def _configure_instance() -> None:
+    global _instance_configured
+    if _instance_configured:
+        return
+    _instance_configured = True
+    try:
+        from wgpu.backends.wgpu_native import extras
+
+        extras.set_instance_extras(flags=["Default", "AutomaticTimestampNormalization"])
+    except Exception as exc:  # an instance may already exist (e.g. a canvas made one first)
+        log.debug("could not set instance extras: %s", exc)
+
+
+def adapter_summary(adapter) -> dict[str, str]:
+    info = adapter.info
+    return {
+        "name": str(info.get("device", "") or info.get("description", "unknown")),
+        "backend": str(info.get("backend_type", "unknown")),
+        "type": str(info.get("adapter_type", "unknown")),
+        "vendor": str(info.get("vendor", "")),
+        "driver": str(info.get("description", "")),
+    }
+
+
+def request_adapter():
+    """The adapter wgpu prefers (high performance), or None when there is none at all."""
+    _configure_instance()
+    import wgpu
+
+    try:
+        return wgpu.gpu.request_adapter_sync(power_preference="high-performance")
+    except Exception as exc:
+        log.info("no wgpu adapter: %s", exc)
+        return None
+
+
+def get_context(force_new: bool = False) -> GpuContext:
+    """The process-wide GPU context; raises AdapterError when no adapter exists."""
+    global _shared
+    with _lock:
+        if _shared is not None and not force_new:
+            return _shared
+        if os.environ.get("TRIFIT_NO_GPU"):
+            raise AdapterError("GPU disabled by TRIFIT_NO_GPU")
+        adapter = request_adapter()
+        if adapter is None:
+            raise AdapterError(
+                "no GPU adapter found (on a machine without a GPU, install Mesa's lavapipe: "
+                "apt-get install mesa-vulkan-drivers)"
+            )
+        features = frozenset(f for f in _WANTED_FEATURES if f in adapter.features)
+        limits = {k: adapter.limits[k] for k in _LIMITS_TO_RAISE if k in adapter.limits}
+        device = adapter.request_device_sync(
+            label="trifit", required_features=sorted(features), required_limits=limits
+        )
+        _shared = GpuContext(adapter, device, features, dict(device.limits), adapter_summary(adapter))
+        log.info("GPU adapter: %s", _shared.describe())
+        return _shared
+
+
+def gpu_available() -> bool:
+    try:
+        get_context()
+        return True
+    except AdapterError:
+        return False

@@ -1,0 +1,160 @@
+"""The device-resident fit loop: forward -> loss -> backward -> reduce + Adam, all GPU passes.
+
+Each submission encodes ``chunk`` iterations in one compute pass (7 dispatches each):
+    advance (iteration counter, sigma and lr schedules) -> bin -> forward -> loss -> loss_reduce
+    -> backward -> adam (fused fixed-order gradient reduction + Adam + materialised scene).
+Per-iteration losses land in a device ring buffer that is read back once per submission; no
+image or gradient leaves the device during a fit. The first iteration of each submission is
+timed per pass with timestamp queries (where the adapter has them).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..fitloop import FitSettings, Schedule, values_from_raw
+from .backend import GpuBackend, pack_scenes
+from .workspace import STORAGE, COPY_DST, COPY_SRC, UNIFORM, Shape, Workspace
+
+RING = 256  # loss ring entries; a submission never encodes more iterations than this
+
+
+class GpuFitLoop:
+    def __init__(self, backend: GpuBackend, target: np.ndarray, raw: np.ndarray, n_tris: int,
+                 settings: FitSettings, schedule: Schedule, iteration: int = 0):
+        self.backend = backend
+        self.device = backend.device
+        self.settings = settings
+        self.n_tris = n_tris
+        H, W = target.shape[:2]
+        self.shape = Shape(1, W, H, n_tris)
+        pool = backend.pool
+        self.ws = Workspace(backend.ctx, pool, self.shape, ring_len=RING, subgroups=backend.subgroups)
+        n_params = n_tris * 10 + 3
+        self.extra = {
+            "params": pool.acquire(STORAGE | COPY_DST | COPY_SRC, n_params * 4, "params"),
+            "moments": pool.acquire(STORAGE | COPY_DST | COPY_SRC, n_params * 8, "moments"),
+            "sched": pool.acquire(UNIFORM | COPY_DST, 32, "sched"),
+            "opt": pool.acquire(UNIFORM | COPY_DST, 32, "opt"),
+        }
+        self.iter = iteration
+        self.schedule = schedule
+        up = self.ws.set_frame(settings.loss)
+        up += self.ws.write("target", np.ascontiguousarray(target, dtype=np.float32))
+        up += self._write_extra("opt", np.array(
+            [settings.lr_vertex, settings.lr_colour, settings.lr_alpha, settings.lr_background,
+             settings.beta1, settings.beta2, settings.adam_eps, 0], dtype=np.float32))
+        sigma0, lr0 = schedule.at(max(iteration, 1))
+        up += self.ws.write("state", np.array([iteration, 0, 0, 0], dtype=np.uint32))
+        up += self.ws.write("state", np.array([sigma0, lr0], dtype=np.float32), offset=4)
+        up += self._write_extra("sched", schedule.pack())
+        backend.counters.upload_bytes += up
+        self.set_state(raw, np.zeros(n_params), np.zeros(n_params))
+        self.sigma = sigma0
+
+    # ------------------------------------------------------------------ state
+    def _write_extra(self, name, arr) -> int:
+        data = np.ascontiguousarray(arr)
+        self.device.queue.write_buffer(self.extra[name], 0, data)
+        return data.nbytes
+
+    def set_schedule(self, schedule: Schedule) -> None:
+        self.schedule = schedule
+        self.backend.counters.upload_bytes += self._write_extra("sched", schedule.pack())
+
+    def set_state(self, raw: np.ndarray, m: np.ndarray, v: np.ndarray) -> None:
+        raw = raw.astype(np.float32)
+        tris, bg = values_from_raw(raw, self.n_tris)
+        sigma = self.schedule.at(max(self.iter, 1))[0]
+        mv = np.stack([m, v], axis=1).astype(np.float32).ravel()
+        up = self._write_extra("params", raw) + self._write_extra("moments", mv)
+        up += self.ws.write("scene", pack_scenes(tris[None], bg[None], np.array([sigma])))
+        self.backend.counters.upload_bytes += up
+
+    def get_state(self):
+        n = self.n_tris * 10 + 3
+        enc = self.device.create_command_encoder()
+        p, _ = self.ws.copy_out(enc, "params", n * 4, source=self.extra["params"])
+        mo, _ = self.ws.copy_out(enc, "moments", n * 8, source=self.extra["moments"])
+        self.device.queue.submit([enc.finish()])
+        self.backend.counters.submissions += 1
+        raw = Workspace.read(p, n * 4).astype(np.float64)
+        mv = Workspace.read(mo, n * 8).astype(np.float64).reshape(n, 2)
+        self.backend.counters.readback_bytes += n * 12
+        return raw, mv[:, 0].copy(), mv[:, 1].copy()
+
+    def current_values(self):
+        """Triangles, background and sigma as the device has them now (one small readback)."""
+        size = self.shape.scene_stride * 4
+        enc = self.device.create_command_encoder()
+        st, _ = self.ws.copy_out(enc, "scene", size)
+        self.device.queue.submit([enc.finish()])
+        self.backend.counters.submissions += 1
+        rec = Workspace.read(st, size).astype(np.float64)
+        self.backend.counters.readback_bytes += size
+        T = self.n_tris
+        return rec[: T * 10].reshape(T, 10), rec[T * 10 : T * 10 + 3], float(rec[T * 10 + 3])
+
+    def gpu_image(self):
+        """(buffer, width, height): the last forward's float32 rgb image, on the device."""
+        return self.ws.buffers["image"], self.shape.width, self.shape.height
+
+    def gpu_phase_samples(self) -> dict[str, list[float]]:
+        return dict(self.backend.timer.samples)
+
+    def release(self) -> None:
+        self.ws.release()
+        for buf in self.extra.values():
+            self.backend.pool.release(buf)
+        self.extra = {}
+
+    # ------------------------------------------------------------------ the loop
+    def _encode_iteration(self, cpass, timed: bool) -> None:
+        ws, span = self.ws, self.backend.timer.span
+        B = self.shape.batch
+        n_params = self.n_tris * 10 + 3
+        with span(cpass, "advance", timed):
+            ws.encode_custom(cpass, "advance.wgsl", ["frame", "sched", "state", "scene"], (1, 1, 1),
+                             self.extra)
+        with span(cpass, "bin", timed):
+            ws.encode_bin(cpass)
+        with span(cpass, "forward", timed):
+            ws.encode_forward(cpass)
+        with span(cpass, "loss", timed):
+            ws.encode_loss(cpass)
+        with span(cpass, "backward", timed):
+            ws.encode_backward(cpass)
+        with span(cpass, "reduce+adam", timed):
+            ws.encode_custom(cpass, "adam.wgsl",
+                             ["frame", "opt", "partial", "tile_mask", "state", "params", "moments", "scene"],
+                             ((n_params + 255) // 256, B, 1), self.extra)
+
+    def run(self, n: int) -> np.ndarray:
+        """Run ``n`` iterations; returns their losses (read from the ring once per submission)."""
+        out = []
+        host = self.backend.host
+        done = 0
+        while done < n:
+            k = min(self.settings.chunk, n - done, RING)
+            with host.phase("encode"):
+                enc = self.device.create_command_encoder()
+                cpass = enc.begin_compute_pass()
+                for j in range(k):
+                    self._encode_iteration(cpass, timed=(j == 0))
+                cpass.end()
+                ring, _ = self.ws.copy_out(enc, "ring", RING * 4)
+                self.backend.timer.resolve(enc)
+            with host.phase("submit"):
+                self.device.queue.submit([enc.finish()])
+                self.backend.counters.submissions += 1
+            with host.phase("readback"):
+                values = Workspace.read(ring, RING * 4)
+                self.backend.counters.readback_bytes += RING * 4
+                self.backend.timer.collect()
+            slots = (np.arange(self.iter + 1, self.iter + k + 1)) % RING
+            out.append(values[slots].astype(np.float64))
+            self.iter += k
+            done += k
+        self.sigma = self.schedule.at(self.iter)[0]
+        return np.concatenate(out) if out else np.empty(0)
+

@@ -1,0 +1,238 @@
+"""A workspace: the device buffers, bind groups and dispatch encoders for one problem shape
+(batch B, frame W x H, T triangles). The one-shot engine calls and the fitter both encode their
+GPU passes through it, so the kernels are driven from one place.
+
+Pass order for one loss-and-gradient evaluation (all inside one compute pass):
+    bin -> forward -> loss -> backward -> reduce (or the fitter's fused reduce + Adam)
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass
+
+import numpy as np
+import wgpu
+
+from ..errors import AdapterError
+from . import shaders
+from .device import GpuContext
+from .pool import BufferPool
+
+TILE = 16
+STORAGE = wgpu.BufferUsage.STORAGE
+COPY_DST = wgpu.BufferUsage.COPY_DST
+COPY_SRC = wgpu.BufferUsage.COPY_SRC
+UNIFORM = wgpu.BufferUsage.UNIFORM
+MAP_READ = wgpu.BufferUsage.MAP_READ
+
+#: front-to-back walks stop once transmittance is below this (the forward's error is below it)
+STOP_TRANSMITTANCE = 1e-6
+#: triangles farther than this many sigma from a tile are culled (coverage < 7.6e-10 there)
+CULL_SIGMAS = 21.0
+#: the backward un-composites by division while 1 - alpha >= this, else re-composites
+RECOMPUTE_BELOW = 1.0 / 16.0
+
+LOSS_KINDS = {"mse": 0, "l1": 1}
+
+
+@dataclass(frozen=True)
+class Shape:
+    batch: int
+    width: int
+    height: int
+    n_tris: int
+
+    @property
+    def tiles_x(self) -> int:
+        return (self.width + TILE - 1) // TILE
+
+    @property
+    def tiles_y(self) -> int:
+        return (self.height + TILE - 1) // TILE
+
+    @property
+    def n_tiles(self) -> int:
+        return self.tiles_x * self.tiles_y
+
+    @property
+    def scene_stride(self) -> int:
+        return self.n_tris * 10 + 4
+
+    @property
+    def mask_words(self) -> int:
+        return max(1, (self.n_tris + 31) // 32)
+
+    def buffer_sizes(self, ring_len: int = 1) -> dict[str, int]:
+        B, T, nt = self.batch, self.n_tris, self.n_tiles
+        pixels = B * self.width * self.height * 3 * 4
+        return {
+            "frame": 64,
+            "state": 16,
+            "scene": B * self.scene_stride * 4,
+            "tile_count": B * nt * 4,
+            "tile_list": B * nt * max(T, 1) * 4,
+            "tile_mask": B * nt * self.mask_words * 4,
+            "image": pixels,
+            "target": pixels,
+            "dldc": pixels,
+            "loss_partial": B * nt * 4,
+            "partial": B * nt * (T + 1) * 10 * 4,
+            "grad": B * (T + 1) * 10 * 4,
+            "ring": B * ring_len * 4,
+        }
+
+
+_USAGES = {
+    "frame": UNIFORM | COPY_DST,
+    "state": STORAGE | COPY_DST | COPY_SRC,
+    "scene": STORAGE | COPY_DST | COPY_SRC,
+    "image": STORAGE | COPY_SRC,
+    "target": STORAGE | COPY_DST,
+    "grad": STORAGE | COPY_SRC,
+    "ring": STORAGE | COPY_SRC | COPY_DST,
+}
+
+
+def check_limits(ctx: GpuContext, shape: Shape, ring_len: int = 1) -> None:
+    """Refuse, before allocating, a problem the adapter cannot hold."""
+    max_binding = ctx.limits.get("max-storage-buffer-binding-size", 1 << 27)
+    max_buffer = ctx.limits.get("max-buffer-size", 1 << 28)
+    cap = min(max_binding, max_buffer)
+    for name, size in shape.buffer_sizes(ring_len).items():
+        if size > cap:
+            raise AdapterError(
+                f"{shape.batch} x {shape.width}x{shape.height} px with {shape.n_tris} triangles needs a "
+                f"{size / 2**20:.0f} MiB '{name}' buffer; this adapter allows {cap / 2**20:.0f} MiB per buffer"
+            )
+    max_groups = ctx.limits.get("max-compute-workgroups-per-dimension", 65535)
+    if max(shape.tiles_x, shape.tiles_y, shape.batch) > max_groups:
+        raise AdapterError(f"frame or batch too large for one dispatch ({max_groups} workgroups per dimension)")
+
+
+class Workspace:
+    """Buffers and bind groups for one :class:`Shape`, taken from (and given back to) a pool."""
+
+    def __init__(self, ctx: GpuContext, pool: BufferPool, shape: Shape, ring_len: int = 1,
+                 subgroups: bool | None = None):
+        check_limits(ctx, shape, ring_len)
+        self.ctx = ctx
+        self.device = ctx.device
+        self.pool = pool
+        self.shape = shape
+        self.ring_len = ring_len
+        self.subgroups = ctx.has_subgroups if subgroups is None else (subgroups and ctx.has_subgroups)
+        self.buffers: dict[str, object] = {}
+        for name, size in shape.buffer_sizes(ring_len).items():
+            self.buffers[name] = pool.acquire(_USAGES.get(name, STORAGE), size, label=name)
+        self._staging: dict[tuple[str, int], object] = {}
+        self._bind_groups: dict[str, tuple[object, object]] = {}
+        self.loss_kind = None
+
+    # ------------------------------------------------------------------ lifetime
+    def release(self) -> None:
+        for buf in list(self.buffers.values()) + list(self._staging.values()):
+            self.pool.release(buf)
+        self.buffers.clear()
+        self._staging.clear()
+        self._bind_groups.clear()
+
+    # ------------------------------------------------------------------ uploads
+    def frame_bytes(self, loss: str = "mse") -> bytes:
+        s = self.shape
+        return struct.pack(
+            "<10I4f2I",
+            s.width, s.height, s.n_tris, s.batch,
+            s.tiles_x, s.tiles_y, s.n_tiles, s.scene_stride,
+            s.mask_words, LOSS_KINDS[loss],
+            1.0 / (s.width * s.height * 3), STOP_TRANSMITTANCE, CULL_SIGMAS, RECOMPUTE_BELOW,
+            self.ring_len, 0,
+        )
+
+    def write(self, name: str, data, offset: int = 0) -> int:
+        raw = memoryview(np.ascontiguousarray(data)).cast("B") if not isinstance(data, bytes) else data
+        self.device.queue.write_buffer(self.buffers[name], offset, raw)
+        return len(raw)
+
+    def set_frame(self, loss: str = "mse") -> int:
+        if self.loss_kind == loss:
+            return 0
+        self.loss_kind = loss
+        return self.write("frame", self.frame_bytes(loss))
+
+    # ------------------------------------------------------------------ bind groups
+    def bind_group(self, kernel: str, names: list[str], entry: str = "main", extra: dict | None = None):
+        """Pipeline and bind group for ``kernel`` with buffers bound in order; cached."""
+        key = f"{kernel}:{entry}"
+        found = self._bind_groups.get(key)
+        if found is not None:
+            return found
+        pl = shaders.pipeline(self.device, kernel, entry, self.subgroups)
+        bufs = {**self.buffers, **(extra or {})}
+        entries = [{"binding": i, "resource": {"buffer": bufs[n]}} for i, n in enumerate(names)]
+        bg = self.device.create_bind_group(layout=pl.get_bind_group_layout(0), entries=entries)
+        self._bind_groups[key] = (pl, bg)
+        return pl, bg
+
+    def _dispatch(self, cpass, kernel: str, names: list[str], groups, entry: str = "main", extra=None):
+        pl, bg = self.bind_group(kernel, names, entry, extra)
+        cpass.set_pipeline(pl)
+        cpass.set_bind_group(0, bg)
+        cpass.dispatch_workgroups(*groups)
+
+    # ------------------------------------------------------------------ passes
+    @property
+    def tile_groups(self):
+        s = self.shape
+        return (s.tiles_x, s.tiles_y, s.batch)
+
+    def encode_bin(self, cpass) -> None:
+        self._dispatch(cpass, "bin.wgsl", ["frame", "scene", "tile_count", "tile_list", "tile_mask"],
+                       self.tile_groups)
+
+    def encode_forward(self, cpass) -> None:
+        self._dispatch(cpass, "forward.wgsl", ["frame", "scene", "tile_count", "tile_list", "image"],
+                       self.tile_groups)
+
+    def encode_loss(self, cpass) -> None:
+        self._dispatch(cpass, "loss.wgsl", ["frame", "image", "target", "dldc", "loss_partial"],
+                       self.tile_groups)
+        self._dispatch(cpass, "loss_reduce.wgsl", ["frame", "loss_partial", "state", "ring"],
+                       (self.shape.batch, 1, 1))
+
+    def encode_backward(self, cpass) -> None:
+        self._dispatch(cpass, "backward.wgsl",
+                       ["frame", "scene", "tile_count", "tile_list", "image", "dldc", "partial"],
+                       self.tile_groups)
+
+    def encode_reduce(self, cpass) -> None:
+        n = (self.shape.n_tris + 1) * 10
+        self._dispatch(cpass, "reduce.wgsl", ["frame", "partial", "tile_mask", "grad"],
+                       ((n + 255) // 256, self.shape.batch, 1), entry="reduce_grad")
+
+    def encode_custom(self, cpass, kernel: str, names: list[str], groups, extra: dict) -> None:
+        self._dispatch(cpass, kernel, names, groups, extra=extra)
+
+    # ------------------------------------------------------------------ readback
+    def staging(self, name: str, size: int):
+        key = (name, size)
+        buf = self._staging.get(key)
+        if buf is None:
+            buf = self.pool.acquire(MAP_READ | COPY_DST, size, label=f"read:{name}")
+            self._staging[key] = buf
+        return buf
+
+    def copy_out(self, encoder, name: str, size: int | None = None, source=None):
+        src = source if source is not None else self.buffers[name]
+        size = size if size is not None else src.size
+        dst = self.staging(name, size)
+        encoder.copy_buffer_to_buffer(src, 0, dst, 0, size)
+        return dst, size
+
+    @staticmethod
+    def read(staging, size: int, dtype=np.float32) -> np.ndarray:
+        staging.map_sync(wgpu.MapMode.READ, 0, staging.size)
+        try:
+            return np.frombuffer(staging.read_mapped(0, size, copy=True), dtype=dtype).copy()
+        finally:
+            staging.unmap()

@@ -1,0 +1,239 @@
+"""The scene: N soft triangles over a background, and its JSON file format (version 1).
+
+The contract is ``shared/spec/MODEL.md``. A scene is plain data: a frame size, an edge softness
+``sigma`` (a fraction of the frame's shorter side), a background rgb triple and a (T, 10) float64
+array of triangles ``[x0, y0, x1, y1, x2, y2, r, g, b, a]`` in normalized image coordinates.
+Unknown top-level keys of a loaded file (``meta`` among them) are kept in :attr:`Scene.extra`
+and written back on save.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .errors import SceneError
+from .fileutil import atomic_write_bytes
+
+FORMAT = "trifit-scene"
+VERSION = 1
+#: Largest triangle count a scene file may hold. A cap keeps a hostile file from asking the
+#: engine for gigabytes; 65536 triangles is far beyond any useful fit.
+MAX_TRIANGLES = 65536
+#: Largest frame side a scene file may declare (renders may still be asked for at other sizes).
+MAX_FRAME_SIDE = 16384
+REQUIRED_KEYS = ("format", "version", "width", "height", "sigma", "background", "triangles")
+
+
+@dataclass
+class Scene:
+    """A frame of ``width`` x ``height`` pixels holding soft triangles over a background."""
+
+    width: int
+    height: int
+    sigma: float
+    background: np.ndarray  # (3,) float64 in [0, 1]
+    triangles: np.ndarray  # (T, 10) float64
+    extra: dict[str, Any] = field(default_factory=dict)  # unknown keys, "meta" among them
+
+    def __post_init__(self) -> None:
+        self.background = np.asarray(self.background, dtype=np.float64).reshape(3)
+        self.triangles = np.asarray(self.triangles, dtype=np.float64).reshape(-1, 10)
+
+    # ------------------------------------------------------------------ properties
+    @property
+    def n_triangles(self) -> int:
+        return int(self.triangles.shape[0])
+
+    @property
+    def meta(self) -> dict[str, Any]:
+        """The free-form ``meta`` record (seed, source image, iterations, software version)."""
+        return self.extra.setdefault("meta", {})
+
+    def copy(self) -> Scene:
+        return Scene(
+            self.width,
+            self.height,
+            float(self.sigma),
+            self.background.copy(),
+            self.triangles.copy(),
+            json.loads(json.dumps(self.extra)),
+        )
+
+    # ------------------------------------------------------------------ construction
+    @classmethod
+    def random(
+        cls,
+        n: int,
+        width: int,
+        height: int,
+        seed: int = 0,
+        *,
+        size: tuple[float, float] = (0.1, 0.4),
+        opacity: tuple[float, float] = (0.2, 0.95),
+        sigma_px: float = 1.5,
+    ) -> Scene:
+        """A reproducible random scene: triangles whose extent is ``size`` of the frame.
+
+        Each triangle is a centre in [0, 1]^2 plus three vertices at random angles and radii of
+        ``size/2`` of the frame; colours uniform, opacity uniform in ``opacity``; sigma is
+        ``sigma_px`` pixels of the frame's shorter side. This is the scene family the
+        benchmarks use (docs/PERFORMANCE.md).
+        """
+        _check_frame(width, height)
+        rng = np.random.default_rng(seed)
+        centres = rng.uniform(0.0, 1.0, size=(n, 1, 2))
+        radius = rng.uniform(size[0] / 2, size[1] / 2, size=(n, 3, 1))
+        angles = rng.uniform(0.0, 2 * np.pi, size=(n, 3))
+        offsets = np.stack([np.cos(angles), np.sin(angles)], axis=-1) * radius
+        verts = (centres + offsets).reshape(n, 6)
+        rgb = rng.uniform(0.0, 1.0, size=(n, 3))
+        alpha = rng.uniform(opacity[0], opacity[1], size=(n, 1))
+        tris = np.concatenate([verts, rgb, alpha], axis=1)
+        bg = rng.uniform(0.0, 1.0, size=3)
+        sigma = sigma_px / min(width, height)
+        return cls(width, height, sigma, bg, tris, {"meta": {"generator": "Scene.random", "seed": seed}})
+
+    # ------------------------------------------------------------------ file format
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "format": FORMAT,
+            "version": VERSION,
+            "width": int(self.width),
+            "height": int(self.height),
+            "sigma": float(self.sigma),
+            "background": [float(v) for v in self.background],
+            "triangles": [[float(v) for v in row] for row in self.triangles],
+        }
+        for key, value in self.extra.items():
+            if key not in out:
+                out[key] = value
+        return out
+
+    def to_json(self) -> str:
+        # repr-exact floats (json uses repr), so a save/load round trip is bit-exact.
+        return json.dumps(self.to_dict(), indent=1, allow_nan=False)
+
+    def save(self, path: str | os.PathLike[str]) -> None:
+        """Write the scene file atomically (a temporary file renamed over the target)."""
+        atomic_write_bytes(Path(path), self.to_json().encode("utf-8"))
+
+    @classmethod
+    def from_dict(cls, data: Any) -> Scene:
+        """Validate a decoded scene document; raise :class:`SceneError` naming rule and entry."""
+        if not isinstance(data, dict):
+            raise SceneError("the document must be a JSON object, got " + type(data).__name__)
+        missing = [k for k in REQUIRED_KEYS if k not in data]
+        if missing:
+            raise SceneError(f"missing required key(s): {', '.join(missing)}")
+        if data["format"] != FORMAT:
+            raise SceneError(f"'format' must be \"{FORMAT}\", got {data['format']!r:.60}")
+        version = data["version"]
+        if not _is_int(version):
+            raise SceneError(f"'version' must be an integer, got {version!r:.60}")
+        if version != VERSION:
+            raise SceneError(f"unsupported 'version' {version} (this software reads version {VERSION})")
+        width = _positive_int(data["width"], "width")
+        height = _positive_int(data["height"], "height")
+        sigma = _finite_number(data["sigma"], "sigma")
+        if not sigma > 0:
+            raise SceneError(f"'sigma' must be > 0, got {sigma!r}")
+        background = _number_list(data["background"], "background", 3)
+        for k, v in enumerate(background):
+            if not 0.0 <= v <= 1.0:
+                raise SceneError(f"'background[{k}]' must be in [0, 1], got {v!r}")
+        raw = data["triangles"]
+        if not isinstance(raw, list):
+            raise SceneError(f"'triangles' must be a list, got {type(raw).__name__}")
+        if len(raw) > MAX_TRIANGLES:
+            raise SceneError(f"'triangles' holds {len(raw)} entries, more than the cap of {MAX_TRIANGLES}")
+        tris = np.empty((len(raw), 10), dtype=np.float64)
+        for i, row in enumerate(raw):
+            values = _number_list(row, f"triangles[{i}]", 10)
+            for k in range(6, 10):
+                if not 0.0 <= values[k] <= 1.0:
+                    name = "rgba"[k - 6]
+                    raise SceneError(
+                        f"'triangles[{i}][{k}]' ({name}) must be in [0, 1], got {values[k]!r}"
+                    )
+            tris[i] = values
+        extra = {k: v for k, v in data.items() if k not in REQUIRED_KEYS}
+        return cls(width, height, sigma, np.array(background), tris, extra)
+
+    @classmethod
+    def from_json(cls, text: str | bytes) -> Scene:
+        try:
+            data = json.loads(text, parse_constant=_reject_constant)
+        except SceneError:
+            raise
+        except (ValueError, UnicodeDecodeError, RecursionError) as exc:
+            raise SceneError(f"not valid JSON: {exc}") from None
+        return cls.from_dict(data)
+
+    @classmethod
+    def load(cls, path: str | os.PathLike[str]) -> Scene:
+        """Read and validate a scene file; raise :class:`SceneError` on any broken rule."""
+        p = Path(path)
+        try:
+            size = p.stat().st_size
+            if size > 512 * 1024 * 1024:
+                raise SceneError(f"{p}: file is {size} bytes, larger than a scene file can be")
+            raw = p.read_bytes()
+        except SceneError:
+            raise
+        except OSError as exc:
+            raise SceneError(f"{p}: cannot read: {exc.strerror or exc}") from None
+        try:
+            return cls.from_json(raw)
+        except SceneError as exc:
+            raise SceneError(f"{p}: {exc}") from None
+
+
+# ---------------------------------------------------------------------- validation helpers
+def _reject_constant(name: str) -> Any:
+    raise SceneError(f"every number must be finite, found {name}")
+
+
+def _is_int(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _is_number(v: Any) -> bool:
+    return (isinstance(v, (int, float))) and not isinstance(v, bool)
+
+
+def _finite_number(v: Any, name: str) -> float:
+    if not _is_number(v):
+        raise SceneError(f"'{name}' must be a number, got {type(v).__name__}")
+    f = float(v)
+    if not math.isfinite(f):
+        raise SceneError(f"'{name}' must be finite, got {v!r}")
+    return f
+
+
+def _positive_int(v: Any, name: str) -> int:
+    if not _is_int(v):
+        raise SceneError(f"'{name}' must be a positive integer, got {v!r:.60}")
+    if v <= 0:
+        raise SceneError(f"'{name}' must be a positive integer, got {v}")
+    if v > MAX_FRAME_SIDE:
+        raise SceneError(f"'{name}' is {v}, above the cap of {MAX_FRAME_SIDE}")
+    return int(v)
+
+
+def _number_list(v: Any, name: str, length: int) -> list[float]:
+    if not isinstance(v, list) or len(v) != length:
+        got = f"a list of {len(v)}" if isinstance(v, list) else type(v).__name__
+        raise SceneError(f"'{name}' must be a list of {length} numbers, got {got}")
+    return [_finite_number(x, f"{name}[{k}]") for k, x in enumerate(v)]
+
+
+def _check_frame(width: int, height: int) -> None:
+    if not (_is_int(width) and _is_int(height)) or width <= 0 or height <= 0:
+        raise SceneError(f"frame size must be positive integers, got {width!r} x {height!r}")

@@ -1,0 +1,1 @@
+"""WGSL compute shaders of the trifit engine (data files; loaded by render.gpu.shaders)."""

@@ -1,0 +1,68 @@
+// Fitter: fused gradient reduction + Adam step, one thread per raw parameter.
+// Raw parameters: vertex coordinates as they are; colours, opacities and the background as
+// logits (value = sigmoid(raw)), so every value stays in range by construction. The step
+// writes the raw parameter, its moments, and the materialised scene value the next forward reads.
+// Dispatch: (ceil((n_tris * 10 + 3) / 256), batch).
+
+struct Optim {
+    lr_vertex: f32,
+    lr_colour: f32,
+    lr_alpha: f32,
+    lr_background: f32,
+    beta1: f32,
+    beta2: f32,
+    eps: f32,
+    _pad: f32,
+}
+
+@group(0) @binding(0) var<uniform> frame: Frame;
+@group(0) @binding(1) var<uniform> opt: Optim;
+@group(0) @binding(2) var<storage, read> partial: array<f32>;
+@group(0) @binding(3) var<storage, read> tile_mask: array<u32>;
+@group(0) @binding(4) var<storage, read> state: State;
+@group(0) @binding(5) var<storage, read_write> params: array<f32>;
+@group(0) @binding(6) var<storage, read_write> moments: array<f32>;
+@group(0) @binding(7) var<storage, read_write> scene: array<f32>;
+
+@compute @workgroup_size(256)
+fn main(@builtin(global_invocation_id) gid: vec3u) {
+    let b = gid.y;
+    let n_params = frame.n_tris * 10u + 3u;
+    let j = gid.x;
+    if (j >= n_params) { return; }
+    let per_image = (frame.n_tris + 1u) * 10u;
+    let tri = j / 10u;  // == n_tris for the background
+    var g = 0.0;
+    for (var tile = 0u; tile < frame.n_tiles; tile++) {
+        let slot = b * frame.n_tiles + tile;
+        var listed = true;
+        if (tri < frame.n_tris) {
+            listed = (tile_mask[slot * frame.mask_words + tri / 32u] & (1u << (tri % 32u))) != 0u;
+        }
+        if (listed) { g += partial[slot * per_image + j]; }
+    }
+    let k = j % 10u;
+    let is_vertex = tri < frame.n_tris && k < 6u;
+    let pi = b * n_params + j;
+    var raw = params[pi];
+    var lr = opt.lr_vertex;
+    if (!is_vertex) {
+        let s = sigmoid(raw);
+        g = g * s * (1.0 - s);
+        if (tri == frame.n_tris) { lr = opt.lr_background; }
+        else if (k == 9u) { lr = opt.lr_alpha; }
+        else { lr = opt.lr_colour; }
+    }
+    let t = f32(max(state.iter, 1u));
+    let m = opt.beta1 * moments[2u * pi] + (1.0 - opt.beta1) * g;
+    let v = opt.beta2 * moments[2u * pi + 1u] + (1.0 - opt.beta2) * g * g;
+    moments[2u * pi] = m;
+    moments[2u * pi + 1u] = v;
+    let mhat = m / (1.0 - pow(opt.beta1, t));
+    let vhat = v / (1.0 - pow(opt.beta2, t));
+    raw -= lr * state.lr_scale * mhat / (sqrt(vhat) + opt.eps);
+    params[pi] = raw;
+    var value = raw;
+    if (!is_vertex) { value = sigmoid(raw); }
+    scene[b * frame.scene_stride + j] = value;  // background j = n_tris*10 + c lands on bg[c]
+}

@@ -1,0 +1,134 @@
+// Shared declarations for every trifit kernel: the frame uniform, triangle records in pixel
+// units, and the exact signed distance with its vertex gradient (shared/spec/MODEL.md).
+//
+// Units: everything is in *pixel units* of the render. A vertex (x, y) sits at (x W, y H) and
+// pixel (i, j) has centre (i + 0.5, j + 0.5): the spec's aspect space scaled by S' = min(W, H),
+// so d / sigma is unchanged with sigma_px = sigma S'.
+
+const TILE: u32 = 16u;             // tiles are TILE x TILE pixels, one workgroup of 256 threads
+const WG: u32 = 256u;
+
+struct Frame {
+    width: u32,
+    height: u32,
+    n_tris: u32,
+    batch: u32,
+    tiles_x: u32,
+    tiles_y: u32,
+    n_tiles: u32,
+    scene_stride: u32,     // floats per image in the scene buffer: n_tris * 10 + 4
+    mask_words: u32,       // u32 words of the per-tile membership bitmask: ceil(n_tris / 32)
+    loss_kind: u32,        // 0 = mse, 1 = l1
+    inv_values: f32,       // 1 / (W H 3): losses are means over pixels and channels
+    stop_t: f32,           // front-to-back walks stop once transmittance falls below this
+    cull_k: f32,           // a triangle farther than cull_k * sigma_px from a tile is skipped
+    recompute_below: f32,  // backward: un-composite by division only while 1 - alpha >= this
+    ring_len: u32,         // entries per image in the loss ring (1 outside the fitter)
+    _pad1: u32,
+}
+
+// A triangle in pixel units, ready to shade.
+struct TriPx {
+    p0: vec2f,
+    p1: vec2f,
+    p2: vec2f,
+    orient: f32,           // sign of twice the signed area; 0 for a zero-area triangle
+    _pad: f32,
+    rgba: vec4f,
+}
+
+fn sigmoid(x: f32) -> f32 {
+    return 1.0 / (1.0 + exp(-x));
+}
+
+// Distance from p to segment a-b: returns (distance, t, r.x, r.y) with r = p - (a + t (b - a)).
+fn seg_dist(p: vec2f, a: vec2f, b: vec2f) -> vec4f {
+    let e = b - a;
+    let w = p - a;
+    let ee = dot(e, e);
+    var t = 0.0;
+    if (ee > 0.0) {
+        t = clamp(dot(w, e) / ee, 0.0, 1.0);
+    }
+    let r = w - t * e;
+    return vec4f(length(r), t, r.x, r.y);
+}
+
+// Two edge distances closer than this are a tie (rounding-level differences, pixel units).
+fn tie_margin(d: f32) -> f32 {
+    return 1e-4 + 1e-5 * d;
+}
+
+fn edge_cross(p: vec2f, a: vec2f, b: vec2f) -> f32 {
+    let e = b - a;
+    let w = p - a;
+    return e.x * w.y - e.y * w.x;
+}
+
+// Exact signed distance (positive inside). Inside, the nearest edge line and the nearest edge
+// segment are at the same distance, so the nearest segment serves both sides.
+fn signed_distance(p: vec2f, t: TriPx) -> f32 {
+    let d0 = seg_dist(p, t.p0, t.p1).x;
+    let d1 = seg_dist(p, t.p1, t.p2).x;
+    let d2 = seg_dist(p, t.p2, t.p0).x;
+    let d = min(d0, min(d1, d2));
+    let inside = t.orient != 0.0
+        && edge_cross(p, t.p0, t.p1) * t.orient > 0.0
+        && edge_cross(p, t.p1, t.p2) * t.orient > 0.0
+        && edge_cross(p, t.p2, t.p0) * t.orient > 0.0;
+    return select(-d, d, inside);
+}
+
+// Signed distance and its gradient with respect to the six vertex coordinates (pixel units).
+struct DistGrad {
+    d: f32,
+    g0: vec2f,
+    g1: vec2f,
+    g2: vec2f,
+}
+
+fn signed_distance_grad(p: vec2f, t: TriPx) -> DistGrad {
+    let s0 = seg_dist(p, t.p0, t.p1);
+    let s1 = seg_dist(p, t.p1, t.p2);
+    let s2 = seg_dist(p, t.p2, t.p0);
+    // nearest edge; near-ties (within rounding) go to the lowest index, as in the reference, so
+    // both engines hand a degenerate triangle's gradient to the same vertices
+    var best = s0;
+    var k = 0u;
+    if (s1.x < best.x - tie_margin(best.x)) { best = s1; k = 1u; }
+    if (s2.x < best.x - tie_margin(best.x)) { best = s2; k = 2u; }
+    let inside = t.orient != 0.0
+        && edge_cross(p, t.p0, t.p1) * t.orient > 0.0
+        && edge_cross(p, t.p1, t.p2) * t.orient > 0.0
+        && edge_cross(p, t.p2, t.p0) * t.orient > 0.0;
+    let sgn = select(-1.0, 1.0, inside);
+    var n = vec2f(0.0);
+    if (best.x > 0.0) {
+        n = best.zw / best.x * sgn;
+    }
+    // d|p - q| / dA = -(1 - t) n and d|p - q| / dB = -t n, q the nearest point of segment AB
+    let ga = -(1.0 - best.y) * n;
+    let gb = -best.y * n;
+    var out: DistGrad;
+    out.d = sgn * best.x;
+    out.g0 = vec2f(0.0);
+    out.g1 = vec2f(0.0);
+    out.g2 = vec2f(0.0);
+    if (k == 0u) { out.g0 = ga; out.g1 = gb; }
+    if (k == 1u) { out.g1 = ga; out.g2 = gb; }
+    if (k == 2u) { out.g2 = ga; out.g0 = gb; }
+    return out;
+}
+
+// Pixel handled by thread `li` of the tile `tile` (tiles row-major, tiles_x across).
+fn tile_pixel(tile: vec2u, li: u32) -> vec2u {
+    return vec2u(tile.x * TILE + li % TILE, tile.y * TILE + li / TILE);
+}
+
+// Device-side loop state (the fitter advances it; one-shot calls leave iter at 0).
+struct State {
+    iter: u32,
+    sigma: f32,
+    lr_scale: f32,
+    _pad: u32,
+}

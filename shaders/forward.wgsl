@@ -1,0 +1,68 @@
+// Forward: one thread per pixel, one workgroup per 16x16 tile. Each pixel walks its tile's list
+// front to back (top triangle first), accumulating colour under the running transmittance, and
+// the whole tile stops early once every pixel's transmittance is below frame.stop_t.
+// Triangle records are staged in workgroup memory 256 at a time.
+// Dispatch: (tiles_x, tiles_y, batch).
+
+@group(0) @binding(0) var<uniform> frame: Frame;
+@group(0) @binding(2) var<storage, read> tile_count: array<u32>;
+@group(0) @binding(3) var<storage, read> tile_list: array<u32>;
+@group(0) @binding(4) var<storage, read_write> image: array<f32>;
+
+var<workgroup> staged: array<TriPx, 256>;
+var<workgroup> n_done: atomic<u32>;
+var<workgroup> all_done: u32;
+
+@compute @workgroup_size(256)
+fn main(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_index) li: u32) {
+    let b = wid.z;
+    let slot = b * frame.n_tiles + wid.y * frame.tiles_x + wid.x;
+    let pix = tile_pixel(wid.xy, li);
+    let in_frame = pix.x < frame.width && pix.y < frame.height;
+    let p = vec2f(pix) + vec2f(0.5);
+    let sbase = b * frame.scene_stride;
+    let sig = sigma_px(b, frame);
+    let count = tile_count[slot];
+    let list_base = slot * frame.n_tris;
+    if (li == 0u) { atomicStore(&n_done, 0u); all_done = 0u; }
+
+    var acc = vec3f(0.0);
+    var trans = 1.0;
+    var done = !in_frame;
+    if (done) { atomicAdd(&n_done, 1u); }
+    var end = count;  // walk batches from the top of the list down
+    loop {
+        if (end == 0u) { break; }
+        let start = select(0u, end - WG, end > WG);
+        let n = end - start;
+        workgroupBarrier();
+        if (li < n) {
+            staged[li] = load_tri(sbase + tile_list[list_base + start + li] * 10u, frame);
+        }
+        workgroupBarrier();
+        if (!done) {
+            for (var k = n; k > 0u; k--) {
+                let t = staged[k - 1u];
+                let alpha = t.rgba.a * sigmoid(signed_distance(p, t) / sig);
+                acc += trans * alpha * t.rgba.rgb;
+                trans *= 1.0 - alpha;
+                if (trans < frame.stop_t) {
+                    done = true;
+                    atomicAdd(&n_done, 1u);
+                    break;
+                }
+            }
+        }
+        workgroupBarrier();
+        if (li == 0u) { all_done = select(0u, 1u, atomicLoad(&n_done) == WG); }
+        if (workgroupUniformLoad(&all_done) == 1u) { break; }
+        end = start;
+    }
+    if (in_frame) {
+        let c = acc + trans * background(b, frame);
+        let o = ((b * frame.height + pix.y) * frame.width + pix.x) * 3u;
+        image[o] = c.r;
+        image[o + 1u] = c.g;
+        image[o + 2u] = c.b;
+    }
+}
