@@ -56,6 +56,12 @@ def _configure_instance() -> None:
     if _instance_configured:
         return
     _instance_configured = True
+    if not os.environ.get("XDG_RUNTIME_DIR"):
+        # Mesa's Vulkan WSI prints "XDG_RUNTIME_DIR is invalid" on every adapter request when it
+        # is unset (headless servers, CI); give it a private folder so the CLI's stderr stays clean.
+        import tempfile
+
+        os.environ["XDG_RUNTIME_DIR"] = tempfile.mkdtemp(prefix="trifit-xdg-")
     try:
         from wgpu.backends.wgpu_native import extras
 

@@ -1,0 +1,148 @@
+"""``trifit bench``: the engine's speed on whatever adapter it runs on.
+
+Method (docs/PERFORMANCE.md): scenes are ``Scene.random`` with triangles 0.1-0.4 of the frame,
+opacity 0.2-0.95 and sigma 1.5 px, seed 0; targets uniform noise (seed 1). For each cell, one
+warm-up submission, then ``repeats`` timed submissions, each encoding ``calls`` evaluations
+back to back in one compute pass and waiting for the result; the figure is wall ms per call
+(amortised over the calls of a submission). We quote the median over repeats and the min-max.
+A per-pass breakdown comes from GPU timestamps of one separate call. The fit-iteration cell
+runs the device-resident fitter (chunk of 25 iterations per submission).
+"""
+
+from __future__ import annotations
+
+import json
+import platform
+import sys
+import time
+
+import numpy as np
+
+from . import __version__
+from .engine import Engine
+from .scene import Scene
+
+# (name, kind, batch, side, triangles): kind is "fwd", "fwdbwd" or "fit"
+FULL_CELLS = [
+    ("forward 128^2, 64 tris", "fwd", 1, 128, 64),
+    ("forward 256^2, 128 tris", "fwd", 1, 256, 128),
+    ("forward 512^2, 256 tris", "fwd", 1, 512, 256),
+    ("forward 512^2, 1024 tris", "fwd", 1, 512, 1024),
+    ("forward+backward 128^2, 64 tris", "fwdbwd", 1, 128, 64),
+    ("forward+backward 256^2, 128 tris", "fwdbwd", 1, 256, 128),
+    ("forward+backward 256^2, 512 tris", "fwdbwd", 1, 256, 512),
+    ("forward+backward 512^2, 1024 tris", "fwdbwd", 1, 512, 1024),
+    ("forward+backward batch 16, 256^2, 32 tris", "fwdbwd", 16, 256, 32),
+    ("forward+backward batch 64, 128^2, 64 tris", "fwdbwd", 64, 128, 64),
+    ("fit iteration 176px, 150 tris", "fit", 1, 176, 150),
+]
+QUICK_CELLS = [
+    ("forward 64^2, 32 tris", "fwd", 1, 64, 32),
+    ("forward+backward 64^2, 32 tris", "fwdbwd", 1, 64, 32),
+    ("forward+backward batch 4, 64^2, 32 tris", "fwdbwd", 4, 64, 32),
+    ("fit iteration 64px, 50 tris", "fit", 1, 64, 50),
+]
+CROSSOVER_CELLS = [("fwdbwd", 1, 32, 16), ("fwdbwd", 1, 64, 32), ("fwdbwd", 1, 96, 64)]
+
+
+def _inputs(batch: int, side: int, tris: int):
+    scenes = [Scene.random(tris, side, side, seed=b) for b in range(batch)]
+    targets = np.random.default_rng(1).uniform(0, 1, (batch, side, side, 3)).astype(np.float32)
+    return scenes, targets
+
+
+def _stats(values: list[float]) -> dict[str, float]:
+    a = np.asarray(values)
+    return {"median_ms": float(np.median(a)), "min_ms": float(a.min()), "max_ms": float(a.max()), "n": len(a)}
+
+
+def bench_cell(engine: Engine, kind: str, batch: int, side: int, tris: int, repeats: int, calls: int) -> dict:
+    impl = engine.impl
+    if hasattr(impl, "timer"):
+        impl.timer.samples.clear()
+    scenes, targets = _inputs(batch, side, tris)
+    out: dict = {"kind": kind, "batch": batch, "size": side, "triangles": tris, "calls_per_submission": calls}
+    if kind == "fit":
+        from .fitter import Fitter
+
+        target = targets[0]
+        f = Fitter(target, triangles=tris, size=side, seed=0, engine=engine, chunk=calls)
+        f.step(calls)  # warm-up (pipelines, buffers)
+        times = []
+        for _ in range(repeats):
+            t0 = time.perf_counter()
+            f.step(calls)
+            times.append((time.perf_counter() - t0) * 1e3 / calls)
+        out.update(_stats(times))
+        out["phases_ms"] = f.timings()["gpu_ms"]
+        f.close()
+        return out
+    tris_a = np.stack([s.triangles for s in scenes])
+    bg = np.stack([s.background for s in scenes])
+    sigma = np.array([s.sigma for s in scenes])
+    backward = kind == "fwdbwd"
+    if engine.backend == "gpu":
+        impl.forward_backward_timed(tris_a, bg, sigma, targets, 1, backward=backward)
+        times = [impl.forward_backward_timed(tris_a, bg, sigma, targets, calls, backward=backward)
+                 for _ in range(repeats)]
+        impl.timer.samples.clear()
+        impl.loss_and_grad_batch(tris_a, bg, sigma, targets) if backward else impl.render_batch(tris_a, bg, sigma, side, side)
+        out["phases_ms"] = {k: v[-1] for k, v in impl.timer.samples.items() if v}
+        out["host_ms"] = {k: v[-1] for k, v in impl.host.samples.items() if v}
+    else:
+        times = []
+        for _ in range(repeats):
+            t0 = time.perf_counter()
+            if backward:
+                impl.loss_and_grad_batch(tris_a, bg, sigma, targets)
+            else:
+                impl.render_batch(tris_a, bg, sigma, side, side)
+            times.append((time.perf_counter() - t0) * 1e3)
+    out.update(_stats(times))
+    return out
+
+
+def run_bench(args) -> int:
+    engine = Engine(args.backend)
+    cells = QUICK_CELLS if args.quick else FULL_CELLS
+    repeats = args.repeats or (3 if args.quick else 7)
+    calls = 5 if args.quick else 25
+    results = {
+        "software": f"trifit {__version__}",
+        "python": sys.version.split()[0],
+        "platform": platform.platform(),
+        "adapter": engine.adapter,
+        "backend": engine.backend,
+        "date": time.strftime("%Y-%m-%d"),
+        "method": f"median of {repeats} timed submissions after 1 warm-up; {calls} calls per submission "
+                  "(wall ms per call, amortised); min-max over the submissions",
+        "cells": [],
+        "crossover": [],
+    }
+    print(f"trifit bench on {engine.description} [{engine.backend}]; {results['method']}")
+    print(f"{'cell':46s} {'batch':>5s} {'median ms':>10s} {'min-max ms':>18s}")
+    for name, kind, batch, side, tris in cells:
+        r = bench_cell(engine, kind, batch, side, tris, repeats, calls if engine.backend == "gpu" or kind == "fit" else 1)
+        r["name"] = name
+        results["cells"].append(r)
+        print(f"{name:46s} {batch:5d} {r['median_ms']:10.3f} {r['min_ms']:8.3f}-{r['max_ms']:<8.3f}")
+        if r.get("phases_ms"):
+            print("    passes (ms, one call): " + ", ".join(f"{k} {v:.3f}" for k, v in r["phases_ms"].items()))
+    if engine.backend == "gpu":
+        ref = Engine("reference")
+        print("\ncrossover against the float64 reference (forward+backward, ms per call):")
+        for kind, batch, side, tris in CROSSOVER_CELLS[: 2 if args.quick else 3]:
+            g = bench_cell(engine, kind, batch, side, tris, repeats, calls)
+            c = bench_cell(ref, kind, batch, side, tris, max(1, repeats // 2), 1)
+            row = {"size": side, "triangles": tris, "gpu_ms": g["median_ms"], "reference_ms": c["median_ms"],
+                   "winner": "gpu" if g["median_ms"] < c["median_ms"] else "reference"}
+            results["crossover"].append(row)
+            print(f"  {side}^2 x {tris}: gpu {g['median_ms']:.3f}  reference {c['median_ms']:.3f}  -> {row['winner']}")
+    results["pool"] = engine.pool_stats()
+    if args.json:
+        from pathlib import Path
+
+        from .fileutil import atomic_write_bytes
+
+        atomic_write_bytes(Path(args.json), json.dumps(results, indent=1).encode())
+    return 0

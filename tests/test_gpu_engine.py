@@ -1,0 +1,129 @@
+"""The GPU engine against the float64 reference (forward, loss, gradients), reproducibility,
+batching and the buffer pool. Runs on whatever adapter wgpu finds (lavapipe in CI)."""
+
+import numpy as np
+import pytest
+
+from render import BatchError, Engine, Scene
+from render import reference as R
+
+pytestmark = pytest.mark.gpu
+
+FWD_TOL = 2e-5
+GRAD_TOL = 1e-4
+
+
+def _scene(n, W, H, seed, sigma_px, opacity=(0.2, 0.95)):
+    s = Scene.random(n, W, H, seed=seed, sigma_px=sigma_px, opacity=opacity)
+    if n >= 3:
+        s.triangles[0, 2:4] = s.triangles[0, 0:2]                 # zero area: two equal vertices
+        s.triangles[1, 4:6] = (s.triangles[1, 0:2] + s.triangles[1, 2:4]) / 2  # zero area: collinear
+        s.triangles[2, 0:6:2] += 1.6                                # entirely right of the frame
+    return s
+
+
+SCENES = [  # (triangles, W, H, sigma px)
+    (1, 17, 9, 1.5),
+    (5, 64, 64, 1.5),
+    (40, 48, 20, 0.2),     # tiny sigma, wide frame
+    (40, 20, 48, 12.0),    # large sigma, tall frame
+    (300, 40, 40, 1.0),
+    (1100, 24, 30, 2.0),   # more triangles than one staging batch (256) or one bin round
+]
+
+
+def _groups(grad_t, grad_b):
+    return {"vertices": grad_t[:, :6], "colours+opacity": grad_t[:, 6:], "background": grad_b}
+
+
+def _rel(a, b):
+    return float(np.linalg.norm(a - b) / max(np.linalg.norm(b), 1e-30))
+
+
+@pytest.mark.parametrize("subgroups", [True, False], ids=["subgroups", "workgroup-tree"])
+@pytest.mark.parametrize("n, W, H, sp", SCENES)
+def test_matches_reference(gpu_ctx, n, W, H, sp, subgroups):
+    if subgroups and not gpu_ctx.has_subgroups:
+        pytest.skip("adapter has no subgroup feature; the workgroup-tree variant covers it")
+    eng = Engine("gpu", subgroups=subgroups)
+    scene = _scene(n, W, H, seed=n + W, sigma_px=sp)
+    img = eng.render(scene)
+    ref = R.render(scene)
+    assert img.shape == (H, W, 3) and img.dtype == np.float32
+    assert np.abs(img - ref).max() <= FWD_TOL
+    target = np.random.default_rng(n).uniform(0, 1, (H, W, 3))
+    for loss in ("mse", "l1"):
+        loss_g, grad = eng.loss_and_grad(scene, target, loss)
+        loss_r, gt, gb = R.loss_and_grad(scene, target, loss)
+        assert loss_g == pytest.approx(loss_r, rel=1e-5)
+        ours = _groups(grad.triangles, grad.background)
+        for name, want in _groups(gt, gb).items():
+            assert _rel(ours[name], want) <= GRAD_TOL, (name, loss)
+
+
+def test_opaque_stacks_use_the_recompositing_path(gpu_engine):
+    # opacity 1 makes 1 - alpha ~ 0 inside: division is unusable, the backward must re-composite
+    scene = Scene.random(60, 32, 32, seed=4, sigma_px=0.7, opacity=(0.97, 1.0))
+    target = np.random.default_rng(1).uniform(0, 1, (32, 32, 3))
+    assert np.abs(gpu_engine.render(scene) - R.render(scene)).max() <= FWD_TOL
+    _, grad = gpu_engine.loss_and_grad(scene, target)
+    _, gt, gb = R.loss_and_grad(scene, target)
+    for name, want in _groups(gt, gb).items():
+        assert _rel(_groups(grad.triangles, grad.background)[name], want) <= GRAD_TOL, name
+
+
+def test_bit_reproducible(gpu_engine):
+    scene = Scene.random(500, 64, 48, seed=9)
+    target = np.random.default_rng(2).uniform(0, 1, (48, 64, 3))
+    l1, g1 = gpu_engine.loss_and_grad(scene, target)
+    l2, g2 = gpu_engine.loss_and_grad(scene, target)
+    assert l1 == l2
+    assert np.array_equal(g1.triangles, g2.triangles) and np.array_equal(g1.background, g2.background)
+    assert np.array_equal(gpu_engine.render(scene), gpu_engine.render(scene))
+
+
+def test_batch_equals_single_calls_and_ragged_is_refused(gpu_engine):
+    scenes = [Scene.random(20, 40, 24, seed=s, sigma_px=1.0 + s) for s in range(3)]
+    many = gpu_engine.render_many(scenes, 40, 24)
+    for b, s in enumerate(scenes):
+        np.testing.assert_array_equal(many[b], gpu_engine.render(s))
+    targets = np.random.default_rng(3).uniform(0, 1, (3, 24, 40, 3))
+    losses, grads = gpu_engine.loss_and_grad_many(scenes, targets)
+    for b, s in enumerate(scenes):
+        lb, gb = gpu_engine.loss_and_grad(s, targets[b])
+        assert losses[b] == pytest.approx(lb, rel=1e-6)
+        np.testing.assert_allclose(grads[b].triangles, gb.triangles, rtol=1e-5, atol=1e-9)
+    with pytest.raises(BatchError, match="ragged"):
+        gpu_engine.render_many([scenes[0], Scene.random(21, 40, 24)], 40, 24)
+
+
+def test_render_at_other_sizes_matches_reference(gpu_engine):
+    s = Scene.random(30, 30, 20, seed=6, sigma_px=1.0)
+    assert np.abs(gpu_engine.render(s, 45, 17) - R.render(s, 45, 17)).max() <= FWD_TOL
+
+
+def test_repeated_call_allocates_nothing(gpu_engine):
+    scene = Scene.random(33, 40, 30, seed=1)
+    target = np.random.default_rng(0).uniform(0, 1, (30, 40, 3))
+    gpu_engine.loss_and_grad(scene, target)
+    before = gpu_engine.pool_stats()
+    gpu_engine.loss_and_grad(scene, target)
+    after = gpu_engine.pool_stats()
+    assert after["misses"] == before["misses"] and after["bytes"] == before["bytes"]
+
+
+def test_auto_picks_the_gpu_and_says_which(gpu_ctx):
+    eng = Engine("auto")
+    assert eng.backend == "gpu"
+    assert eng.adapter["name"] and eng.adapter["type"] in ("CPU", "DiscreteGPU", "IntegratedGPU", "VirtualGPU", "Unknown")
+    assert eng.adapter["name"] in eng.description
+
+
+def test_timings_name_every_pass(gpu_engine, gpu_ctx):
+    scene = Scene.random(10, 32, 32, seed=1)
+    gpu_engine.loss_and_grad(scene, np.zeros((32, 32, 3)))
+    t = gpu_engine.timings()
+    assert {"pack", "upload", "submit", "readback"} <= set(t["host_ms"])
+    if gpu_ctx.has_pass_timestamps:
+        assert {"bin", "forward", "loss", "backward", "reduce"} <= set(t["gpu_ms"])
+        assert all(v >= 0 for v in t["gpu_ms"].values())
