@@ -1,0 +1,110 @@
+"""The trifit command line: exit codes, one-line errors, outputs, the report."""
+
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from render import Scene
+from render import reference as R
+from render.cli import main
+
+
+def _run(args):
+    """Run the CLI in a subprocess (what a user sees: status, stdout, stderr)."""
+    p = subprocess.run([sys.executable, "-m", "render.cli", *args], capture_output=True, text=True, timeout=300)
+    return p.returncode, p.stdout, p.stderr
+
+
+@pytest.fixture
+def small_png(tmp_path):
+    rng = np.random.default_rng(0)
+    arr = (rng.uniform(0, 1, (30, 40, 3)) * 255).astype(np.uint8)
+    arr[:15] //= 3
+    p = tmp_path / "in.png"
+    Image.fromarray(arr).save(p)
+    return p
+
+
+@pytest.mark.gpu
+def test_fit_writes_scene_and_report(tmp_path, small_png, gpu_ctx):
+    out, rep = tmp_path / "s.json", tmp_path / "r.json"
+    code, _, err = _run(["fit", str(small_png), "--tris", "8", "--size", "32", "--iters", "30",
+                         "--seed", "3", "-o", str(out), "--report", str(rep), "--quiet"])
+    assert code == 0, err
+    scene = Scene.load(out)
+    assert scene.n_triangles == 8 and (scene.width, scene.height) == (32, 24)
+    assert scene.meta["seed"] == 3 and scene.meta["iterations"] == 30
+    r = json.loads(rep.read_text())
+    for key in ("iterations", "wall_s", "submissions", "readback_bytes", "upload_bytes", "pool",
+                "phases_ms", "adapter", "final"):
+        assert key in r, key
+    assert r["iterations"] == 30 and r["submissions"] >= 2
+    assert {"hits", "misses", "bytes"} <= set(r["pool"]) and {"name", "backend", "type"} <= set(r["adapter"])
+    assert r["final"]["psnr"] > 10 and r["engine_backend"] == "gpu"
+
+
+def test_reference_backend_fit_and_render(tmp_path, small_png):
+    out = tmp_path / "s.json"
+    assert main(["fit", str(small_png), "--tris", "3", "--size", "12", "--iters", "4",
+                 "--backend", "reference", "-o", str(out), "--quiet"]) == 0
+    npy = tmp_path / "r.npy"
+    assert main(["render", str(out), "--size", "24x18", "--backend", "reference", "-o", str(npy)]) == 0
+    img = np.load(npy)
+    assert img.shape == (18, 24, 3) and img.dtype == np.float32
+    np.testing.assert_allclose(img, R.render(Scene.load(out), 24, 18), atol=1e-6)
+
+
+@pytest.mark.gpu
+def test_render_png(tmp_path, gpu_ctx):
+    s = Scene.random(10, 20, 10, seed=1)
+    s.save(tmp_path / "s.json")
+    code, _, err = _run(["render", str(tmp_path / "s.json"), "-o", str(tmp_path / "o.png")])
+    assert code == 0, err
+    assert Image.open(tmp_path / "o.png").size == (20, 10)
+
+
+@pytest.mark.parametrize("args, words", [
+    (["fit", "MISSING.png"], "no such file"),
+    (["fit", "{txt}"], "not an image"),
+    (["fit", "{empty}"], "empty"),
+    (["fit", "{png}", "--tris", "0"], "--tris"),
+    (["fit", "{png}", "--size", "abc"], "--size"),
+    (["fit", "{png}", "--time-limit", "nan"], "--time-limit"),
+    (["fit", "{png}", "-o", "/nonexistent-dir/x.json"], "does not exist"),
+    (["render", "{badscene}", "-o", "{tmp}/o.png"], "version"),
+    (["render", "MISSING.json", "-o", "{tmp}/o.png"], "cannot read"),
+    (["render", "{goodscene}", "--size", "0x5", "-o", "{tmp}/o.png"], "--size"),
+    (["render", "{goodscene}", "-o", "{tmp}/o.xyz"], "unknown output format"),
+    (["frobnicate"], "invalid choice"),
+])
+def test_bad_input_is_one_line_and_status_2(tmp_path, small_png, args, words):
+    (tmp_path / "t.png").write_text("this is not a png")
+    (tmp_path / "e.png").write_bytes(b"")
+    (tmp_path / "bad.json").write_text(json.dumps({**Scene.random(1, 4, 4).to_dict(), "version": 9}))
+    Scene.random(1, 4, 4).save(tmp_path / "good.json")
+    subst = {"{txt}": str(tmp_path / "t.png"), "{empty}": str(tmp_path / "e.png"), "{png}": str(small_png),
+             "{badscene}": str(tmp_path / "bad.json"), "{goodscene}": str(tmp_path / "good.json"),
+             "{tmp}": str(tmp_path)}
+    argv = []
+    for a in args:
+        for k, v in subst.items():
+            a = a.replace(k, v)
+        argv.append(a)
+    code, out, err = _run(argv)
+    assert code == 2, (code, err)
+    lines = [ln for ln in err.strip().splitlines() if ln.strip()]
+    assert len(lines) == 1, err
+    assert words in lines[0] and "Traceback" not in err
+    assert not (tmp_path / "o.png").exists() and not (tmp_path / "o.xyz").exists()
+
+
+def test_help_everywhere():
+    for args in (["-h"], ["fit", "-h"], ["render", "-h"], ["bench", "-h"], ["gui", "-h"]):
+        code, out, err = _run(args)
+        assert code == 0 and "usage" in out.lower(), args
+    code, out, _ = _run(["--version"])
+    assert code == 0 and out.startswith("trifit ")
