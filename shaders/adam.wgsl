@@ -2,7 +2,7 @@
 // Raw parameters: vertex coordinates as they are; colours, opacities and the background as
 // logits (value = sigmoid(raw)), so every value stays in range by construction. The step
 // writes the raw parameter, its moments, and the materialised scene value the next forward reads.
-// Dispatch: (ceil((n_tris * 10 + 3) / 256), batch).
+// Dispatch: (ceil((n_tris * 10 + 3) / 32), batch); the reduction is reduce.wgsl's reduce_param.
 
 struct Optim {
     lr_vertex: f32,
@@ -25,22 +25,15 @@ struct Optim {
 @group(0) @binding(7) var<storage, read_write> scene: array<f32>;
 
 @compute @workgroup_size(256)
-fn main(@builtin(global_invocation_id) gid: vec3u) {
-    let b = gid.y;
+fn main(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_index) li: u32) {
+    let b = wid.y;
     let n_params = frame.n_tris * 10u + 3u;
-    let j = gid.x;
-    if (j >= n_params) { return; }
-    let per_image = (frame.n_tris + 1u) * 10u;
+    let col = li % PARAMS_PER_GROUP;
+    let lane = li / PARAMS_PER_GROUP;
+    let j = wid.x * PARAMS_PER_GROUP + col;
+    var g = reduce_param(b, j, lane, col, j < n_params);
+    if (lane != 0u || j >= n_params) { return; }
     let tri = j / 10u;  // == n_tris for the background
-    var g = 0.0;
-    for (var tile = 0u; tile < frame.n_tiles; tile++) {
-        let slot = b * frame.n_tiles + tile;
-        var listed = true;
-        if (tri < frame.n_tris) {
-            listed = (tile_mask[slot * frame.mask_words + tri / 32u] & (1u << (tri % 32u))) != 0u;
-        }
-        if (listed) { g += partial[slot * per_image + j]; }
-    }
     let k = j % 10u;
     let is_vertex = tri < frame.n_tris && k < 6u;
     let pi = b * n_params + j;

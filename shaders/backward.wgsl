@@ -4,7 +4,8 @@
 //     C_{i-1} = (C_i - alpha_i rgb_i) / (1 - alpha_i),
 // falling back to re-compositing from the background when 1 - alpha_i is too small for the
 // division to be accurate. Per-triangle gradients are summed over the tile in a fixed order
-// (reduce10) and written to the tile's own slot: no float atomics, so results are reproducible.
+// (stash10/gather, KB triangles per barrier pair) and written to the tile's own slot: no float
+// atomics, so results are reproducible.
 // Dispatch: (tiles_x, tiles_y, batch). Partial layout: [(b * n_tiles + tile), slot, 10], where
 // slot n_tris holds the background gradient.
 
@@ -19,8 +20,10 @@
 // the background stay exact, and the division cannot overflow before this.
 const BACKWARD_STOP: f32 = 1e-30;
 
-var<workgroup> staged: array<TriPx, 256>;
-var<workgroup> staged_id: array<u32, 256>;
+const STAGE: u32 = 128u;  // triangles staged in workgroup memory per round
+var<workgroup> staged: array<TriPx, STAGE>;
+var<workgroup> staged_id: array<u32, STAGE>;
+var<workgroup> pending_id: array<u32, KB>;  // triangle of each stashed slot
 var<workgroup> n_done: atomic<u32>;
 var<workgroup> all_done: u32;
 
@@ -44,6 +47,7 @@ fn main(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_index) li: 
     let p = vec2f(pix) + vec2f(0.5);
     let sbase = b * frame.scene_stride;
     let sig = sigma_px(b, frame);
+    let reach = -frame.cull_k * sig;  // as the forward: negligible coverage is skipped
     let count = tile_count[slot];
     let list_base = slot * frame.n_tris;
     let part_base = slot * (frame.n_tris + 1u) * 10u;
@@ -60,11 +64,10 @@ fn main(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_index) li: 
     var trans = 1.0;
     var live = in_frame;
     if (!live) { atomicAdd(&n_done, 1u); }
-    var parity = 0u;
     var end = count;
     loop {
         if (end == 0u) { break; }
-        let start = select(0u, end - WG, end > WG);
+        let start = select(0u, end - STAGE, end > STAGE);
         let n = end - start;
         workgroupBarrier();
         if (li < n) {
@@ -73,11 +76,12 @@ fn main(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_index) li: 
             staged_id[li] = id;
         }
         workgroupBarrier();
+        var j = 0u;  // slots stashed since the last flush
         for (var k = n; k > 0u; k--) {
             let t = staged[k - 1u];
-            var g: array<f32, 10>;
-            if (live) {
-                let dg = signed_distance_grad(p, t);
+            var g = array<f32, 10>();  // explicit: naga does not re-zero a loop-body var each iteration
+            let dg = signed_distance_grad(p, t);
+            if (live && dg.d >= reach) {
                 let cov = sigmoid(dg.d / sig);
                 let alpha = t.rgba.a * cov;
                 let om = 1.0 - alpha;
@@ -102,9 +106,17 @@ fn main(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_index) li: 
                     atomicAdd(&n_done, 1u);
                 }
             }
-            let total = reduce10(g, li, sg, parity);
-            if (li < 10u) { partial[part_base + staged_id[k - 1u] * 10u + li] = total; }
-            parity = parity ^ 1u;
+            stash10(g, li, sg, j);
+            if (li == 0u) { pending_id[j] = staged_id[k - 1u]; }
+            j += 1u;
+            if (j == KB || k == 1u) {  // uniform: flush the stashed slots
+                workgroupBarrier();
+                if (li < 10u * j) {
+                    partial[part_base + pending_id[li / 10u] * 10u + li % 10u] = gather(li, sg);
+                }
+                workgroupBarrier();
+                j = 0u;
+            }
         }
         end = start;
         workgroupBarrier();
@@ -123,6 +135,7 @@ fn main(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_index) li: 
     gb[0] = v.r;
     gb[1] = v.g;
     gb[2] = v.b;
-    let total = reduce10(gb, li, sg, parity);
-    if (li < 10u) { partial[part_base + frame.n_tris * 10u + li] = total; }
+    stash10(gb, li, sg, 0u);
+    workgroupBarrier();
+    if (li < 10u) { partial[part_base + frame.n_tris * 10u + li] = gather(li, sg); }
 }

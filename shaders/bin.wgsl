@@ -35,7 +35,13 @@ fn main(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_index) li: 
             let t = load_tri(sbase + i * 10u, frame);
             let bmin = min(t.p0, min(t.p1, t.p2)) - vec2f(reach);
             let bmax = max(t.p0, max(t.p1, t.p2)) + vec2f(reach);
-            if (all(bmax >= lo) && all(bmin <= hi)) { hit = 1u; }
+            if (all(bmax >= lo) && all(bmin <= hi)) {
+                // The signed distance is 1-Lipschitz: no pixel of the tile comes within `reach` of
+                // the triangle when its centre is farther than reach + the half diagonal.
+                let c = 0.5 * (lo + hi);
+                let half_diag = length(0.5 * (hi - lo));
+                if (signed_distance(c, t) >= -(reach + half_diag)) { hit = 1u; }
+            }
         }
         scan[li] = hit;
         workgroupBarrier();

@@ -22,6 +22,7 @@ fn main(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_index) li: 
     let p = vec2f(pix) + vec2f(0.5);
     let sbase = b * frame.scene_stride;
     let sig = sigma_px(b, frame);
+    let reach = -frame.cull_k * sig;  // coverage below sigmoid(-cull_k) is skipped (< 1e-9)
     let count = tile_count[slot];
     let list_base = slot * frame.n_tris;
     if (li == 0u) { atomicStore(&n_done, 0u); all_done = 0u; }
@@ -43,7 +44,9 @@ fn main(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_index) li: 
         if (!done) {
             for (var k = n; k > 0u; k--) {
                 let t = staged[k - 1u];
-                let alpha = t.rgba.a * sigmoid(signed_distance(p, t) / sig);
+                let d = signed_distance(p, t);
+                if (d < reach) { continue; }
+                let alpha = t.rgba.a * sigmoid(d / sig);
                 acc += trans * alpha * t.rgba.rgb;
                 trans *= 1.0 - alpha;
                 if (trans < frame.stop_t) {

@@ -1,6 +1,7 @@
-// Workgroup sum of ten values per thread, with subgroup adds (adapters with the `subgroup`
-// feature). Subgroup totals go to workgroup memory, double-buffered by `parity` so that one
-// barrier per call suffices; thread li < 10 then sums the subgroups in a fixed order.
+// Workgroup sums of ten values per thread, batched: stash10() adds each value over the subgroup
+// (subgroup adds, for adapters with the `subgroup` feature) and parks the subgroup totals in
+// workgroup memory under slot j; after a barrier, gather() lets thread li < 10 * slots add one
+// (slot, value) pair over the subgroups in a fixed order. One barrier pair serves KB triangles.
 
 struct SgIn {
     @builtin(subgroup_invocation_id) lane: u32,
@@ -8,20 +9,19 @@ struct SgIn {
     @builtin(num_subgroups) count: u32,
 }
 
-const MAX_SUBGROUPS: u32 = 64u;  // 256 threads / smallest subgroup size (4)
-var<workgroup> red: array<f32, 1280>;  // 2 parities x MAX_SUBGROUPS x 10
+const MAX_SUBGROUPS: u32 = 64u;  // 256 threads / the smallest subgroup size WebGPU allows (4)
+var<workgroup> red: array<f32, KB * 10u * MAX_SUBGROUPS>;
 
-fn reduce10(g: array<f32, 10>, li: u32, sg: SgIn, parity: u32) -> f32 {
-    var s: array<f32, 10>;
-    for (var k = 0u; k < 10u; k++) { s[k] = subgroupAdd(g[k]); }
-    let base = (parity * MAX_SUBGROUPS + sg.id) * 10u;
-    if (sg.lane == 0u) {
-        for (var k = 0u; k < 10u; k++) { red[base + k] = s[k]; }
+fn stash10(g: array<f32, 10>, li: u32, sg: SgIn, j: u32) {
+    for (var c = 0u; c < 10u; c++) {
+        let s = subgroupAdd(g[c]);
+        if (sg.lane == 0u) { red[(j * 10u + c) * MAX_SUBGROUPS + sg.id] = s; }
     }
-    workgroupBarrier();
+}
+
+// Call after a barrier, from threads li < 10 * slots: the total of value li % 10 of slot li / 10.
+fn gather(li: u32, sg: SgIn) -> f32 {
     var total = 0.0;
-    if (li < 10u) {
-        for (var j = 0u; j < sg.count; j++) { total += red[(parity * MAX_SUBGROUPS + j) * 10u + li]; }
-    }
+    for (var s = 0u; s < sg.count; s++) { total += red[li * MAX_SUBGROUPS + s]; }
     return total;
 }

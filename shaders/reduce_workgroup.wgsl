@@ -1,21 +1,27 @@
-// Workgroup sum of ten values per thread without subgroup operations: a fixed tree in
-// workgroup memory (eight halving steps). The portable fallback of reduce_subgroup.wgsl.
+// The portable fallback of reduce_subgroup.wgsl (adapters without subgroup operations):
+// stash10() sums the ten values over the workgroup at once with a fixed tree in workgroup memory
+// (eight halving steps) and parks the totals under slot j; gather() reads them back.
 
 struct SgIn {
     @builtin(local_invocation_id) unused: vec3u,
 }
 
 var<workgroup> red: array<f32, 2560>;  // 10 x 256
+var<workgroup> res: array<f32, KB * 10u>;
 
-fn reduce10(g: array<f32, 10>, li: u32, sg: SgIn, parity: u32) -> f32 {
+fn stash10(g: array<f32, 10>, li: u32, sg: SgIn, j: u32) {
     workgroupBarrier();  // the previous call's readers are done with `red`
-    for (var k = 0u; k < 10u; k++) { red[k * WG + li] = g[k]; }
+    for (var c = 0u; c < 10u; c++) { red[c * WG + li] = g[c]; }
     workgroupBarrier();
     for (var off = WG / 2u; off > 0u; off = off / 2u) {
         if (li < off) {
-            for (var k = 0u; k < 10u; k++) { red[k * WG + li] += red[k * WG + li + off]; }
+            for (var c = 0u; c < 10u; c++) { red[c * WG + li] += red[c * WG + li + off]; }
         }
         workgroupBarrier();
     }
-    return select(0.0, red[min(li, 9u) * WG], li < 10u);
+    if (li < 10u) { res[j * 10u + li] = red[li * WG]; }
+}
+
+fn gather(li: u32, sg: SgIn) -> f32 {
+    return res[li];
 }

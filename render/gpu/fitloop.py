@@ -14,7 +14,7 @@ import numpy as np
 
 from ..fitloop import FitSettings, Schedule, values_from_raw
 from .backend import GpuBackend, pack_scenes
-from .workspace import STORAGE, COPY_DST, COPY_SRC, UNIFORM, Shape, Workspace
+from .workspace import COPY_DST, COPY_SRC, PARAMS_PER_GROUP, STORAGE, UNIFORM, Shape, Workspace
 
 RING = 256  # loss ring entries; a submission never encodes more iterations than this
 
@@ -127,7 +127,7 @@ class GpuFitLoop:
         with span(cpass, "reduce+adam", timed):
             ws.encode_custom(cpass, "adam.wgsl",
                              ["frame", "opt", "partial", "tile_mask", "state", "params", "moments", "scene"],
-                             ((n_params + 255) // 256, B, 1), self.extra)
+                             ((n_params + PARAMS_PER_GROUP - 1) // PARAMS_PER_GROUP, B, 1), self.extra)
 
     def run(self, n: int) -> np.ndarray:
         """Run ``n`` iterations; returns their losses (read from the ring once per submission)."""

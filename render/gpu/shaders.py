@@ -22,23 +22,39 @@ def source(name: str) -> str:
     return importlib.resources.files("shaders").joinpath(name).read_text(encoding="utf-8")
 
 
-def kernel_source(name: str, subgroups: bool) -> str:
+def backward_batch(workgroup_storage: int, subgroups: bool) -> int:
+    """KB: triangles whose workgroup sums share one barrier pair in the backward kernel, as many
+    (up to 16) as the adapter's workgroup memory holds next to the staged triangles."""
+    fixed = 128 * 48 + 128 * 4 + 16  # staged TriPx records and ids, counters
+    per_slot = (10 * 64 * 4 if subgroups else 10 * 4) + 4
+    if not subgroups:
+        fixed += 10 * 256 * 4
+    return int(max(1, min(16, (workgroup_storage - fixed) // per_slot)))
+
+
+def kernel_source(name: str, subgroups: bool, kb: int = 1) -> str:
     parts = [source("common.wgsl")]
+    if name == "backward.wgsl":
+        parts.append(f"const KB: u32 = {int(kb)}u;  // triangles per barrier pair (render/gpu/shaders.py)")
     if name in _RASTER_KERNELS:
         parts.append(source("scene_access.wgsl"))
     if name == "backward.wgsl":
         parts.append(source("reduce_subgroup.wgsl" if subgroups else "reduce_workgroup.wgsl"))
+    if name == "adam.wgsl":
+        parts.append(source("reduce.wgsl").split("@group(0)")[0])  # reduce_param, before the bindings
     parts.append(source(name))
     return "\n".join(parts)
 
 
-def pipeline(device, name: str, entry: str = "main", subgroups: bool = False):
-    key = (id(device), name, entry, subgroups and name == "backward.wgsl")
+def pipeline(device, name: str, entry: str = "main", subgroups: bool = False, workgroup_storage: int = 16384):
+    is_backward = name == "backward.wgsl"
+    kb = backward_batch(workgroup_storage, subgroups) if is_backward else 1
+    key = (id(device), name, entry, subgroups and is_backward, kb)
     with _lock:
         found = _pipelines.get(key)
         if found is not None:
             return found
-    module = device.create_shader_module(label=name, code=kernel_source(name, subgroups))
+    module = device.create_shader_module(label=name, code=kernel_source(name, subgroups, kb))
     pl = device.create_compute_pipeline(
         label=f"{name}:{entry}", layout="auto", compute={"module": module, "entry_point": entry}
     )

@@ -34,6 +34,8 @@ CULL_SIGMAS = 21.0
 RECOMPUTE_BELOW = 1.0 / 16.0
 
 LOSS_KINDS = {"mse": 0, "l1": 1}
+#: parameters per workgroup of the fixed-order reductions (shaders/reduce.wgsl)
+PARAMS_PER_GROUP = 32
 
 
 @dataclass(frozen=True)
@@ -167,7 +169,8 @@ class Workspace:
         found = self._bind_groups.get(key)
         if found is not None:
             return found
-        pl = shaders.pipeline(self.device, kernel, entry, self.subgroups)
+        pl = shaders.pipeline(self.device, kernel, entry, self.subgroups,
+                              self.ctx.limits.get("max-compute-workgroup-storage-size", 16384))
         bufs = {**self.buffers, **(extra or {})}
         entries = [{"binding": i, "resource": {"buffer": bufs[n]}} for i, n in enumerate(names)]
         bg = self.device.create_bind_group(layout=pl.get_bind_group_layout(0), entries=entries)
@@ -208,7 +211,7 @@ class Workspace:
     def encode_reduce(self, cpass) -> None:
         n = (self.shape.n_tris + 1) * 10
         self._dispatch(cpass, "reduce.wgsl", ["frame", "partial", "tile_mask", "grad"],
-                       ((n + 255) // 256, self.shape.batch, 1), entry="reduce_grad")
+                       ((n + PARAMS_PER_GROUP - 1) // PARAMS_PER_GROUP, self.shape.batch, 1), entry="reduce_grad")
 
     def encode_custom(self, cpass, kernel: str, names: list[str], groups, extra: dict) -> None:
         self._dispatch(cpass, kernel, names, groups, extra=extra)
