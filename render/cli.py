@@ -1,7 +1,7 @@
 """The ``trifit`` command line.
 
 Exit status: 0 ok, 2 bad input (one line on stderr saying what is wrong), 1 internal error.
-Subcommands: fit, render, bench, gui (also the default with no subcommand).
+Subcommands: fit, render, batch, bench, gui (also the default with no subcommand).
 """
 
 from __future__ import annotations
@@ -81,20 +81,56 @@ def build_parser() -> argparse.ArgumentParser:
     f.add_argument("--resume", metavar="SCENE.json", help="start from this scene instead of a fresh one")
     f.add_argument("-o", "--output", default=None, metavar="OUT.json", help="scene file (default IMAGE.trifit.json)")
     f.add_argument("--report", default=None, metavar="REPORT.json|.html", help="write a run report")
+    f.add_argument("--animation", default=None, metavar="OUT.gif",
+                   help="record the fit as an animation (.gif, .webp or .png)")
     f.add_argument("--quiet", action="store_true", help="no progress bar")
 
     r = sub.add_parser("render", help="render a scene file to an image",
-                       description="Render SCENE.json; the output format follows the suffix (.png, .npy).")
+                       description="Render SCENE.json at any size; the output format follows the suffix "
+                                   "(.png .jpg .webp .tif .bmp; .npy float32; .svg vector). "
+                                   "Large sizes are rendered in tiles.")
     r.add_argument("scene")
     r.add_argument("--size", type=_size_wxh, default=None, metavar="WxH", help="output size (default: the scene's frame)")
     r.add_argument("--backend", choices=["auto", "gpu", "reference"], default="auto")
-    r.add_argument("-o", "--output", required=True, metavar="OUT.png|OUT.npy")
+    r.add_argument("-o", "--output", required=True, metavar="OUT.png|OUT.npy|OUT.svg")
+
+    bt = sub.add_parser("batch", help="fit every image of a folder or glob",
+                        description="Fit soft triangles to every image of DIR_OR_GLOB (resumable: images "
+                                    "whose scene already exists in OUTDIR are skipped). Exit status 2 "
+                                    "when any image failed.")
+    bt.add_argument("inputs", nargs="+", metavar="DIR_OR_GLOB", help="folders, globs (quote them) or image files")
+    bt.add_argument("-o", "--output", required=True, metavar="OUTDIR", help="folder for the scenes (created)")
+    bt.add_argument("--tris", type=_positive_int, default=150, help="triangle count (default 150)")
+    bt.add_argument("--size", type=_positive_int, default=176, help="working size: longer side in px (default 176)")
+    bt.add_argument("--iters", type=_positive_int, default=None, help="stop after this many iterations")
+    bt.add_argument("--time-limit", type=_positive_float, default=None, metavar="SEC",
+                    help="stop each fit after SEC seconds")
+    bt.add_argument("--target-psnr", type=_positive_float, default=None, metavar="DB", help="stop at this PSNR")
+    bt.add_argument("--plateau", type=_positive_int, default=None, metavar="N",
+                    help="stop when the loss has not improved by 0.1%% in N iterations")
+    bt.add_argument("--seed", type=int, default=0)
+    bt.add_argument("--loss", choices=["mse", "l1"], default="mse")
+    bt.add_argument("--backend", choices=["auto", "gpu", "reference"], default="auto")
+    bt.add_argument("--png", action="store_true", help="also write a PNG render of each scene")
+    bt.add_argument("--reports", action="store_true", help="also write a JSON report per image")
+    bt.add_argument("--force", action="store_true", help="refit images that already have a scene")
+    bt.add_argument("--quiet", action="store_true", help="no progress bar")
 
     b = sub.add_parser("bench", help="measure the engine (see docs/PERFORMANCE.md)")
     b.add_argument("--quick", action="store_true", help="small CI-sized cells")
     b.add_argument("--repeats", type=_positive_int, default=None, help="timed repeats per cell")
     b.add_argument("--json", default=None, metavar="OUT.json", help="also write the results as JSON")
     b.add_argument("--backend", choices=["auto", "gpu", "reference"], default="auto")
+    b.add_argument("--quality", action="store_true",
+                   help="fit quality over the bundled samples (PSNR/SSIM by the reference engine)")
+    b.add_argument("--tris", default=None, metavar="N,N,..", help="--quality: triangle counts (default 50,150,500)")
+    b.add_argument("--seeds", type=_positive_int, default=3, help="--quality: seeds per cell (default 3)")
+    b.add_argument("--size", type=_positive_int, default=176, help="--quality: working size (default 176)")
+    b.add_argument("--iters", type=_positive_int, default=None, help="--quality: iterations per fit")
+    b.add_argument("--time-limit", type=_positive_float, default=None, metavar="SEC",
+                   help="--quality: seconds per fit (default 12 when --iters is not given)")
+    b.add_argument("--images", nargs="*", default=None, help="--quality: images instead of the samples")
+    b.add_argument("--out", default=None, metavar="DIR", help="--quality: keep the fitted scenes here")
 
     g = sub.add_parser("gui", help="open the desktop application (the default)")
     g.add_argument("image", nargs="?", default=None)
@@ -111,7 +147,8 @@ def main(argv: list[str] | None = None) -> int:
         command = args.command or "gui"
         if command == "gui" and not hasattr(args, "start"):
             args.image, args.start = None, False
-        return {"fit": cmd_fit, "render": cmd_render, "bench": cmd_bench, "gui": cmd_gui}[command](args)
+        return {"fit": cmd_fit, "render": cmd_render, "batch": cmd_batch, "bench": cmd_bench,
+                "gui": cmd_gui}[command](args)
     except TrifitError as exc:
         print(f"trifit: error: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
@@ -142,6 +179,12 @@ def cmd_fit(args) -> int:
     _check_writable(out)
     if args.report:
         _check_writable(Path(args.report))
+    recorder = None
+    if args.animation:
+        from .export import AnimationRecorder, default_animation_every
+
+        _check_writable(Path(args.animation))
+        recorder = AnimationRecorder(args.animation, every=default_animation_every(args.iters))
     stop = StopConditions(args.iters, args.time_limit, args.target_psnr, args.plateau)
     if not stop.any():
         stop.iterations = 600
@@ -157,11 +200,18 @@ def cmd_fit(args) -> int:
     def progress(stats):
         bar.update(stats.iterations)
         bar.set_postfix_str(f"psnr {stats.psnr:.2f} dB, sigma {stats.sigma_px:.2f} px")
+        if recorder is not None:
+            recorder.capture(fitter)
 
-    try:
-        fitter.run(stop, callback=progress)
+    if recorder is not None:
+        recorder.capture(fitter)  # the starting state
+    try:  # with an animation, submissions are cut at the frame interval so frames land on it
+        fitter.run(stop, callback=progress, chunk=min(recorder.every, fitter.settings.chunk) if recorder else None)
     finally:
         bar.close()
+    if recorder is not None:
+        recorder.capture(fitter, force=True)
+        recorder.save()
     wall = time.perf_counter() - t0
     scene = fitter.scene
     scene.save(out)
@@ -179,29 +229,12 @@ def cmd_fit(args) -> int:
 
 
 def fit_report(fitter, engine, wall: float, mse: float, psnr: float, args) -> dict:
-    t = fitter.timings()
-    counters = t["counters"]
-    pool = t["pool"]
-    phases = dict(t["gpu_ms"])
-    phases.update({f"host:{k}": v for k, v in t["host_ms"].items()})
-    return {
-        "software": f"trifit {__version__}",
-        "image": str(args.image),
-        "settings": fitter.settings.as_dict(),
-        "iterations": fitter.iteration,
-        "wall_s": wall,
-        "submissions": counters["submissions"],
-        "readback_bytes": counters["readback_bytes"],
-        "upload_bytes": counters["upload_bytes"],
-        "pool": {"hits": pool["hits"], "misses": pool["misses"], "bytes": pool["bytes"]},
-        "phases_ms": phases,
-        "phases_note": "GPU passes: median ms of one iteration (timestamps on the first iteration of "
-                       "each submission); host:* phases: median ms per submission",
-        "adapter": {k: engine.adapter.get(k) for k in ("name", "backend", "type")},
-        "engine_backend": engine.backend,
-        "final": {"loss": mse, "psnr": psnr},
-        "history": {"iterations": fitter.history.iterations, "losses": fitter.history.losses},
-    }
+    """The run report (one implementation: render.report.build_report)."""
+    from .report import build_report
+
+    report = build_report(fitter, engine, wall, image=str(args.image))
+    report["final"].update({"loss": mse, "psnr": psnr})
+    return report
 
 
 def _write_report(path: Path, report: dict, fitter) -> None:
@@ -213,9 +246,17 @@ def _write_report(path: Path, report: dict, fitter) -> None:
         except ImportError:
             raise TrifitError("HTML reports are not available in this build; use a .json report") from None
         write_html_report(path, report, fitter)
-        atomic_write_bytes(path.with_suffix(".json"), json.dumps(report, indent=1).encode())
+        atomic_write_bytes(path.with_suffix(".json"), _report_json(report))
     else:
-        atomic_write_bytes(path, json.dumps(report, indent=1).encode())
+        atomic_write_bytes(path, _report_json(report))
+
+
+def _report_json(report: dict) -> bytes:
+    try:
+        from .report import report_json
+    except ImportError:
+        return json.dumps(report, indent=1).encode()
+    return report_json(report).encode()
 
 
 def _check_writable(path: Path) -> None:
@@ -231,42 +272,49 @@ def cmd_render(args) -> int:
     from .engine import Engine
     from .scene import Scene
 
-    scene = Scene.load(args.scene)
+    from . import export
+
     out = Path(args.output)
-    _check_writable(out)
-    W, H = args.size if args.size else (scene.width, scene.height)
     suffix = out.suffix.lower()
-    if suffix not in (".png", ".npy", ".svg", ".jpg", ".jpeg", ".webp", ".tif", ".tiff", ".bmp"):
-        raise TrifitError(f"{out}: unknown output format {suffix or '(none)'}; use .png, .npy or .svg")
-    try:
-        from . import export
-    except ImportError:
-        export = None
-    if export is not None:
-        export.save_render(scene, out, W, H, backend=args.backend)
-        return EXIT_OK
-    if suffix == ".svg":
-        raise TrifitError("SVG export is not available in this build")
-    from .fileutil import atomic_write
-
-    img = Engine(args.backend).render(scene, W, H)
-    if suffix == ".npy":
-        atomic_write(out, lambda f: np.save(f, img.astype(np.float32)))
-    else:
-        from PIL import Image
-
-        pil = Image.fromarray((np.clip(img, 0, 1) * 255 + 0.5).astype(np.uint8), "RGB")
-        atomic_write(out, lambda f: pil.save(f, format=_pil_format(suffix)))
+    if suffix not in export.SUFFIXES:  # before any file or GPU work
+        raise TrifitError(f"{out}: unknown output format {suffix or '(none)'}; use one of {', '.join(export.SUFFIXES)}")
+    _check_writable(out)
+    scene = Scene.load(args.scene)
+    W, H = args.size if args.size else (scene.width, scene.height)
+    # SVG needs no engine; raster formats are rendered (tiled when large) on the chosen backend
+    engine = None if suffix == ".svg" else Engine(args.backend)
+    export.save_render(scene, out, W, H, backend=args.backend, engine=engine)
     return EXIT_OK
 
 
-def _pil_format(suffix: str) -> str:
-    return {".png": "PNG", ".jpg": "JPEG", ".jpeg": "JPEG", ".webp": "WEBP", ".tif": "TIFF",
-            ".tiff": "TIFF", ".bmp": "BMP"}[suffix]
+# ---------------------------------------------------------------------- batch
+def cmd_batch(args) -> int:
+    from .batch import run_batch
+    from .fitter import StopConditions
+
+    out = Path(args.output)
+    if out.exists() and not out.is_dir():
+        raise TrifitError(f"{out}: is a file, not a folder")
+    stop = StopConditions(args.iters, args.time_limit, args.target_psnr, args.plateau)
+    if not stop.any():
+        stop.iterations = 600
+    result = run_batch(args.inputs, out, triangles=args.tris, size=args.size, stop=stop, seed=args.seed,
+                       loss=args.loss, backend=args.backend, render=args.png, reports=args.reports,
+                       force=args.force, progress=not args.quiet)
+    if not args.quiet or result.failed:
+        print(f"trifit: batch: {result.done} fitted, {result.skipped} skipped (already done), "
+              f"{len(result.failed)} failed; scenes -> {out}", file=sys.stderr)
+    for r in result.failed:
+        print(f"trifit: failed: {r.image}: {r.error}", file=sys.stderr)
+    return result.exit_status
 
 
 # ---------------------------------------------------------------------- bench / gui
 def cmd_bench(args) -> int:
+    if args.quality:
+        from .quality import run_quality
+
+        return run_quality(args)
     from .bench import run_bench
 
     return run_bench(args)

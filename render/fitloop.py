@@ -30,17 +30,23 @@ class FitSettings:
     loss: str = "mse"
     sigma_start_px: float = 2.5   # edge softness at the start, in pixels of the working size
     sigma_end_px: float = 0.5     # ... annealed geometrically to this
-    sigma_iters: int = 500        # ... over this many iterations
     lr_vertex: float = 0.006      # per-group Adam learning rates (vertices in frame units)
     lr_colour: float = 0.05
     lr_alpha: float = 0.05
     lr_background: float = 0.05
-    lr_decay_iters: int = 800     # cosine decay of every learning rate ...
-    lr_final: float = 0.1         # ... down to this fraction
+    lr_final: float = 0.1         # cosine decay of every learning rate over the plan, to this fraction
     beta1: float = 0.9
     beta2: float = 0.999
     adam_eps: float = 1e-8
     chunk: int = 25               # iterations encoded per GPU submission
+    planned_iterations: int = 600 # the schedules below are fractions of this plan (re-planned by
+                                  # Fitter.run from --iters or from the measured speed and --time-limit)
+    sigma_fraction: float = 0.75  # sigma anneals over this fraction of the plan
+    coarse_fraction: float = 0.3  # the first fraction of the plan runs at half the working size
+    coarse_min_size: int = 64     # ... when the half size is at least this
+    respawn_every: int = 50       # every this many iterations, triangles that stopped contributing
+    respawn_alpha: float = 0.02   # (opacity below this, or under 1 px^2 on the frame) are re-placed
+    respawn_until: float = 0.8    # ... until this fraction of the plan
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -103,6 +109,7 @@ class ReferenceFitLoop:
                  settings: FitSettings, schedule: Schedule, iteration: int = 0):
         self.backend = backend
         self.target = np.asarray(target, dtype=np.float64)
+        self.target_shape = self.target.shape
         self.n_tris = n_tris
         self.settings = settings
         self.schedule = schedule

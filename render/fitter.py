@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -83,14 +83,18 @@ class Fitter:
         self.source = source if source is not None else (str(target_image) if isinstance(target_image, str) else None)
         self.history = History()
         self.wall_s = 0.0
+        self.respawned = 0  # triangles re-placed by the respawn rule so far
         self._rng = np.random.default_rng(self.settings.seed)
+        self._sigma_fixed: float | None = None  # set_sigma() pins sigma (fraction of the short side)
         self._schedule = self._default_schedule()
+        self._coarse_target = self._half_size_target()
         if init_scene is not None:
             raw, n = self._raw_from_init_scene(init_scene)
+            self._coarse_target = None  # refining: no coarse stage
         else:
             raw, n = self._initial_raw(self.settings.triangles), self.settings.triangles
         self.n_triangles = n
-        self._loop = self.engine.impl.fit_loop(self.target, raw, n, self.settings, self._schedule, 0)
+        self._loop = self._make_loop(raw, n, 0)
 
     # ------------------------------------------------------------------ setup
     @property
@@ -99,8 +103,46 @@ class Fitter:
 
     def _default_schedule(self) -> Schedule:
         s = self.settings
-        return Schedule(s.sigma_start_px / self.short_side, s.sigma_end_px / self.short_side,
-                        s.sigma_iters, s.lr_decay_iters, s.lr_final)
+        plan = max(1, s.planned_iterations)
+        start, end = s.sigma_start_px / self.short_side, s.sigma_end_px / self.short_side
+        if self._sigma_fixed is not None:
+            start = end = self._sigma_fixed
+        return Schedule(start, end, s.sigma_fraction * plan, plan, s.lr_final)
+
+    def plan(self, total_iterations: int) -> None:
+        """Fit the schedules (sigma anneal, lr decay, coarse stage, respawns) to this many iterations."""
+        self.settings.planned_iterations = max(1, int(total_iterations))
+        self._schedule = self._default_schedule()
+        self._loop.set_schedule(self._schedule)
+
+    @property
+    def coarse_until(self) -> int:
+        """Iteration at which the coarse (half-size) stage ends; 0 when there is none."""
+        if self._coarse_target is None:
+            return 0
+        return int(self.settings.coarse_fraction * self.settings.planned_iterations)
+
+    def _half_size_target(self) -> np.ndarray | None:
+        s = self.settings
+        if s.coarse_fraction <= 0 or max(self.width, self.height) // 2 < s.coarse_min_size:
+            return None
+        from PIL import Image
+
+        im = Image.fromarray((np.clip(self.target, 0, 1) * 255 + 0.5).astype(np.uint8), "RGB")
+        small = im.resize((max(1, self.width // 2), max(1, self.height // 2)), Image.Resampling.LANCZOS)
+        return np.asarray(small, dtype=np.float32) / 255.0
+
+    def _working_target(self, iteration: int) -> np.ndarray:
+        if self._coarse_target is not None and iteration < self.coarse_until:
+            return self._coarse_target
+        return self.target
+
+    def _make_loop(self, raw, n: int, iteration: int, state=None):
+        loop = self.engine.impl.fit_loop(self._working_target(iteration), raw, n, self.settings,
+                                         self._schedule, iteration)
+        if state is not None:
+            loop.set_state(*state)
+        return loop
 
     def _error_map(self, image: np.ndarray | None) -> np.ndarray:
         ref = image if image is not None else self.target.mean(axis=(0, 1), keepdims=True)
@@ -154,7 +196,14 @@ class Fitter:
             raise ValueError("iterations must be >= 0")
         first = self._loop.iter + 1
         t0 = time.perf_counter()
-        losses = self._loop.run(n) if n else np.empty(0)
+        parts = []
+        left = n
+        while left > 0:
+            k = min(left, self._iterations_to_next_event())
+            parts.append(self._loop.run(k))
+            left -= k
+            self._handle_events()
+        losses = np.concatenate(parts) if parts else np.empty(0)
         dt = time.perf_counter() - t0
         self.wall_s += dt
         if not np.all(np.isfinite(losses)):
@@ -165,12 +214,66 @@ class Fitter:
                          dt, n / dt if dt > 0 else float("inf"), self.n_triangles,
                          self._loop.sigma * self.short_side)
 
+    def _iterations_to_next_event(self) -> int:
+        it = self._loop.iter
+        events = []
+        if self._loop_is_coarse():
+            events.append(self.coarse_until - it)
+        every = self.settings.respawn_every
+        if every > 0 and it < self.settings.respawn_until * self.settings.planned_iterations:
+            events.append(every - it % every)
+        return max(1, min(events)) if events else 1 << 30
+
+    def _loop_is_coarse(self) -> bool:
+        return self._loop.target_shape != self.target.shape
+
+    def _handle_events(self) -> None:
+        it = self._loop.iter
+        if self._loop_is_coarse() and it >= self.coarse_until:
+            self._rebuild(*self._loop.get_state(), self.n_triangles)  # now at full size
+        every = self.settings.respawn_every
+        if every > 0 and it % every == 0 and it < self.settings.respawn_until * self.settings.planned_iterations:
+            self._respawn()
+
+    def _respawn(self) -> int:
+        """Re-place triangles that stopped contributing where the error is largest; returns how many."""
+        tris, bg, sigma = self._loop.current_values()
+        dead = np.flatnonzero((tris[:, 9] < self.settings.respawn_alpha) | (self._usefulness(tris) / np.maximum(tris[:, 9], 1e-9) < 1.0))
+        if len(dead) == 0:
+            return 0
+        raw, m, v = self._loop.get_state()
+        T = self.n_triangles
+        image = self.engine.render(Scene(self.width, self.height, sigma, np.clip(bg, 0, 1), tris), self.width, self.height)
+        new = self._new_triangles(len(dead), image, radius_scale=0.7)
+        new[:, 6:10] = logit(new[:, 6:10])
+        keep = np.setdiff1d(np.arange(T), dead)
+        order = np.concatenate([keep, dead])  # respawned triangles go on top
+        tri_raw = raw[: T * 10].reshape(T, 10)[order].copy()
+        tri_raw[len(keep):] = new
+        tri_m = m[: T * 10].reshape(T, 10)[order].copy()
+        tri_v = v[: T * 10].reshape(T, 10)[order].copy()
+        tri_m[len(keep):] = 0
+        tri_v[len(keep):] = 0
+        self._loop.set_state(np.concatenate([tri_raw.ravel(), raw[T * 10:]]),
+                             np.concatenate([tri_m.ravel(), m[T * 10:]]),
+                             np.concatenate([tri_v.ravel(), v[T * 10:]]))
+        self.respawned += len(dead)
+        return len(dead)
+
     def run(self, stop: StopConditions, callback=None, chunk: int | None = None) -> StepStats:
-        """Step until a stop condition holds; ``callback(stats)`` after each chunk (return False to stop)."""
+        """Step until a stop condition holds; ``callback(stats)`` after each chunk (return False to stop).
+
+        The schedules are planned to end with the fit: on ``stop.iterations`` when given, else,
+        with a time limit, on the iteration count the measured speed predicts (re-estimated
+        after every chunk)."""
         if not stop.any():
             raise ValueError("give at least one stop condition")
         chunk = chunk or max(self.settings.chunk, 1)
         start_iter, t0 = self.iteration, time.perf_counter()
+        if stop.iterations is not None:
+            self.plan(start_iter + stop.iterations)
+        elif stop.time_limit is not None:
+            self.plan(start_iter + max(chunk * 4, 100))  # a first guess, corrected from the speed
         best, best_at = float("inf"), self.iteration
         stats = None
         while True:
@@ -180,10 +283,13 @@ class Fitter:
                 if n <= 0:
                     break
             stats = self.step(n)
+            elapsed = time.perf_counter() - t0
             if callback is not None and callback(stats) is False:
                 break
-            if stop.time_limit is not None and time.perf_counter() - t0 >= stop.time_limit:
+            if stop.time_limit is not None and elapsed >= stop.time_limit:
                 break
+            if stop.time_limit is not None and stop.iterations is None:
+                self._replan_for_time(start_iter, elapsed, stop.time_limit)
             if stop.target_psnr is not None and stats.psnr >= stop.target_psnr:
                 break
             if stats.loss < best * (1 - 1e-3):
@@ -192,16 +298,28 @@ class Fitter:
                 break
         return stats if stats is not None else self.step(0)
 
+    def _replan_for_time(self, start_iter: int, elapsed: float, limit: float) -> None:
+        done = self.iteration - start_iter
+        if done <= 0 or elapsed <= 0:
+            return
+        # full-size iterations cost ~4x coarse ones: judge the speed from the recent stage
+        rate = done / elapsed
+        if self._loop_is_coarse():
+            rate /= 3.0
+        predicted = self.iteration + int(rate * max(limit - elapsed, 0.0))
+        if abs(predicted - self.settings.planned_iterations) > 0.05 * self.settings.planned_iterations:
+            self.plan(max(predicted, self.iteration + 1))
+
     # ------------------------------------------------------------------ live changes
     def set_sigma(self, sigma_px: float | None) -> None:
         """Fix the edge softness at ``sigma_px`` pixels from the next step (None: back to the anneal)."""
         if sigma_px is None:
-            self._schedule = replace(self._default_schedule(), iter_offset=0.0)
+            self._sigma_fixed = None
         else:
             if not (0 < float(sigma_px) <= 1000):
                 raise ValueError(f"sigma must be in (0, 1000] px, got {sigma_px}")
-            s = float(sigma_px) / self.short_side
-            self._schedule = replace(self._schedule, sigma_start=s, sigma_end=s)
+            self._sigma_fixed = float(sigma_px) / self.short_side
+        self._schedule = self._default_schedule()
         self._loop.set_schedule(self._schedule)
 
     def set_learning_rate(self, scale: float) -> None:
@@ -239,9 +357,10 @@ class Fitter:
         self._rebuild(np.concatenate([tri_raw.ravel(), bg_raw]), np.concatenate([tri_m.ravel(), bg_m]),
                       np.concatenate([tri_v.ravel(), bg_v]), n)
 
-    def _usefulness(self) -> np.ndarray:
+    def _usefulness(self, tris: np.ndarray | None = None) -> np.ndarray:
         """Opacity x on-frame area (in pixels) of each triangle: how much it can matter."""
-        tris, _, _ = self._loop.current_values()
+        if tris is None:
+            tris, _, _ = self._loop.current_values()
         v = tris[:, :6].reshape(-1, 3, 2).copy()
         v = np.clip(v, 0.0, 1.0)
         v[..., 0] *= self.width
@@ -256,8 +375,7 @@ class Fitter:
         if release is not None:
             release()
         self.n_triangles = n
-        self._loop = self.engine.impl.fit_loop(self.target, raw, n, self.settings, self._schedule, it)
-        self._loop.set_state(raw, m, v)
+        self._loop = self._make_loop(raw, n, it, state=(raw, m, v))
 
     # ------------------------------------------------------------------ results
     @property

@@ -51,7 +51,8 @@ def test_fit_reduces_loss_and_is_deterministic(gpu_engine, tmp_path):
 
 @pytest.mark.gpu
 def test_many_iterations_per_submission_and_no_allocation_per_step(gpu_engine):
-    f = Fitter(_target(), triangles=15, size=40, seed=0, engine=gpu_engine, chunk=20)
+    # steady state: no respawn events (they read back on purpose)
+    f = Fitter(_target(), triangles=15, size=40, seed=0, engine=gpu_engine, chunk=20, respawn_every=0)
     f.step(40)
     c0, p0 = gpu_engine.counters(), gpu_engine.pool_stats()
     f.step(40)
@@ -103,3 +104,35 @@ def test_resume_from_scene(ref_engine):
     f = Fitter(_target(16, 12), triangles=99, size=16, seed=0, engine=ref_engine, init_scene=s)
     assert f.n_triangles == 5
     np.testing.assert_allclose(f.scene.triangles[:, :6], s.triangles[:, :6])
+
+
+@pytest.mark.gpu
+def test_respawn_replaces_dead_triangles_on_top(gpu_engine):
+    f = Fitter(_target(), triangles=12, size=40, seed=1, engine=gpu_engine, respawn_every=10)
+    raw, m, v = f._loop.get_state()
+    raw[9] = -12.0                        # triangle 0 invisible (opacity ~6e-6)
+    raw[10:16] = raw[10:16] + 5.0         # triangle 1 far off the frame
+    f._loop.set_state(raw, m, v)
+    f.step(10)
+    assert f.respawned >= 2
+    sc = f.scene
+    assert np.all(sc.triangles[-2:, 9] > 0.3)               # re-placed, visible, on top
+    assert np.all((sc.triangles[-2:, 0:6] > -0.5) & (sc.triangles[-2:, 0:6] < 1.5))
+
+
+def test_coarse_stage_then_full_size(ref_engine):
+    t = np.random.default_rng(0).uniform(0, 1, (128, 128, 3))
+    f = Fitter(t, triangles=3, size=128, seed=0, engine=ref_engine, coarse_fraction=0.5, respawn_every=0)
+    f.plan(4)
+    assert f.coarse_until == 2
+    f.step(1)
+    assert f._loop.target_shape == (64, 64, 3)
+    f.step(2)
+    assert f._loop.target_shape == (128, 128, 3) and f.iteration == 3
+
+
+def test_time_limited_run_plans_the_schedule(ref_engine):
+    f = Fitter(_target(16, 12), triangles=3, size=16, seed=0, engine=ref_engine, chunk=5)
+    f.run(StopConditions(time_limit=1.0))
+    # the plan was re-estimated from the measured speed, close to what was run
+    assert 0.5 * f.iteration <= f.settings.planned_iterations <= 2.5 * f.iteration

@@ -27,6 +27,7 @@ class GpuFitLoop:
         self.settings = settings
         self.n_tris = n_tris
         H, W = target.shape[:2]
+        self.target_shape = target.shape
         self.shape = Shape(1, W, H, n_tris)
         pool = backend.pool
         self.ws = Workspace(backend.ctx, pool, self.shape, ring_len=RING, subgroups=backend.subgroups)

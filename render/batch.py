@@ -1,0 +1,235 @@
+"""Batch mode: fit every image of a folder or glob, resumably, writing each result as it is done.
+
+``run_batch(inputs, outdir, ...)`` fits the images **one after another** through one shared
+engine (so shader pipelines and pooled GPU buffers are built once and reused across images).
+The fitter's device-resident loop takes a single target, and a cross-image batch would need a
+batched fit loop in render/fitter.py; until it has one, images of equal working size are *not*
+fitted in one dispatch. Each fit is independent and seeded, so the result of an image does not
+depend on which other images are in the batch.
+
+Guarantees:
+
+* **Resumable**: an image whose output scene already exists, loads as a valid scene and matches
+  the requested triangle count and working size is skipped (``force=True`` refits it).
+* **Never loses finished work**: each scene (and its optional render and report) is written
+  atomically the moment its fit ends; an interrupt loses only the fit in progress, and no partial
+  scene is ever written (so a resumed run refits that image instead of trusting half a fit).
+* **Bad images are reported and skipped**: an unreadable image, or a fit that fails, is recorded
+  with its reason and the batch goes on; :attr:`BatchResult.exit_status` is 2 when any failed.
+
+Output names: ``OUTDIR/<stem>.trifit.json`` (``<stem>_<ext>.trifit.json`` when two inputs share a
+stem), plus ``<name>.png`` with ``render=True`` and ``<name>.report.json`` with ``reports=True``;
+``OUTDIR/batch-summary.json`` lists every image's outcome.
+"""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Callable, Iterable
+
+from .errors import SceneError, TrifitError
+from .fileutil import atomic_write_bytes
+
+#: Suffixes taken from a folder (a glob or explicit file list takes whatever it names).
+IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".webp", ".bmp", ".tif", ".tiff", ".gif", ".ppm",
+                  ".pgm", ".pbm", ".tga", ".jp2", ".ico")
+SUMMARY_NAME = "batch-summary.json"
+
+
+@dataclass
+class ImageResult:
+    image: str
+    scene: str
+    status: str  # "done" | "skipped" | "failed"
+    psnr: float | None = None
+    iterations: int | None = None
+    seconds: float | None = None
+    error: str | None = None
+
+
+@dataclass
+class BatchResult:
+    results: list[ImageResult] = field(default_factory=list)
+    interrupted: bool = False
+
+    def _count(self, status: str) -> int:
+        return sum(r.status == status for r in self.results)
+
+    @property
+    def done(self) -> int:
+        return self._count("done")
+
+    @property
+    def skipped(self) -> int:
+        return self._count("skipped")
+
+    @property
+    def failed(self) -> list[ImageResult]:
+        return [r for r in self.results if r.status == "failed"]
+
+    @property
+    def exit_status(self) -> int:
+        return 2 if self.failed else 0
+
+    def as_dict(self) -> dict:
+        return {"done": self.done, "skipped": self.skipped, "failed": len(self.failed),
+                "interrupted": self.interrupted, "images": [asdict(r) for r in self.results]}
+
+
+# ---------------------------------------------------------------------- inputs
+def find_images(sources: Iterable[str]) -> list[Path]:
+    """Images named by folders (their image files, not recursive), globs (``**`` allowed) or
+    plain paths; sorted per source, duplicates dropped, order otherwise kept."""
+    found: list[Path] = []
+    seen: set[str] = set()
+    for src in sources:
+        p = Path(src)
+        if p.is_dir():
+            items = sorted(q for q in p.iterdir() if q.is_file() and q.suffix.lower() in IMAGE_SUFFIXES)
+        elif p.exists():
+            items = [p]
+        elif glob.has_magic(str(src)):
+            items = sorted(Path(q) for q in glob.glob(str(src), recursive=True) if Path(q).is_file())
+        else:
+            raise TrifitError(f"{src}: no such file, folder or matching glob")
+        for q in items:
+            key = os.path.realpath(q)
+            if key not in seen:
+                seen.add(key)
+                found.append(q)
+    return found
+
+
+def output_names(images: list[Path]) -> dict[Path, str]:
+    """A distinct base name per image: its stem, or ``stem_ext`` where stems collide."""
+    stems: dict[str, int] = {}
+    for p in images:
+        stems[p.stem.lower()] = stems.get(p.stem.lower(), 0) + 1
+    names: dict[Path, str] = {}
+    used: set[str] = set()
+    for p in images:
+        base = p.stem if stems[p.stem.lower()] == 1 else f"{p.stem}_{p.suffix.lstrip('.').lower()}"
+        name, k = base, 2
+        while name.lower() in used:
+            name, k = f"{base}_{k}", k + 1
+        used.add(name.lower())
+        names[p] = name
+    return names
+
+
+def existing_result(path: Path, triangles: int, size: int):
+    """The scene at ``path`` if it is a valid, finished result for these settings, else None."""
+    from .scene import Scene
+
+    if not path.is_file():
+        return None
+    try:
+        scene = Scene.load(path)
+    except SceneError:
+        return None
+    if scene.n_triangles != triangles or max(scene.width, scene.height) != size:
+        return None
+    return scene
+
+
+# ---------------------------------------------------------------------- the run
+def run_batch(inputs: Iterable[str] | Iterable[Path], outdir, *, triangles: int = 150, size: int = 176,
+              stop=None, seed: int = 0, loss: str = "mse", engine=None, backend: str = "auto",
+              render: bool = False, reports: bool = False, force: bool = False,
+              progress: bool = True, on_result: Callable[[ImageResult], None] | None = None) -> BatchResult:
+    """Fit every image of ``inputs`` (folders, globs, paths) into ``outdir``; see the module doc."""
+    from tqdm import tqdm
+
+    from .engine import Engine
+    from .fitter import Fitter, StopConditions
+    from .imageio import load_image
+
+    images = find_images(str(s) for s in inputs)
+    outdir = Path(outdir)
+    outdir.mkdir(parents=True, exist_ok=True)
+    if stop is None or not stop.any():
+        stop = StopConditions(iterations=600)
+    names = output_names(images)
+    result = BatchResult()
+    bar = tqdm(total=len(images), unit="img", desc="batch", disable=not progress, dynamic_ncols=True)
+
+    def record(r: ImageResult) -> None:
+        result.results.append(r)
+        if on_result is not None:
+            on_result(r)
+        if r.status == "failed":
+            bar.write(f"trifit: {r.image}: {r.error}")
+
+    try:
+        for img_path in images:
+            name = names[img_path]
+            scene_path = outdir / f"{name}.trifit.json"
+            bar.set_postfix_str(img_path.name[:40])
+            if not force and existing_result(scene_path, triangles, size) is not None:
+                record(ImageResult(str(img_path), str(scene_path), "skipped"))
+                bar.update(1)
+                continue
+            if engine is None:
+                engine = Engine(backend)  # an AdapterError here ends the batch: no image could fit
+            t0 = time.perf_counter()
+            try:
+                target = load_image(img_path, size)
+                fitter = Fitter(target, triangles=triangles, size=size, seed=seed, engine=engine,
+                                source=str(img_path), loss=loss)
+                try:
+                    def step(stats, _name=img_path.name):
+                        bar.set_postfix_str(f"{_name[:30]} it {stats.iteration} psnr {stats.psnr:.2f}")
+
+                    fitter.run(stop, callback=step if progress else None)
+                    scene = fitter.scene
+                    final = engine.render(scene, fitter.width, fitter.height)
+                    scene.save(scene_path)  # the result, atomically, before anything optional
+                    psnr = _psnr(final, fitter.target)
+                    if render:
+                        from .export import save_png
+
+                        save_png(scene, outdir / f"{name}.png", engine=engine)
+                    if reports:
+                        from .report import build_report, write_json_report
+
+                        write_json_report(outdir / f"{name}.report.json",
+                                          build_report(fitter, engine, fitter.wall_s, final_image=final))
+                    record(ImageResult(str(img_path), str(scene_path), "done", psnr, fitter.iteration,
+                                       time.perf_counter() - t0))
+                finally:
+                    fitter.close()
+            except TrifitError as exc:
+                record(ImageResult(str(img_path), str(scene_path), "failed", error=str(exc),
+                                   seconds=time.perf_counter() - t0))
+            except (MemoryError, ValueError, OSError) as exc:
+                record(ImageResult(str(img_path), str(scene_path), "failed",
+                                   error=f"{type(exc).__name__}: {exc}", seconds=time.perf_counter() - t0))
+            bar.update(1)
+    except KeyboardInterrupt:
+        result.interrupted = True
+        raise
+    finally:
+        bar.close()
+        _write_summary(outdir / SUMMARY_NAME, result)
+    return result
+
+
+def _psnr(image, target) -> float:
+    import numpy as np
+
+    mse = float(np.mean((np.asarray(image, np.float64) - np.asarray(target, np.float64)) ** 2))
+    return float("inf") if mse <= 0 else float(10 * np.log10(1 / mse))
+
+
+def _write_summary(path: Path, result: BatchResult) -> None:
+    from .report import jsonable
+
+    try:
+        atomic_write_bytes(path, json.dumps(jsonable(result.as_dict()), indent=1).encode("utf-8"))
+    except OSError:
+        pass  # the summary is a convenience; the scenes are the results

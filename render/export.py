@@ -1,0 +1,367 @@
+"""Exports of a scene: raster images at any size, NumPy arrays, SVG, and fit animations.
+
+* :func:`save_render` picks the format from the suffix (``.png .jpg .jpeg .webp .tif .tiff .bmp``,
+  ``.npy`` float32 (H, W, 3), ``.svg``) and writes atomically (a temporary file renamed over
+  the target), so an interrupted export never leaves half a file.
+* :func:`render_large` renders at sizes beyond what one GPU buffer holds by rendering tiles. A tile
+  is the full picture seen through a smaller frame, so it is rendered as a *remapped scene*:
+  in pixel units of the full render (shared/spec/MODEL.md) a vertex sits at ``(x W, y H)``, pixel
+  ``(i, j)`` has its centre at ``(i + .5, j + .5)`` and the edge softness is
+  ``sigma_px = sigma min(W, H)``. The tile of ``w x h`` pixels at offset ``(ox, oy)`` has the same
+  pixel centres shifted by ``(ox, oy)``; so the tile scene has vertices
+  ``x' = (x W - ox) / w``, ``y' = (y H - oy) / h`` and ``sigma' = sigma min(W, H) / min(w, h)``
+  (the same ``sigma_px``), and every tile pixel equals the full render's pixel.
+* :func:`save_svg` writes the triangles as polygons (hard edges: an SVG viewer anti-aliases them,
+  which matches the soft render at a sharp sigma).
+* :class:`AnimationRecorder` keeps small uint8 frames of a running fit (bounded memory) and writes
+  an animated GIF (or animated WebP / PNG) with Pillow.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Iterator
+from xml.sax.saxutils import quoteattr
+
+import numpy as np
+
+from . import __version__
+from .errors import AdapterError, TrifitError
+from .fileutil import atomic_write, atomic_write_bytes
+from .scene import Scene
+
+#: Pillow format names of the raster suffixes.
+RASTER_FORMATS = {
+    ".png": "PNG", ".jpg": "JPEG", ".jpeg": "JPEG", ".webp": "WEBP",
+    ".tif": "TIFF", ".tiff": "TIFF", ".bmp": "BMP",
+}
+#: Every suffix :func:`save_render` writes.
+SUFFIXES = tuple(RASTER_FORMATS) + (".npy", ".svg")
+#: Largest output side accepted (the float32 image alone would be 3 GiB at 16384 x 16384).
+MAX_RENDER_SIDE = 32768
+#: Default cap on a tile's pixels, and on the bytes of the GPU workspace that renders it
+#: (a workspace is pooled and kept, so huge tiles would keep memory after the export).
+TILE_MAX_PIXELS = 2048 * 2048
+TILE_MAX_WORKSPACE_BYTES = 512 * 1024 * 1024
+#: Tiles of the reference backend (its float64 output buffer is the memory that matters).
+REFERENCE_TILE_PIXELS = 1024 * 1024
+
+
+def _engine(engine, backend: str):
+    if engine is not None:
+        return engine
+    from .engine import Engine
+
+    return Engine(backend)
+
+
+def _render_size(scene: Scene, width, height) -> tuple[int, int]:
+    W = int(width) if width else int(scene.width)
+    H = int(height) if height else int(scene.height)
+    if not (1 <= W <= MAX_RENDER_SIDE and 1 <= H <= MAX_RENDER_SIDE):
+        raise TrifitError(f"render size must be between 1x1 and {MAX_RENDER_SIDE}x{MAX_RENDER_SIDE}, got {W}x{H}")
+    return W, H
+
+
+# ---------------------------------------------------------------------- dispatch
+def save_render(scene: Scene, path, width: int | None = None, height: int | None = None,
+                backend: str = "auto", engine=None) -> Path:
+    """Write ``scene`` rendered at ``width`` x ``height`` (default: its frame) to ``path``.
+
+    The format follows the suffix: raster formats and ``.npy`` are rendered through the engine
+    (tiled when large, see :func:`render_large`); ``.svg`` is written as vector polygons.
+    Returns the path written.
+    """
+    path = Path(path)
+    suffix = path.suffix.lower()
+    if suffix not in SUFFIXES:
+        raise TrifitError(f"{path}: unknown output format {suffix or '(none)'}; use one of {', '.join(SUFFIXES)}")
+    W, H = _render_size(scene, width, height)
+    if suffix == ".svg":
+        save_svg(scene, path, W, H)
+    elif suffix == ".npy":
+        img = render_large(scene, W, H, _engine(engine, backend))
+        atomic_write(path, lambda f: np.save(f, img))
+    else:
+        save_png(scene, path, W, H, engine=_engine(engine, backend))
+    return path
+
+
+def save_png(scene: Scene, path, width: int | None = None, height: int | None = None,
+             engine=None, backend: str = "auto") -> Path:
+    """Render at any size and write an 8-bit image; the format follows the suffix (PNG by default).
+
+    Large sizes are rendered in tiles and quantised tile by tile, so the float image of the whole
+    frame is never held (an 8192 x 8192 export holds 192 MiB of uint8, not 768 MiB of float32).
+    """
+    from PIL import Image
+    from PIL.PngImagePlugin import PngInfo
+
+    path = Path(path)
+    W, H = _render_size(scene, width, height)
+    fmt = RASTER_FORMATS.get(path.suffix.lower(), "PNG")
+    pixels = render_large(scene, W, H, _engine(engine, backend), dtype=np.uint8)
+    im = Image.fromarray(pixels, "RGB")
+    options: dict = {}
+    if fmt == "PNG":
+        info = PngInfo()
+        info.add_text("Software", f"trifit {__version__}")
+        options = {"pnginfo": info, "compress_level": 6}
+    elif fmt == "JPEG":
+        options = {"quality": 95, "subsampling": 0}
+    elif fmt == "WEBP":
+        options = {"quality": 95}
+    elif fmt == "TIFF":
+        options = {"compression": "tiff_deflate"}
+    atomic_write(path, lambda f: im.save(f, format=fmt, **options))
+    return path
+
+
+def to_uint8(image: np.ndarray) -> np.ndarray:
+    """float [0, 1] -> uint8 with rounding (the quantisation every raster export uses)."""
+    return (np.clip(image, 0.0, 1.0) * 255.0 + 0.5).astype(np.uint8)
+
+
+# ---------------------------------------------------------------------- tiling
+def tile_scene(scene: Scene, width: int, height: int, ox: int, oy: int, w: int, h: int) -> Scene:
+    """The scene whose ``w x h`` render is the tile at ``(ox, oy)`` of the ``width x height`` render."""
+    tris = scene.triangles.copy()
+    tris[:, 0:6:2] = (scene.triangles[:, 0:6:2] * width - ox) / w
+    tris[:, 1:6:2] = (scene.triangles[:, 1:6:2] * height - oy) / h
+    sigma = scene.sigma * min(width, height) / min(w, h)
+    return Scene(w, h, sigma, scene.background.copy(), tris)
+
+
+def _workspace_fits(ctx, w: int, h: int, n_tris: int) -> bool:
+    from .gpu.workspace import Shape, check_limits
+
+    shape = Shape(1, w, h, n_tris)
+    try:
+        check_limits(ctx, shape)
+    except AdapterError:
+        return False
+    return sum(shape.buffer_sizes().values()) <= TILE_MAX_WORKSPACE_BYTES
+
+
+def plan_tiles(width: int, height: int, n_tris: int, engine, max_tile=None) -> tuple[int, int]:
+    """The tile size ``(tw, th)`` for a ``width x height`` render; the whole frame when it fits.
+
+    ``max_tile`` (an int or a ``(w, h)`` pair) caps the tile further (tests use it to force tiling).
+    """
+    ctx = getattr(getattr(engine, "impl", None), "ctx", None)
+    if ctx is not None:
+        def fits(w, h):
+            return w * h <= TILE_MAX_PIXELS and _workspace_fits(ctx, w, h, n_tris)
+    else:
+        def fits(w, h):
+            return w * h <= REFERENCE_TILE_PIXELS
+    cap_w, cap_h = width, height
+    if max_tile is not None:
+        mw, mh = (max_tile, max_tile) if isinstance(max_tile, int) else max_tile
+        cap_w, cap_h = min(width, int(mw)), min(height, int(mh))
+    if fits(cap_w, cap_h):
+        return cap_w, cap_h
+    side = 1 << int(math.floor(math.log2(max(cap_w, cap_h))))
+    while side >= 16:
+        tw, th = min(cap_w, side), min(cap_h, side)
+        if fits(tw, th):
+            return tw, th
+        side //= 2
+    raise AdapterError(f"cannot render {n_tris} triangles even in 16x16 tiles on this adapter")
+
+
+def iter_tiles(scene: Scene, width: int, height: int, engine, max_tile=None
+               ) -> Iterator[tuple[int, int, np.ndarray]]:
+    """Yield ``(ox, oy, pixels)`` covering the ``width x height`` render, row by row.
+
+    Every tile is rendered at one size (edge tiles overhang the frame and are cropped), so the GPU
+    backend builds a single workspace for the whole export.
+    """
+    tw, th = plan_tiles(width, height, scene.n_triangles, engine, max_tile)
+    if (tw, th) == (width, height):
+        yield 0, 0, engine.render(scene, width, height)
+        return
+    for oy in range(0, height, th):
+        for ox in range(0, width, tw):
+            img = engine.render(tile_scene(scene, width, height, ox, oy, tw, th), tw, th)
+            yield ox, oy, img[: min(th, height - oy), : min(tw, width - ox)]
+
+
+def render_large(scene: Scene, width: int, height: int, engine=None, *, max_tile=None,
+                 dtype=np.float32) -> np.ndarray:
+    """Render at any size: tiles through remapped scenes where one render would not fit.
+
+    Returns (H, W, 3) float32 in [0, 1], or uint8 (rounded) with ``dtype=np.uint8``.
+    """
+    engine = _engine(engine, "auto")
+    W, H = _render_size(scene, width, height)
+    out = np.empty((H, W, 3), dtype=dtype)
+    as_bytes = np.dtype(dtype) == np.uint8
+    for ox, oy, tile in iter_tiles(scene, W, H, engine, max_tile):
+        h, w = tile.shape[:2]
+        out[oy:oy + h, ox:ox + w] = to_uint8(tile) if as_bytes else tile
+    return out
+
+
+# ---------------------------------------------------------------------- SVG
+def _hex(rgb) -> str:
+    r, g, b = (int(round(float(np.clip(v, 0.0, 1.0)) * 255)) for v in rgb)
+    return f"#{r:02x}{g:02x}{b:02x}"
+
+
+def _num(v: float) -> str:
+    text = f"{v:.3f}".rstrip("0").rstrip(".")
+    return "0" if text in ("-0", "") else text
+
+
+def svg_text(scene: Scene, width: int | None = None, height: int | None = None) -> str:
+    """The scene as an SVG document: a background rectangle, then one polygon per triangle in
+    painting order (the last on top), each with its fill colour and ``fill-opacity``.
+
+    The viewBox is the frame in pixels; ``width``/``height`` (default: the frame) set the
+    document's displayed size. Edges are hard polygon edges (SVG has no per-shape logistic edge),
+    so the picture matches the render at a sharp sigma.
+    """
+    fw, fh = int(scene.width), int(scene.height)
+    W, H = _render_size(scene, width, height)
+    lines = [
+        '<?xml version="1.0" encoding="UTF-8"?>',
+        f'<svg xmlns="http://www.w3.org/2000/svg" version="1.1" width="{W}" height="{H}" '
+        f'viewBox="0 0 {fw} {fh}">',
+        f"<title>trifit scene: {scene.n_triangles} triangles</title>",
+        f"<desc>{_xml_text(f'trifit {__version__}; sigma {scene.sigma * min(fw, fh):.3g} px at the frame')}</desc>",
+        f'<rect x="0" y="0" width="{fw}" height="{fh}" fill="{_hex(scene.background)}"/>',
+        '<g stroke="none">',
+    ]
+    for t in scene.triangles:
+        pts = " ".join(f"{_num(t[k] * fw)},{_num(t[k + 1] * fh)}" for k in (0, 2, 4))
+        lines.append(f'<polygon points="{pts}" fill="{_hex(t[6:9])}" fill-opacity="{_num(float(t[9]))}"/>')
+    lines.append("</g>")
+    lines.append("</svg>")
+    return "\n".join(lines) + "\n"
+
+
+def _xml_text(text: str) -> str:
+    return quoteattr(text)[1:-1]
+
+
+def save_svg(scene: Scene, path, width: int | None = None, height: int | None = None) -> Path:
+    """Write :func:`svg_text` atomically; returns the path."""
+    path = Path(path)
+    atomic_write_bytes(path, svg_text(scene, width, height).encode("utf-8"))
+    return path
+
+
+# ---------------------------------------------------------------------- animation
+ANIMATION_FORMATS = {".gif": "GIF", ".webp": "WEBP", ".png": "PNG", ".apng": "PNG"}
+
+
+class AnimationRecorder:
+    """Frames of a running fit, written as an animated GIF (or ``.webp`` / ``.png`` APNG).
+
+    ``capture(fitter)`` renders the fitter's current scene at a small size (longer side at most
+    ``max_side``) every ``every`` iterations. Frames are kept as uint8 arrays; when
+    ``max_frames`` are held, every other frame is dropped and the capture interval doubles, so
+    memory stays below ``max_frames * max_side^2 * 3`` bytes however long the fit runs, and the
+    frames stay evenly spaced. ``save()`` writes the file atomically (the last frame is held for
+    ``hold_ms``). Usage::
+
+        rec = AnimationRecorder("fit.gif", every=25)
+        fitter.run(stop, callback=lambda stats: rec.capture(fitter))
+        rec.capture(fitter, force=True)  # the final state
+        rec.save()
+    """
+
+    def __init__(self, path, every: int = 25, max_frames: int = 120, max_side: int = 256,
+                 frame_ms: int = 80, hold_ms: int = 1500):
+        self.path = Path(path)
+        fmt = ANIMATION_FORMATS.get(self.path.suffix.lower())
+        if fmt is None:
+            raise TrifitError(f"{self.path}: animations are written as {', '.join(ANIMATION_FORMATS)}")
+        if every < 1 or max_frames < 2 or max_side < 8:
+            raise ValueError("need every >= 1, max_frames >= 2 and max_side >= 8")
+        self.format = fmt
+        self.every = int(every)
+        self.max_frames = int(max_frames)
+        self.max_side = int(max_side)
+        self.frame_ms = int(frame_ms)
+        self.hold_ms = int(hold_ms)
+        self.frames: list[np.ndarray] = []
+        self.iterations: list[int] = []
+        self._last: int | None = None
+
+    @property
+    def nbytes(self) -> int:
+        return sum(f.nbytes for f in self.frames)
+
+    def frame_size(self, width: int, height: int) -> tuple[int, int]:
+        scale = min(1.0, self.max_side / max(width, height))
+        return max(1, round(width * scale)), max(1, round(height * scale))
+
+    def due(self, iteration: int) -> bool:
+        return self._last is None or iteration - self._last >= self.every
+
+    def capture(self, fitter, force: bool = False) -> bool:
+        """Add a frame of ``fitter``'s current scene when one is due (or ``force``). True if added."""
+        it = int(fitter.iteration)
+        if not force and not self.due(it):
+            return False
+        if self.iterations and self.iterations[-1] == it:
+            return False
+        scene = fitter.scene
+        w, h = self.frame_size(scene.width, scene.height)
+        self.add_frame(fitter.engine.render(scene, w, h), it)
+        return True
+
+    def add_frame(self, image: np.ndarray, iteration: int) -> None:
+        """Add an (H, W, 3) frame (float in [0, 1] or uint8), resized to ``max_side`` if larger."""
+        arr = np.asarray(image)
+        frame = arr if arr.dtype == np.uint8 else to_uint8(arr)
+        h, w = frame.shape[:2]
+        fw, fh = self.frame_size(w, h)
+        if (fw, fh) != (w, h):
+            from PIL import Image
+
+            frame = np.asarray(Image.fromarray(frame, "RGB").resize((fw, fh), Image.Resampling.BOX))
+        self.frames.append(np.ascontiguousarray(frame))
+        self.iterations.append(int(iteration))
+        self._last = int(iteration)
+        if len(self.frames) > self.max_frames:
+            last_frame, last_it = self.frames[-1], self.iterations[-1]
+            self.frames = self.frames[::2]
+            self.iterations = self.iterations[::2]
+            if self.iterations[-1] != last_it:  # keep the newest frame
+                self.frames.append(last_frame)
+                self.iterations.append(last_it)
+            self.every *= 2
+
+    def save(self) -> Path:
+        """Write the animation atomically; returns its path."""
+        if not self.frames:
+            raise TrifitError("no frames were captured")
+        from PIL import Image
+
+        size = self.frames[-1].shape[1], self.frames[-1].shape[0]
+        images = [Image.fromarray(f, "RGB") if (f.shape[1], f.shape[0]) == size
+                  else Image.fromarray(f, "RGB").resize(size) for f in self.frames]
+        durations = [self.frame_ms] * (len(images) - 1) + [self.hold_ms]
+        options: dict = {"save_all": True, "append_images": images[1:], "duration": durations, "loop": 0}
+        if self.format == "WEBP":
+            options["lossless"] = True
+        atomic_write(self.path, lambda f: images[0].save(f, format=self.format, **options))
+        return self.path
+
+
+def default_animation_every(total_iterations: int | None, frames: int = 80, minimum: int = 5) -> int:
+    """An interval giving about ``frames`` frames over ``total_iterations`` (25 if unknown), never
+    below ``minimum`` iterations (each frame costs a small render)."""
+    if not total_iterations:
+        return 25
+    return max(minimum, int(math.ceil(total_iterations / frames)))
+
+
+__all__ = [
+    "AnimationRecorder", "RASTER_FORMATS", "SUFFIXES", "iter_tiles", "plan_tiles", "render_large",
+    "save_png", "save_render", "save_svg", "svg_text", "tile_scene", "to_uint8",
+]

@@ -1,0 +1,54 @@
+"""Tuning sweep for the fit (issue #5): one change at a time against the defaults, on the bundled
+samples at 176 px with 150 triangles, at fixed iteration budgets. Prints one line per run.
+
+    python tools/sweep_quality.py [--iters 300,1000] [--seeds 0]
+"""
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from render import Engine, StopConditions  # noqa: E402
+from render.quality import fit_and_score  # noqa: E402
+from resources import sample_path  # noqa: E402
+
+VARIANTS = {
+    "default": {},
+    "no-coarse": {"coarse_fraction": 0.0},
+    "no-respawn": {"respawn_every": 0},
+    "lr_vertex x2": {"lr_vertex": 0.012},
+    "lr_vertex /2": {"lr_vertex": 0.003},
+    "lr_colour x2": {"lr_colour": 0.1, "lr_alpha": 0.1},
+    "sigma 4->0.5": {"sigma_start_px": 4.0},
+    "sigma 2.5->0.3": {"sigma_end_px": 0.3},
+    "sigma 2.5->1.0": {"sigma_end_px": 1.0},
+    "lr_final 0.02": {"lr_final": 0.02},
+    "coarse 0.5": {"coarse_fraction": 0.5},
+    "respawn alpha 0.05": {"respawn_alpha": 0.05},
+}
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("--iters", default="300,1000")
+    p.add_argument("--seeds", default="0")
+    p.add_argument("--variants", default=",".join(VARIANTS))
+    p.add_argument("--tris", type=int, default=150)
+    a = p.parse_args()
+    eng = Engine("gpu")
+    print(f"# sweep on {eng.description}, {time.strftime('%Y-%m-%d')}", flush=True)
+    for iters in [int(v) for v in a.iters.split(",")]:
+        for name in a.variants.split(","):
+            for image in ("astronaut.png", "chelsea.png"):
+                for seed in [int(s) for s in a.seeds.split(",")]:
+                    r = fit_and_score(eng, sample_path(image), a.tris, seed, 176, StopConditions(iterations=iters),
+                                      **VARIANTS[name])
+                    print(f"{iters:5d} {name:20s} {image:14s} s{seed} PSNR {r['psnr']:.2f} {r['wall_s']:.2f}s "
+                          f"respawned {r['respawned']}", flush=True)
+
+
+if __name__ == "__main__":
+    main()
