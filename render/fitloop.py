@@ -47,6 +47,9 @@ class FitSettings:
     respawn_every: int = 50       # every this many iterations, triangles that stopped contributing
     respawn_alpha: float = 0.02   # (opacity below this, or under 1 px^2 on the frame) are re-placed
     respawn_until: float = 0.8    # ... until this fraction of the plan
+    growth_stages: int = 3        # >1: start with 1/stages of the triangles and add as many again,
+    growth_until: float = 0.5     # where the error is largest, in equal steps until this fraction of the plan
+    init_alpha: float = 0.6       # opacity of new triangles
 
     def as_dict(self) -> dict:
         return asdict(self)

@@ -92,7 +92,8 @@ class Fitter:
             raw, n = self._raw_from_init_scene(init_scene)
             self._coarse_target = None  # refining: no coarse stage
         else:
-            raw, n = self._initial_raw(self.settings.triangles), self.settings.triangles
+            n = self._growth_target(0)
+            raw = self._initial_raw(n)
         self.n_triangles = n
         self._loop = self._make_loop(raw, n, 0)
 
@@ -149,13 +150,25 @@ class Fitter:
         err = np.sum((self.target - ref) ** 2, axis=2).astype(np.float64)
         return err + 1e-6 * max(err.mean(), 1e-12)
 
-    def _new_triangles(self, n: int, image: np.ndarray | None, radius_scale: float = 1.0) -> np.ndarray:
-        """n triangles centred where the error is largest (sampled), coloured from the target."""
+    def _growth_target(self, iteration: int) -> int:
+        """How many triangles the growth schedule wants at ``iteration``."""
+        s = self.settings
+        stages = max(1, s.growth_stages)
+        if stages == 1:
+            return s.triangles
+        stage_len = max(1.0, s.growth_until * s.planned_iterations / stages)
+        k = min(stages, int(iteration // stage_len) + 1)
+        return max(1, math.ceil(s.triangles * k / stages))
+
+    def _new_triangles(self, n: int, image: np.ndarray | None, radius_scale: float = 1.0,
+                       n_after: int | None = None) -> np.ndarray:
+        """n triangles centred where the error is largest (sampled), coloured from the target;
+        sized so that ``n_after`` triangles (default: the target count) would cover the frame ~1.5x."""
         H, W = self.height, self.width
         err = self._error_map(image).ravel()
         idx = self._rng.choice(err.size, size=n, p=err / err.sum())
         cy, cx = (idx // W + self._rng.uniform(0, 1, n)) / H, (idx % W + self._rng.uniform(0, 1, n)) / W
-        base = math.sqrt(1.5 / max(self.settings.triangles, 1)) * radius_scale
+        base = math.sqrt(1.5 / max(n_after or self.settings.triangles, 1)) * radius_scale
         r = base * self._rng.uniform(0.5, 1.5, n)
         ang0 = self._rng.uniform(0, 2 * np.pi, n)
         angles = ang0[:, None] + np.array([0, 2 * np.pi / 3, 4 * np.pi / 3])[None] + self._rng.uniform(-0.4, 0.4, (n, 3))
@@ -166,7 +179,7 @@ class Fitter:
         px = np.clip((cx * W).astype(int), 0, W - 1)
         py = np.clip((cy * H).astype(int), 0, H - 1)
         rgb = self.target[py, px].astype(np.float64)
-        alpha = np.full((n, 1), 0.6)
+        alpha = np.full((n, 1), self.settings.init_alpha)
         tris = np.concatenate([verts, rgb, alpha], axis=1)
         # larger triangles paint first (bottom), finer ones on top
         order = np.argsort(-r, kind="stable")
@@ -174,7 +187,7 @@ class Fitter:
 
     def _initial_raw(self, n: int) -> np.ndarray:
         bg = self.target.reshape(-1, 3).mean(axis=0).astype(np.float64)
-        scene = Scene(self.width, self.height, self._schedule.sigma_start, bg, self._new_triangles(n, None))
+        scene = Scene(self.width, self.height, self._schedule.sigma_start, bg, self._new_triangles(n, None, n_after=n))
         return raw_from_scene(scene)
 
     def _raw_from_init_scene(self, scene: Scene):
@@ -222,6 +235,10 @@ class Fitter:
         every = self.settings.respawn_every
         if every > 0 and it < self.settings.respawn_until * self.settings.planned_iterations:
             events.append(every - it % every)
+        if self.n_triangles < self.settings.triangles and self.settings.growth_stages > 1:
+            s = self.settings
+            stage_len = max(1, int(s.growth_until * s.planned_iterations / s.growth_stages))
+            events.append(stage_len - it % stage_len)
         return max(1, min(events)) if events else 1 << 30
 
     def _loop_is_coarse(self) -> bool:
@@ -231,6 +248,9 @@ class Fitter:
         it = self._loop.iter
         if self._loop_is_coarse() and it >= self.coarse_until:
             self._rebuild(*self._loop.get_state(), self.n_triangles)  # now at full size
+        want = self._growth_target(it)
+        if want > self.n_triangles:
+            self._grow(want)
         every = self.settings.respawn_every
         if every > 0 and it % every == 0 and it < self.settings.respawn_until * self.settings.planned_iterations:
             self._respawn()
@@ -336,26 +356,37 @@ class Fitter:
         n = int(n)
         if not 1 <= n <= MAX_TRIANGLES_FIT:
             raise ValueError(f"triangle count must be between 1 and {MAX_TRIANGLES_FIT}, got {n}")
-        if n == self.n_triangles:
-            return
+        self.settings.triangles = n
+        if n > self.n_triangles:
+            self._grow(n)
+        elif n < self.n_triangles:
+            self._shrink(n)
+
+    def _split_state(self):
         raw, m, v = self._loop.get_state()
         T = self.n_triangles
-        tri_raw, bg_raw = raw[: T * 10].reshape(T, 10), raw[T * 10 :]
-        tri_m, bg_m = m[: T * 10].reshape(T, 10), m[T * 10 :]
-        tri_v, bg_v = v[: T * 10].reshape(T, 10), v[T * 10 :]
-        if n < T:
-            keep = np.sort(np.argsort(-self._usefulness(), kind="stable")[:n])
-            tri_raw, tri_m, tri_v = tri_raw[keep], tri_m[keep], tri_v[keep]
-        else:
-            image = self.engine.render(self.scene, self.width, self.height)
-            new = self._new_triangles(n - T, image, radius_scale=0.7)
-            new[:, 6:10] = logit(new[:, 6:10])
-            tri_raw = np.concatenate([tri_raw, new])
-            tri_m = np.concatenate([tri_m, np.zeros_like(new)])
-            tri_v = np.concatenate([tri_v, np.zeros_like(new)])
-        self.settings.triangles = n
-        self._rebuild(np.concatenate([tri_raw.ravel(), bg_raw]), np.concatenate([tri_m.ravel(), bg_m]),
-                      np.concatenate([tri_v.ravel(), bg_v]), n)
+        return [(a[: T * 10].reshape(T, 10), a[T * 10:]) for a in (raw, m, v)]
+
+    def _join_state(self, parts, n: int) -> None:
+        raw, m, v = (np.concatenate([tri.ravel(), bg]) for tri, bg in parts)
+        self._rebuild(raw, m, v, n)
+
+    def _grow(self, n: int) -> None:
+        """Add triangles on top, where the current render is furthest from the target."""
+        parts = self._split_state()
+        tris, bg, sigma = self._loop.current_values()
+        image = self.engine.render(Scene(self.width, self.height, sigma, np.clip(bg, 0, 1), tris),
+                                   self.width, self.height)
+        new = self._new_triangles(n - self.n_triangles, image, n_after=n)
+        new[:, 6:10] = logit(new[:, 6:10])
+        parts = [(np.concatenate([tri, new if k == 0 else np.zeros_like(new)]), rest)
+                 for k, (tri, rest) in enumerate(parts)]
+        self._join_state(parts, n)
+
+    def _shrink(self, n: int) -> None:
+        """Keep the n triangles that can matter most (opacity x on-frame area), in their order."""
+        keep = np.sort(np.argsort(-self._usefulness(), kind="stable")[:n])
+        self._join_state([(tri[keep], rest) for tri, rest in self._split_state()], n)
 
     def _usefulness(self, tris: np.ndarray | None = None) -> np.ndarray:
         """Opacity x on-frame area (in pixels) of each triangle: how much it can matter."""

@@ -136,3 +136,16 @@ def test_time_limited_run_plans_the_schedule(ref_engine):
     f.run(StopConditions(time_limit=1.0))
     # the plan was re-estimated from the measured speed, close to what was run
     assert 0.5 * f.iteration <= f.settings.planned_iterations <= 2.5 * f.iteration
+
+
+def test_growth_stages_add_triangles_on_schedule(ref_engine):
+    f = Fitter(_target(24, 18), triangles=9, size=24, seed=0, engine=ref_engine, growth_stages=3,
+               growth_until=0.6, respawn_every=0, coarse_fraction=0)
+    f.plan(10)                     # stages of 2 iterations: 3 -> 6 -> 9 triangles
+    assert f.n_triangles == 3
+    f.step(2)
+    assert f.n_triangles == 6
+    f.step(2)
+    assert f.n_triangles == 9 and f.scene.n_triangles == 9
+    f.step(4)
+    assert f.n_triangles == 9 and f.iteration == 8

@@ -28,6 +28,17 @@ VARIANTS = {
     "lr_final 0.02": {"lr_final": 0.02},
     "coarse 0.5": {"coarse_fraction": 0.5},
     "respawn alpha 0.05": {"respawn_alpha": 0.05},
+    "growth 3": {"growth_stages": 3},
+    "growth 5": {"growth_stages": 5},
+    "growth 10": {"growth_stages": 10},
+    "growth 5 +colour": {"growth_stages": 5, "lr_colour": 0.1, "lr_alpha": 0.1},
+    "growth 5 +sigma": {"growth_stages": 5, "sigma_start_px": 4.0, "sigma_end_px": 0.3},
+    "growth 5 +both": {"growth_stages": 5, "lr_colour": 0.1, "lr_alpha": 0.1, "sigma_start_px": 4.0,
+                       "sigma_end_px": 0.3},
+    "growth 5 +both +alpha.8": {"growth_stages": 5, "lr_colour": 0.1, "lr_alpha": 0.1, "sigma_start_px": 4.0,
+                                "sigma_end_px": 0.3, "init_alpha": 0.8},
+    "growth 10 +both": {"growth_stages": 10, "lr_colour": 0.1, "lr_alpha": 0.1, "sigma_start_px": 4.0,
+                        "sigma_end_px": 0.3},
 }
 
 
