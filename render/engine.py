@@ -70,7 +70,8 @@ class ReferenceBackend:
         return ReferenceFitLoop(self, *args, **kwargs)
 
     def pool_stats(self) -> dict[str, int]:
-        return {"hits": 0, "misses": 0, "bytes": 0, "in_use_bytes": 0, "peak_in_use_bytes": 0}
+        return {"hits": 0, "misses": 0, "bytes": 0, "peak_bytes": 0, "in_use_bytes": 0, "idle_bytes": 0,
+                "peak_in_use_bytes": 0}
 
     def gpu_phase_samples(self) -> dict[str, list[float]]:
         return {}

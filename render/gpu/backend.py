@@ -38,7 +38,9 @@ class GpuBackend:
     def __init__(self, ctx: GpuContext | None = None, subgroups: bool | None = None):
         self.ctx = ctx or get_context()
         self.device = self.ctx.device
-        self.pool = BufferPool(self.device)
+        cap = min(self.ctx.limits.get("max-storage-buffer-binding-size", 1 << 27),
+                  self.ctx.limits.get("max-buffer-size", 1 << 28))
+        self.pool = BufferPool(self.device, max_buffer_bytes=cap)
         self.subgroups = subgroups
         self.counters = Counters()
         self.host = HostPhases()
