@@ -18,8 +18,10 @@ Guarantees:
   with its reason and the batch goes on; :attr:`BatchResult.exit_status` is 2 when any failed.
 
 Output names: ``OUTDIR/<stem>.trifit.json`` (``<stem>_<ext>.trifit.json`` when two inputs share a
-stem), plus ``<name>.png`` with ``render=True`` and ``<name>.report.json`` with ``reports=True``;
-``OUTDIR/batch-summary.json`` lists every image's outcome.
+stem), plus ``<name>.trifit.png`` with ``render=True`` and ``<name>.trifit-report.json`` with
+``reports=True``; ``OUTDIR/batch-summary.json`` lists every image's outcome. Every output name
+holds ``.trifit``, and files named so are never taken as inputs, so OUTDIR may be the input
+folder without a render overwriting (or being refitted as) a source image.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from __future__ import annotations
 import glob
 import json
 import os
+import sys
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -50,6 +53,11 @@ class ImageResult:
     iterations: int | None = None
     seconds: float | None = None
     error: str | None = None
+
+    def message(self) -> str:
+        """One line for a failure: the image, then why (without naming the image twice)."""
+        err = self.error or "failed"
+        return err if err.startswith(self.image) else f"{self.image}: {err}"
 
 
 @dataclass
@@ -85,16 +93,21 @@ class BatchResult:
 def find_images(sources: Iterable[str]) -> list[Path]:
     """Images named by folders (their image files, not recursive), globs (``**`` allowed) or
     plain paths; sorted per source, duplicates dropped, order otherwise kept."""
+    sources = [str(s) for s in sources]
     found: list[Path] = []
     seen: set[str] = set()
     for src in sources:
         p = Path(src)
         if p.is_dir():
-            items = sorted(q for q in p.iterdir() if q.is_file() and q.suffix.lower() in IMAGE_SUFFIXES)
+            items = sorted(q for q in p.iterdir()
+                           if q.is_file() and q.suffix.lower() in IMAGE_SUFFIXES and ".trifit" not in q.name)
         elif p.exists():
             items = [p]
         elif glob.has_magic(str(src)):
-            items = sorted(Path(q) for q in glob.glob(str(src), recursive=True) if Path(q).is_file())
+            items = sorted(Path(q) for q in glob.glob(str(src), recursive=True)
+                           if Path(q).is_file() and ".trifit" not in Path(q).name)
+            if not items:
+                raise TrifitError(f"{src}: the glob matches no file")
         else:
             raise TrifitError(f"{src}: no such file, folder or matching glob")
         for q in items:
@@ -102,6 +115,8 @@ def find_images(sources: Iterable[str]) -> list[Path]:
             if key not in seen:
                 seen.add(key)
                 found.append(q)
+    if not found:
+        raise TrifitError("no images found in " + ", ".join(str(s) for s in sources))
     return found
 
 
@@ -149,7 +164,7 @@ def run_batch(inputs: Iterable[str] | Iterable[Path], outdir, *, triangles: int 
     from .fitter import Fitter, StopConditions
     from .imageio import load_image
 
-    images = find_images(str(s) for s in inputs)
+    images = find_images([str(s) for s in inputs])
     outdir = Path(outdir)
     outdir.mkdir(parents=True, exist_ok=True)
     if stop is None or not stop.any():
@@ -162,8 +177,8 @@ def run_batch(inputs: Iterable[str] | Iterable[Path], outdir, *, triangles: int 
         result.results.append(r)
         if on_result is not None:
             on_result(r)
-        if r.status == "failed":
-            bar.write(f"trifit: {r.image}: {r.error}")
+        if r.status == "failed" and progress:
+            bar.write(f"trifit: failed: {r.message()}", file=sys.stderr)
 
     try:
         for img_path in images:
@@ -193,11 +208,11 @@ def run_batch(inputs: Iterable[str] | Iterable[Path], outdir, *, triangles: int 
                     if render:
                         from .export import save_png
 
-                        save_png(scene, outdir / f"{name}.png", engine=engine)
+                        save_png(scene, outdir / f"{name}.trifit.png", engine=engine)
                     if reports:
                         from .report import build_report, write_json_report
 
-                        write_json_report(outdir / f"{name}.report.json",
+                        write_json_report(outdir / f"{name}.trifit-report.json",
                                           build_report(fitter, engine, fitter.wall_s, final_image=final))
                     record(ImageResult(str(img_path), str(scene_path), "done", psnr, fitter.iteration,
                                        time.perf_counter() - t0))

@@ -111,8 +111,9 @@ def build_parser() -> argparse.ArgumentParser:
     bt.add_argument("--seed", type=int, default=0)
     bt.add_argument("--loss", choices=["mse", "l1"], default="mse")
     bt.add_argument("--backend", choices=["auto", "gpu", "reference"], default="auto")
-    bt.add_argument("--png", action="store_true", help="also write a PNG render of each scene")
-    bt.add_argument("--reports", action="store_true", help="also write a JSON report per image")
+    bt.add_argument("--png", action="store_true", help="also write a PNG render of each scene (NAME.trifit.png)")
+    bt.add_argument("--reports", action="store_true",
+                    help="also write a JSON report per image (NAME.trifit-report.json)")
     bt.add_argument("--force", action="store_true", help="refit images that already have a scene")
     bt.add_argument("--quiet", action="store_true", help="no progress bar")
 
@@ -305,7 +306,7 @@ def cmd_batch(args) -> int:
         print(f"trifit: batch: {result.done} fitted, {result.skipped} skipped (already done), "
               f"{len(result.failed)} failed; scenes -> {out}", file=sys.stderr)
     for r in result.failed:
-        print(f"trifit: failed: {r.image}: {r.error}", file=sys.stderr)
+        print(f"trifit: failed: {r.message()}", file=sys.stderr)
     return result.exit_status
 
 

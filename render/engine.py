@@ -124,6 +124,23 @@ class Engine:
     def pool_stats(self) -> dict[str, int]:
         return self.impl.pool_stats()
 
+    def reset_device(self) -> None:
+        """After a lost device: request a new one and a fresh backend on it (counters carry over)."""
+        if self.backend != "gpu":
+            return
+        from .gpu.backend import GpuBackend
+        from .gpu.device import get_context
+
+        old = self.impl
+        self.impl = GpuBackend(get_context(force_new=True), subgroups=old.subgroups)
+        self.impl.counters = old.counters
+        log.warning("GPU device recreated: %s", self.description)
+
+    def lose_device(self) -> None:
+        """Testing aid: destroy the GPU device, as a driver reset would."""
+        if self.backend == "gpu":
+            self.impl.ctx.device.destroy()
+
     def counters(self) -> dict[str, int]:
         return self.impl.counters.as_dict()
 

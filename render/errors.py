@@ -19,3 +19,15 @@ class AdapterError(TrifitError, RuntimeError):
 
 class BatchError(TrifitError, ValueError):
     """A batch that cannot be run as one (ragged triangle counts, mismatched sizes)."""
+
+
+class NumericalFault(TrifitError, ArithmeticError):
+    """A NaN or inf appeared in the loss; the fit loop has already rolled back to good parameters."""
+
+    def __init__(self, message: str, iteration: int):
+        super().__init__(message)
+        self.iteration = iteration
+
+
+class DeviceLostError(AdapterError):
+    """The GPU device was lost (driver reset, removal); a new one can be requested."""

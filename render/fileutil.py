@@ -25,6 +25,10 @@ def atomic_write(path: Path, writer: Callable[[object], object]) -> None:
             writer(f)
             f.flush()
             os.fsync(f.fileno())
+        # mkstemp makes 0600 files; give the result the permissions a plain open() would
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)
         os.replace(tmp, path)
     except BaseException:
         try:

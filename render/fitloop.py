@@ -16,6 +16,7 @@ from dataclasses import asdict, dataclass
 import numpy as np
 
 from . import reference
+from .errors import NumericalFault
 from .scene import Scene
 
 # logits are clamped here when made from values, so 0 and 1 map to finite parameters
@@ -50,6 +51,7 @@ class FitSettings:
     growth_stages: int = 3        # >1: start with 1/stages of the triangles and add as many again,
     growth_until: float = 0.5     # where the error is largest, in equal steps until this fraction of the plan
     init_alpha: float = 0.6       # opacity of new triangles
+    host_snapshot_every: int = 200  # parameters copied to the host this often (GPU): what a lost device resumes from
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -121,6 +123,14 @@ class ReferenceFitLoop:
         self.m = np.zeros_like(self.raw)
         self.v = np.zeros_like(self.raw)
         self.sigma = schedule.at(max(iteration, 1))[0]
+        self._good = [(self.get_state(), iteration)] * 2  # see GpuFitLoop: two verified snapshots
+        self._turn = 0
+
+    def set_optim(self, settings: FitSettings) -> None:
+        self.settings = settings
+
+    def inject_fault(self) -> None:
+        self.raw[0] = np.nan
 
     def set_schedule(self, schedule: Schedule) -> None:
         self.schedule = schedule
@@ -132,6 +142,27 @@ class ReferenceFitLoop:
         return self.raw.copy(), self.m.copy(), self.v.copy()
 
     def run(self, n: int) -> np.ndarray:
+        """Run n iterations in chunks of settings.chunk, with the GPU loop's rollback semantics."""
+        out = []
+        done = 0
+        while done < n:
+            k = min(self.settings.chunk, n - done)
+            slot = self._turn
+            self._good[slot] = (self.get_state(), self.iter)
+            losses = self._iterate(k)
+            if not np.all(np.isfinite(losses)):
+                bad = self.iter - k + 1 + int(np.argmax(~np.isfinite(losses)))
+                good = slot if np.isfinite(losses[0]) else slot ^ 1
+                (raw, m, v), self.iter = self._good[good]
+                self.set_state(raw, m, v)
+                self._turn = good ^ 1
+                raise NumericalFault(f"non-finite loss at iteration {bad}; rolled back to iteration {self.iter}", bad)
+            self._turn = slot ^ 1
+            out.append(losses)
+            done += k
+        return np.concatenate(out) if out else np.empty(0)
+
+    def _iterate(self, n: int) -> np.ndarray:
         H, W = self.target.shape[:2]
         s = self.settings
         lr = lr_vector(s, self.n_tris)
@@ -154,7 +185,9 @@ class ReferenceFitLoop:
             mhat = self.m / (1 - s.beta1 ** self.iter)
             vhat = self.v / (1 - s.beta2 ** self.iter)
             self.raw = self.raw - lr * lr_scale * mhat / (np.sqrt(vhat) + s.adam_eps)
-            losses[k] = loss
+            # as loss_reduce.wgsl: a non-finite parameter is reported as a NaN loss (a NaN vertex
+            # is otherwise silently invisible: its distance compares false everywhere)
+            losses[k] = loss if np.all(np.isfinite(scene.triangles)) else np.nan
         return losses
 
     def current_values(self):

@@ -8,15 +8,22 @@ engine's backend; this module never branches on which.
 
 from __future__ import annotations
 
+import logging
 import math
 import time
+import warnings
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from . import __version__
 from .engine import Engine
-from .errors import TrifitError
+from .errors import DeviceLostError, NumericalFault, TrifitError
+
+log = logging.getLogger("trifit")
+
+#: consecutive numerical faults after which the fit gives up
+MAX_CONSECUTIVE_FAULTS = 8
 from .fitloop import FitSettings, Schedule, logit, raw_from_scene
 from .imageio import as_target
 from .scene import Scene
@@ -56,6 +63,12 @@ class History:
         self.iterations.extend(range(first_iter, first_iter + len(losses)))
         self.losses.extend(float(v) for v in losses)
 
+    def truncate(self, last_iter: int) -> None:
+        """Forget iterations after ``last_iter`` (a rollback went back to it)."""
+        while self.iterations and self.iterations[-1] > last_iter:
+            self.iterations.pop()
+            self.losses.pop()
+
     def __len__(self) -> int:
         return len(self.losses)
 
@@ -84,6 +97,9 @@ class Fitter:
         self.history = History()
         self.wall_s = 0.0
         self.respawned = 0  # triangles re-placed by the respawn rule so far
+        self.faults = 0     # NaN/inf losses survived (rolled back, learning rate halved)
+        self.recoveries = 0  # lost GPU devices survived
+        self._host_snapshot = None  # (raw, m, v, iteration): survives a lost device
         self._rng = np.random.default_rng(self.settings.seed)
         self._sigma_fixed: float | None = None  # set_sigma() pins sigma (fraction of the short side)
         self._schedule = self._default_schedule()
@@ -203,29 +219,80 @@ class Fitter:
         return self._loop.iter
 
     def step(self, iterations: int = 100) -> StepStats:
-        """Run ``iterations`` iterations (on the device for the GPU backend)."""
+        """Run ``iterations`` iterations (on the device for the GPU backend).
+
+        A NaN/inf loss rolls back to the last good parameters and halves the learning rates (with
+        a warning); a lost GPU device is recreated and the fit resumes from the last host snapshot."""
         n = int(iterations)
         if n < 0:
             raise ValueError("iterations must be >= 0")
-        first = self._loop.iter + 1
         t0 = time.perf_counter()
-        parts = []
-        left = n
-        while left > 0:
-            k = min(left, self._iterations_to_next_event())
-            parts.append(self._loop.run(k))
-            left -= k
+        target_iter = self._loop.iter + n
+        consecutive = 0
+        while self._loop.iter < target_iter:
+            start = self._loop.iter + 1
+            k = min(target_iter - self._loop.iter, self._iterations_to_next_event())
+            try:
+                losses = self._loop.run(k)
+            except NumericalFault as fault:
+                consecutive += 1
+                self._on_numerical_fault(fault, consecutive)
+                self.history.truncate(self._loop.iter)
+                continue
+            except DeviceLostError as lost:
+                self._recover_device(lost)
+                self.history.truncate(self._loop.iter)
+                continue
+            consecutive = 0
+            self.history.add(start, losses)
             self._handle_events()
-        losses = np.concatenate(parts) if parts else np.empty(0)
+            self._maybe_snapshot()
         dt = time.perf_counter() - t0
         self.wall_s += dt
-        if not np.all(np.isfinite(losses)):
-            raise TrifitError("the loss became NaN or infinite")
-        self.history.add(first, losses)
-        loss = float(losses[-1]) if len(losses) else (self.history.losses[-1] if len(self.history) else float("nan"))
+        loss = self.history.losses[-1] if len(self.history) else float("nan")
         return StepStats(self._loop.iter, n, loss, psnr_from_mse(loss) if self.settings.loss == "mse" else float("nan"),
                          dt, n / dt if dt > 0 else float("inf"), self.n_triangles,
                          self._loop.sigma * self.short_side)
+
+    def _on_numerical_fault(self, fault: NumericalFault, consecutive: int) -> None:
+        self.faults += 1
+        if consecutive > MAX_CONSECUTIVE_FAULTS:
+            raise TrifitError(f"the fit keeps diverging ({fault}); giving up after {MAX_CONSECUTIVE_FAULTS} rollbacks")
+        for name in ("lr_vertex", "lr_colour", "lr_alpha", "lr_background"):
+            setattr(self.settings, name, getattr(self.settings, name) * 0.5)
+        self._loop.set_optim(self.settings)
+        msg = f"{fault}; learning rates halved (lr_vertex now {self.settings.lr_vertex:.3g})"
+        log.warning(msg)
+        warnings.warn(msg, RuntimeWarning, stacklevel=3)
+
+    def _maybe_snapshot(self) -> None:
+        every = self.settings.host_snapshot_every
+        last = self._host_snapshot[3] if self._host_snapshot else -every
+        if every > 0 and self._loop.iter - last >= every:
+            self._host_snapshot = (*self._loop.get_state(), self._loop.iter)
+
+    def _recover_device(self, lost: DeviceLostError) -> None:
+        """Recreate the device and resume from the last host snapshot (at most host_snapshot_every back)."""
+        self.recoveries += 1
+        if self.recoveries > 3:
+            raise lost
+        msg = f"{lost}; recreating the device and resuming from iteration {self._host_snapshot[3] if self._host_snapshot else 0}"
+        log.warning(msg)
+        warnings.warn(msg, RuntimeWarning, stacklevel=3)
+        self.engine.reset_device()
+        if self._host_snapshot is None:
+            raise lost
+        raw, m, v, it = self._host_snapshot
+        self._loop = self._make_loop(raw, self.n_triangles, it, state=(raw, m, v))
+
+    def inject_fault(self, kind: str = "nan") -> None:
+        """Testing aid: ``"nan"`` corrupts a parameter on the device; ``"device-lost"`` destroys the device."""
+        if kind == "nan":
+            self._loop.inject_fault()
+        elif kind == "device-lost":
+            self.engine.lose_device()
+        else:
+            raise ValueError(kind)
 
     def _iterations_to_next_event(self) -> int:
         it = self._loop.iter

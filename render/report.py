@@ -104,6 +104,10 @@ def build_report(fitter, engine=None, wall_s: float | None = None, *, image: str
         "seed": int(settings.get("seed", 0)),
         "settings": settings,
         "n_triangles": int(fitter.n_triangles),
+        # iterations before this ran at half the working size (the fitter's coarse stage); their
+        # losses are against the half-size target
+        "coarse_until": int(getattr(fitter, "coarse_until", 0) or 0),
+        "respawned": int(getattr(fitter, "respawned", 0) or 0),
         "sigma_px": float(scene.sigma * min(scene.width, scene.height)),
         "iterations": iterations,
         "wall_s": wall,
@@ -289,15 +293,27 @@ def _curve_plots(report: dict, width: int = 760, height: int = 300) -> dict[str,
     if len(losses) == 0:
         return out
     loss_name = (report.get("settings") or {}).get("loss", "mse")
+    coarse = int(report.get("coarse_until") or 0)
+
+    def mark_coarse(w):
+        if 0 < coarse < its[-1]:
+            pen = pg.mkPen("#888", width=1, style=QtCore.Qt.PenStyle.DashLine)
+            w.addItem(pg.InfiniteLine(pos=coarse, angle=90, pen=pen, label="full size from here",
+                                      labelOpts={"position": 0.92, "color": "#555"}))
+
+    from pyqtgraph.Qt import QtCore
+
     w = pg.PlotWidget(background="w")
     w.plot(its, losses, pen=pg.mkPen("#1f77b4", width=2))
     w.setLogMode(x=False, y=True)
+    mark_coarse(w)
     _style_plot(w, f"{loss_name} loss per iteration (log scale)", "iteration", loss_name)
     out["loss"] = _export_png(w, width, height)
     w.deleteLater()
     if loss_name == "mse":
         w = pg.PlotWidget(background="w")
         w.plot(its, 10.0 * np.log10(1.0 / losses), pen=pg.mkPen("#d62728", width=2))
+        mark_coarse(w)
         _style_plot(w, "PSNR per iteration (from the iteration's loss)", "iteration", "PSNR (dB)")
         out["psnr"] = _export_png(w, width, height)
         w.deleteLater()
@@ -317,7 +333,7 @@ def _timing_plot(phases: dict[str, float], title: str, colour: str, width: int =
     vals = np.array([v for _, v in items])
     w.addItem(pg.BarGraphItem(x0=0, y=ys, height=0.6, width=vals, brush=pg.mkBrush(colour),
                               pen=pg.mkPen("#333")))
-    w.getPlotItem().getAxis("left").setTicks([[(y, k) for y, (k, _) in zip(ys, items)]])
+    w.getPlotItem().getAxis("left").setTicks([[(y, k) for y, (k, _) in zip(ys, items, strict=True)]])
     w.setYRange(-0.7, len(items) - 0.3, padding=0)
     w.setXRange(0, max(vals.max(), 1e-6) * 1.08, padding=0)
     _style_plot(w, title, "ms", "")
@@ -404,9 +420,9 @@ def render_html(report: dict, fitter=None) -> str:
         f"<h1>{_e(title)}</h1>",
         f'<p class="sub">{_e(r.get("software", ""))} &middot; {_e(r.get("created", ""))} &middot; '
         f'{_e(adapter.get("name", "?"))} ({_e(adapter.get("backend", "?"))}, {_e(adapter.get("type", "?"))})</p>',
-        "<p><b>PSNR {psnr} dB</b> after {iters} iterations with {tris} triangles, in {wall:.2f} s "
+        "<p><b>PSNR {psnr:.2f} dB</b> after {iters} iterations with {tris} triangles, in {wall:.2f} s "
         "({rate} it/s); seed {seed}; working size {size}.</p>".format(
-            psnr=_e(_fmt(final.get("psnr"))), iters=_e(_fmt(iters)),
+            psnr=float(final.get("psnr") if final.get("psnr") is not None else float("nan")), iters=_e(_fmt(iters)),
             tris=_e(_fmt(r.get("n_triangles", (r.get("settings") or {}).get("triangles")))),
             wall=float(wall), rate=_e(_fmt(iters / wall if wall else float("nan"))),
             seed=_e(r.get("seed", (r.get("settings") or {}).get("seed"))),
@@ -437,6 +453,10 @@ def render_html(report: dict, fitter=None) -> str:
         for key in ("loss", "psnr"):
             if key in plots:
                 parts.append(_img(plots[key], f"{key} curve", "plot"))
+        if r.get("coarse_until"):
+            parts.append(f'<p class="sub">Iterations before {_e(r["coarse_until"])} ran at half the working '
+                         "size (the coarse stage); their loss is against the half-size target, hence the "
+                         "step where the fit moves to full size.</p>")
 
     # timings
     phases = r.get("phases_ms") or {}
@@ -463,7 +483,8 @@ def render_html(report: dict, fitter=None) -> str:
         ("pool peak in use", _mib(pool.get("peak_in_use_bytes"))),
     ]
     quality = [("PSNR dB", final.get("psnr")), ("MSE", final.get("loss")), ("L1", final.get("l1")),
-               ("final sigma px", r.get("sigma_px"))]
+               ("final sigma px", r.get("sigma_px")), ("triangles", r.get("n_triangles")),
+               ("respawned triangles", r.get("respawned"))]
     parts += ['<div class="cols"><div><h2>Counters</h2>', _table(counters), "</div>",
               "<div><h2>Result</h2>", _table(quality), "</div></div>"]
 

@@ -11,7 +11,9 @@ timed per pass with timestamp queries (where the adapter has them).
 from __future__ import annotations
 
 import numpy as np
+import wgpu
 
+from ..errors import DeviceLostError, NumericalFault
 from ..fitloop import FitSettings, Schedule, values_from_raw
 from .backend import GpuBackend, pack_scenes
 from .workspace import COPY_DST, COPY_SRC, PARAMS_PER_GROUP, STORAGE, UNIFORM, Shape, Workspace
@@ -52,6 +54,16 @@ class GpuFitLoop:
         backend.counters.upload_bytes += up
         self.set_state(raw, np.zeros(n_params), np.zeros(n_params))
         self.sigma = sigma0
+        # Two device-side snapshots of (params, moments), taken alternately at the start of each
+        # submission, so a NaN can be rolled back without any per-iteration readback: the newest
+        # one whose chunk began with a finite loss is good. Slot 1 starts as the initial state.
+        self.snaps = [{k: pool.acquire(STORAGE | COPY_DST | COPY_SRC, n * 4, f"snap-{k}")
+                       for k, n in (("params", n_params), ("moments", 2 * n_params))} for _ in range(2)]
+        self.snap_iter = [iteration, iteration]
+        self.snap_turn = 0
+        enc = self.device.create_command_encoder()
+        self._encode_snapshot(enc, 1)
+        self.device.queue.submit([enc.finish()])
 
     # ------------------------------------------------------------------ state
     def _write_extra(self, name, arr) -> int:
@@ -62,6 +74,38 @@ class GpuFitLoop:
     def set_schedule(self, schedule: Schedule) -> None:
         self.schedule = schedule
         self.backend.counters.upload_bytes += self._write_extra("sched", schedule.pack())
+
+    def set_optim(self, settings: FitSettings) -> None:
+        """New learning rates / Adam constants from the next iteration on."""
+        self.settings = settings
+        self.backend.counters.upload_bytes += self._write_extra("opt", np.array(
+            [settings.lr_vertex, settings.lr_colour, settings.lr_alpha, settings.lr_background,
+             settings.beta1, settings.beta2, settings.adam_eps, 0], dtype=np.float32))
+
+    def _encode_snapshot(self, enc, slot: int, restore: bool = False) -> None:
+        for name in ("params", "moments"):
+            live, snap = self.extra[name], self.snaps[slot][name]
+            src, dst = (snap, live) if restore else (live, snap)
+            enc.copy_buffer_to_buffer(src, 0, dst, 0, live.size)
+
+    def _rollback(self, losses: np.ndarray, slot: int) -> int:
+        """Restore the newest verified snapshot; returns its iteration."""
+        good = slot if np.isfinite(losses[0]) else slot ^ 1
+        enc = self.device.create_command_encoder()
+        self._encode_snapshot(enc, good, restore=True)
+        self.device.queue.submit([enc.finish()])
+        self.iter = self.snap_iter[good]
+        raw, m, v = self.get_state()
+        self.ws.write("state", np.array([self.iter], dtype=np.uint32))
+        self.set_state(raw, m, v)  # re-materialises the scene the next forward reads
+        self.snap_turn = good ^ 1  # keep the good snapshot, overwrite the other
+        return self.iter
+
+    def inject_fault(self) -> None:
+        """Testing aid: put a NaN into the first vertex on the device, as a diverged step would."""
+        nan = np.array([np.nan], dtype=np.float32)
+        self.device.queue.write_buffer(self.extra["params"], 0, nan)
+        self.device.queue.write_buffer(self.ws.buffers["scene"], 0, nan)
 
     def set_state(self, raw: np.ndarray, m: np.ndarray, v: np.ndarray) -> None:
         raw = raw.astype(np.float32)
@@ -105,9 +149,10 @@ class GpuFitLoop:
 
     def release(self) -> None:
         self.ws.release()
-        for buf in self.extra.values():
+        for buf in list(self.extra.values()) + [b for snap in self.snaps for b in snap.values()]:
             self.backend.pool.release(buf)
         self.extra = {}
+        self.snaps = []
 
     # ------------------------------------------------------------------ the loop
     def _encode_iteration(self, cpass, timed: bool) -> None:
@@ -131,14 +176,27 @@ class GpuFitLoop:
                              ((n_params + PARAMS_PER_GROUP - 1) // PARAMS_PER_GROUP, B, 1), self.extra)
 
     def run(self, n: int) -> np.ndarray:
-        """Run ``n`` iterations; returns their losses (read from the ring once per submission)."""
+        """Run ``n`` iterations; returns their losses (read from the ring once per submission).
+
+        A non-finite loss rolls the device back to the last good parameters and raises
+        NumericalFault; a lost device raises DeviceLostError."""
+        try:
+            return self._run(n)
+        except wgpu.GPUError as exc:
+            if "lost" in str(exc).lower():
+                raise DeviceLostError(f"the GPU device was lost: {str(exc).splitlines()[-1].strip()}") from None
+            raise
+
+    def _run(self, n: int) -> np.ndarray:
         out = []
         host = self.backend.host
         done = 0
         while done < n:
             k = min(self.settings.chunk, n - done, RING)
+            slot = self.snap_turn
             with host.phase("encode"):
                 enc = self.device.create_command_encoder()
+                self._encode_snapshot(enc, slot)
                 cpass = enc.begin_compute_pass()
                 for j in range(k):
                     self._encode_iteration(cpass, timed=(j == 0))
@@ -153,9 +211,15 @@ class GpuFitLoop:
                 self.backend.counters.readback_bytes += RING * 4
                 self.backend.timer.collect()
             slots = (np.arange(self.iter + 1, self.iter + k + 1)) % RING
-            out.append(values[slots].astype(np.float64))
+            losses = values[slots].astype(np.float64)
+            self.snap_iter[slot] = self.iter
+            if not np.all(np.isfinite(losses)):
+                bad = self.iter + 1 + int(np.argmax(~np.isfinite(losses)))
+                back = self._rollback(losses, slot)
+                raise NumericalFault(f"non-finite loss at iteration {bad}; rolled back to iteration {back}", bad)
+            self.snap_turn = slot ^ 1
+            out.append(losses)
             self.iter += k
             done += k
         self.sigma = self.schedule.at(self.iter)[0]
         return np.concatenate(out) if out else np.empty(0)
-

@@ -49,7 +49,7 @@ def kernel_source(name: str, subgroups: bool, kb: int = 1) -> str:
 def pipeline(device, name: str, entry: str = "main", subgroups: bool = False, workgroup_storage: int = 16384):
     is_backward = name == "backward.wgsl"
     kb = backward_batch(workgroup_storage, subgroups) if is_backward else 1
-    key = (id(device), name, entry, subgroups and is_backward, kb)
+    key = (device, name, entry, subgroups and is_backward, kb)  # the device itself: ids get reused
     with _lock:
         found = _pipelines.get(key)
         if found is not None:

@@ -200,7 +200,7 @@ class Workspace:
     def encode_loss(self, cpass) -> None:
         self._dispatch(cpass, "loss.wgsl", ["frame", "image", "target", "dldc", "loss_partial"],
                        self.tile_groups)
-        self._dispatch(cpass, "loss_reduce.wgsl", ["frame", "loss_partial", "state", "ring"],
+        self._dispatch(cpass, "loss_reduce.wgsl", ["frame", "loss_partial", "state", "ring", "scene"],
                        (self.shape.batch, 1, 1))
 
     def encode_backward(self, cpass) -> None:

@@ -1,0 +1,11 @@
+"""Entry script of the frozen desktop app (PyInstaller): the ``trifit`` command line.
+
+With no arguments it opens the window (``trifit gui``), as the installed ``trifit`` does.
+"""
+
+import sys
+
+from render.cli import main
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,122 @@
+"""Batch mode: every image fitted, bad ones reported and skipped (exit 2), resumable, nothing
+lost or half-written when interrupted."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from render import Scene
+from render.batch import SUMMARY_NAME, find_images, output_names, run_batch
+from render.cli import main
+from render.fitter import StopConditions
+
+pytestmark = pytest.mark.gpu
+
+FIT = ["--tris", "4", "--size", "16", "--iters", "5", "--quiet"]
+
+
+@pytest.fixture
+def images(tmp_path):
+    d = tmp_path / "in"
+    d.mkdir()
+    rng = np.random.default_rng(0)
+    for name, (h, w) in {"a.png": (12, 16), "b.jpg": (12, 16), "c.png": (16, 10)}.items():
+        Image.fromarray((rng.uniform(0, 1, (h, w, 3)) * 255).astype(np.uint8)).save(d / name)
+    (d / "broken.png").write_bytes(b"\x89PNG\r\n\x1a\nnot really")
+    (d / "notes.txt").write_text("not an image, and not an image suffix: ignored")
+    return d
+
+
+def _scenes(out):
+    return sorted(p.name for p in out.glob("*.trifit.json"))
+
+
+def test_batch_fits_all_reports_bad_and_exits_2(tmp_path, images, capsys, gpu_ctx):
+    out = tmp_path / "out"
+    assert main(["batch", str(images), "-o", str(out), *FIT]) == 2
+    assert _scenes(out) == ["a.trifit.json", "b.trifit.json", "c.trifit.json"]
+    for name in _scenes(out):
+        s = Scene.load(out / name)
+        assert s.n_triangles == 4 and max(s.width, s.height) == 16 and s.meta["iterations"] == 5
+    err = capsys.readouterr().err
+    assert "broken.png" in err and "failed" in err and "Traceback" not in err
+    summary = json.loads((out / SUMMARY_NAME).read_text())
+    assert (summary["done"], summary["skipped"], summary["failed"]) == (3, 0, 1)
+    bad = [r for r in summary["images"] if r["status"] == "failed"]
+    assert bad[0]["image"].endswith("broken.png") and bad[0]["error"]
+    assert not [p for p in os.listdir(out) if p.endswith(".part")]
+
+
+def test_batch_resumes_and_skips_finished_work(tmp_path, images, gpu_ctx):
+    out = tmp_path / "out"
+    (images / "broken.png").unlink()
+    assert main(["batch", str(images), "-o", str(out), *FIT]) == 0
+    stamps = {p: (out / p).stat().st_mtime_ns for p in _scenes(out)}
+    (out / "c.trifit.json").write_text('{"format": "trifit-scene", "version": 1, "width": ')  # corrupt
+    assert main(["batch", str(images), "-o", str(out), *FIT]) == 0
+    summary = json.loads((out / SUMMARY_NAME).read_text())
+    assert (summary["done"], summary["skipped"]) == (1, 2)
+    assert (out / "a.trifit.json").stat().st_mtime_ns == stamps["a.trifit.json"]
+    Scene.load(out / "c.trifit.json")  # refitted, valid again
+    # other settings: the old results are stale and refitted
+    assert main(["batch", str(images), "-o", str(out), "--tris", "5", "--size", "16", "--iters", "3", "--quiet"]) == 0
+    assert all(Scene.load(out / p).n_triangles == 5 for p in _scenes(out))
+
+
+def test_interrupted_batch_keeps_finished_results(tmp_path, images, gpu_ctx):
+    out = tmp_path / "out"
+    seen = []
+
+    def stop_after_first(result):
+        seen.append(result)
+        if result.status == "done":
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        run_batch([images / "a.png", images / "b.jpg", images / "c.png"], out, triangles=4, size=16,
+                  stop=StopConditions(iterations=5), progress=False, on_result=stop_after_first)
+    assert _scenes(out) == ["a.trifit.json"]
+    Scene.load(out / "a.trifit.json")
+    assert not [p for p in os.listdir(out) if p.endswith(".part")]
+    assert json.loads((out / SUMMARY_NAME).read_text())["interrupted"] is True
+    result = run_batch([str(images / "*.png"), str(images / "*.jpg")], out, triangles=4, size=16,
+                       stop=StopConditions(iterations=5), progress=False)
+    statuses = {os.path.basename(r.image): r.status for r in result.results}
+    assert statuses == {"a.png": "skipped", "broken.png": "failed", "c.png": "done", "b.jpg": "done"}
+    assert result.exit_status == 2
+
+
+def test_batch_extras_and_name_collisions(tmp_path, images, gpu_ctx):
+    Image.open(images / "a.png").save(images / "a.webp")
+    out = tmp_path / "out"
+    result = run_batch([str(images / "a.*")], out, triangles=3, size=16, stop=StopConditions(iterations=3),
+                       render=True, reports=True, progress=False)
+    assert result.exit_status == 0 and result.done == 2
+    assert _scenes(out) == ["a_png.trifit.json", "a_webp.trifit.json"]
+    assert Image.open(out / "a_png.trifit.png").size == (16, 12)
+    assert json.loads((out / "a_webp.trifit-report.json").read_text())["iterations"] == 3
+
+
+def test_outdir_may_be_the_input_folder(images, gpu_ctx):
+    """Renders are named NAME.trifit.png: no source is overwritten, and none is refitted later."""
+    (images / "broken.png").unlink()
+    before = {p.name: p.read_bytes() for p in images.iterdir()}
+    assert main(["batch", str(images), "-o", str(images), "--png", *FIT]) == 0
+    assert all((images / n).read_bytes() == b for n, b in before.items())
+    assert (images / "a.trifit.png").exists()
+    assert main(["batch", str(images), "-o", str(images), "--png", *FIT]) == 0
+    summary = json.loads((images / SUMMARY_NAME).read_text())
+    assert (summary["done"], summary["skipped"]) == (0, 3)
+
+
+def test_inputs_and_names(tmp_path, images):
+    found = find_images([str(images), str(images / "a.png")])  # duplicates dropped
+    assert [p.name for p in found] == ["a.png", "b.jpg", "broken.png", "c.png"]
+    names = output_names([images / "x.png", images / "x.jpg", images / "y.png"])
+    assert sorted(names.values()) == ["x_jpg", "x_png", "y"]
+    assert main(["batch", str(tmp_path / "nothing-*.png"), "-o", str(tmp_path / "o"), "--quiet"]) == 2
