@@ -35,6 +35,7 @@ FULL_CELLS = [
     ("forward+backward batch 16, 256^2, 32 tris", "fwdbwd", 16, 256, 32),
     ("forward+backward batch 64, 128^2, 64 tris", "fwdbwd", 64, 128, 64),
     ("fit iteration 176px, 150 tris", "fit", 1, 176, 150),
+    ("fit iteration 176px, 150 tris, 100/submission", "fit100", 1, 176, 150),
 ]
 QUICK_CELLS = [
     ("forward 64^2, 32 tris", "fwd", 1, 64, 32),
@@ -62,11 +63,15 @@ def bench_cell(engine: Engine, kind: str, batch: int, side: int, tris: int, repe
         impl.timer.samples.clear()
     scenes, targets = _inputs(batch, side, tris)
     out: dict = {"kind": kind, "batch": batch, "size": side, "triangles": tris, "calls_per_submission": calls}
-    if kind == "fit":
+    if kind in ("fit", "fit100"):
         from .fitter import Fitter
 
         target = targets[0]
-        f = Fitter(target, triangles=tris, size=side, seed=0, engine=engine, chunk=calls)
+        if kind == "fit100":
+            calls = out["calls_per_submission"] = 100
+        # steady state: the full-size loop with every triangle (no growth, coarse stage or respawn)
+        f = Fitter(target, triangles=tris, size=side, seed=0, engine=engine, chunk=calls,
+                   growth_stages=1, coarse_fraction=0, respawn_every=0)
         f.step(calls)  # warm-up (pipelines, buffers)
         times = []
         for _ in range(repeats):

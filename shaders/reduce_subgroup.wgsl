@@ -9,7 +9,7 @@ struct SgIn {
     @builtin(num_subgroups) count: u32,
 }
 
-const MAX_SUBGROUPS: u32 = 64u;  // 256 threads / the smallest subgroup size WebGPU allows (4)
+// MAX_SUBGROUPS (256 / the probed subgroup size) is prepended by render/gpu/shaders.py.
 var<workgroup> red: array<f32, KB * 10u * MAX_SUBGROUPS>;
 
 fn stash10(g: array<f32, 10>, li: u32, sg: SgIn, j: u32) {

@@ -37,6 +37,7 @@ class GpuContext:
     features: frozenset[str]
     limits: dict[str, int]
     info: dict[str, str] = field(default_factory=dict)
+    subgroup_size: int = 0  # measured by a probe kernel (0: no subgroup feature)
 
     @property
     def has_subgroups(self) -> bool:
@@ -113,7 +114,9 @@ def get_context(force_new: bool = False) -> GpuContext:
             label="trifit", required_features=sorted(features), required_limits=limits
         )
         _shared = GpuContext(adapter, device, features, dict(device.limits), adapter_summary(adapter))
-        log.info("GPU adapter: %s", _shared.describe())
+        if _shared.has_subgroups:
+            _shared.subgroup_size = probe_subgroup_size(device)
+        log.info("GPU adapter: %s (subgroup size %d)", _shared.describe(), _shared.subgroup_size)
         return _shared
 
 
@@ -123,3 +126,36 @@ def gpu_available() -> bool:
         return True
     except AdapterError:
         return False
+
+
+_PROBE = """
+@group(0) @binding(0) var<storage, read_write> out: array<u32>;
+@compute @workgroup_size(256)
+fn main(@builtin(local_invocation_index) li: u32, @builtin(subgroup_size) size: u32,
+        @builtin(num_subgroups) count: u32) {
+    if (li == 0u) { out[0] = size; out[1] = count; }
+}
+"""
+
+
+def probe_subgroup_size(device) -> int:
+    """The subgroup size a 256-thread compute workgroup gets on this device (the backward kernel
+    sizes its workgroup memory for 256 / size subgroups)."""
+    import numpy as np
+    import wgpu
+
+    buf = device.create_buffer(size=16, usage=wgpu.BufferUsage.STORAGE | wgpu.BufferUsage.COPY_SRC)
+    pl = device.create_compute_pipeline(layout="auto", compute={
+        "module": device.create_shader_module(code=_PROBE), "entry_point": "main"})
+    bg = device.create_bind_group(layout=pl.get_bind_group_layout(0),
+                                  entries=[{"binding": 0, "resource": {"buffer": buf}}])
+    enc = device.create_command_encoder()
+    cp = enc.begin_compute_pass()
+    cp.set_pipeline(pl)
+    cp.set_bind_group(0, bg)
+    cp.dispatch_workgroups(1)
+    cp.end()
+    device.queue.submit([enc.finish()])
+    size, count = (int(v) for v in np.frombuffer(device.queue.read_buffer(buf), dtype=np.uint32)[:2])
+    buf.destroy()
+    return size if size * count == 256 else 0

@@ -22,20 +22,27 @@ def source(name: str) -> str:
     return importlib.resources.files("shaders").joinpath(name).read_text(encoding="utf-8")
 
 
-def backward_batch(workgroup_storage: int, subgroups: bool) -> int:
+def max_subgroups(subgroup_size: int) -> int:
+    """Subgroup slots per workgroup the backward reserves: 256 / the probed subgroup size (4, the
+    smallest WebGPU allows, when unknown). Over-reserving costs occupancy (docs/PERFORMANCE.md)."""
+    return 256 // subgroup_size if subgroup_size >= 4 else 64
+
+
+def backward_batch(workgroup_storage: int, subgroups: bool, subgroup_size: int = 0) -> int:
     """KB: triangles whose workgroup sums share one barrier pair in the backward kernel, as many
     (up to 16) as the adapter's workgroup memory holds next to the staged triangles."""
     fixed = 128 * 48 + 128 * 4 + 16  # staged TriPx records and ids, counters
-    per_slot = (10 * 64 * 4 if subgroups else 10 * 4) + 4
+    per_slot = (10 * max_subgroups(subgroup_size) * 4 if subgroups else 10 * 4) + 4
     if not subgroups:
         fixed += 10 * 256 * 4
     return int(max(1, min(16, (workgroup_storage - fixed) // per_slot)))
 
 
-def kernel_source(name: str, subgroups: bool, kb: int = 1) -> str:
+def kernel_source(name: str, subgroups: bool, kb: int = 1, subgroup_size: int = 0) -> str:
     parts = [source("common.wgsl")]
     if name == "backward.wgsl":
         parts.append(f"const KB: u32 = {int(kb)}u;  // triangles per barrier pair (render/gpu/shaders.py)")
+        parts.append(f"const MAX_SUBGROUPS: u32 = {max_subgroups(subgroup_size)}u;  // 256 / probed subgroup size")
     if name in _RASTER_KERNELS:
         parts.append(source("scene_access.wgsl"))
     if name == "backward.wgsl":
@@ -46,15 +53,16 @@ def kernel_source(name: str, subgroups: bool, kb: int = 1) -> str:
     return "\n".join(parts)
 
 
-def pipeline(device, name: str, entry: str = "main", subgroups: bool = False, workgroup_storage: int = 16384):
+def pipeline(device, name: str, entry: str = "main", subgroups: bool = False, workgroup_storage: int = 16384,
+             subgroup_size: int = 0):
     is_backward = name == "backward.wgsl"
-    kb = backward_batch(workgroup_storage, subgroups) if is_backward else 1
-    key = (device, name, entry, subgroups and is_backward, kb)  # the device itself: ids get reused
+    kb = backward_batch(workgroup_storage, subgroups, subgroup_size) if is_backward else 1
+    key = (device, name, entry, subgroups and is_backward, kb, subgroup_size)  # the device itself: ids get reused
     with _lock:
         found = _pipelines.get(key)
         if found is not None:
             return found
-    module = device.create_shader_module(label=name, code=kernel_source(name, subgroups, kb))
+    module = device.create_shader_module(label=name, code=kernel_source(name, subgroups, kb, subgroup_size))
     pl = device.create_compute_pipeline(
         label=f"{name}:{entry}", layout="auto", compute={"module": module, "entry_point": entry}
     )

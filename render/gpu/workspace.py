@@ -170,7 +170,8 @@ class Workspace:
         if found is not None:
             return found
         pl = shaders.pipeline(self.device, kernel, entry, self.subgroups,
-                              self.ctx.limits.get("max-compute-workgroup-storage-size", 16384))
+                              self.ctx.limits.get("max-compute-workgroup-storage-size", 16384),
+                              self.ctx.subgroup_size)
         bufs = {**self.buffers, **(extra or {})}
         entries = [{"binding": i, "resource": {"buffer": bufs[n]}} for i, n in enumerate(names)]
         bg = self.device.create_bind_group(layout=pl.get_bind_group_layout(0), entries=entries)
