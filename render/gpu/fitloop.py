@@ -60,6 +60,7 @@ class GpuFitLoop:
         self.snaps = [{k: pool.acquire(STORAGE | COPY_DST | COPY_SRC, n * 4, f"snap-{k}")
                        for k, n in (("params", n_params), ("moments", 2 * n_params))} for _ in range(2)]
         self.snap_iter = [iteration, iteration]
+        self._dispatches = None
         self.snap_turn = 0
         enc = self.device.create_command_encoder()
         self._encode_snapshot(enc, 1)
@@ -155,6 +156,15 @@ class GpuFitLoop:
         self.snaps = []
 
     # ------------------------------------------------------------------ the loop
+    def _iteration_dispatches(self) -> list[tuple]:
+        """(pipeline, bind group, workgroups) of one iteration, resolved once: untimed iterations
+        are encoded from this list with three wgpu calls per dispatch and no other Python work."""
+        if self._dispatches is None:
+            recorder = _Recorder()
+            self._encode_iteration(recorder, timed=False)
+            self._dispatches = recorder.calls
+        return self._dispatches
+
     def _encode_iteration(self, cpass, timed: bool) -> None:
         ws, span = self.ws, self.backend.timer.span
         B = self.shape.batch
@@ -198,8 +208,13 @@ class GpuFitLoop:
                 enc = self.device.create_command_encoder()
                 self._encode_snapshot(enc, slot)
                 cpass = enc.begin_compute_pass()
-                for j in range(k):
-                    self._encode_iteration(cpass, timed=(j == 0))
+                self._encode_iteration(cpass, timed=True)
+                fast = self._iteration_dispatches()
+                for _ in range(k - 1):
+                    for pl, bg, groups in fast:
+                        cpass.set_pipeline(pl)
+                        cpass.set_bind_group(0, bg)
+                        cpass.dispatch_workgroups(*groups)
                 cpass.end()
                 ring, _ = self.ws.copy_out(enc, "ring", RING * 4)
                 self.backend.timer.resolve(enc)
@@ -223,3 +238,20 @@ class GpuFitLoop:
             done += k
         self.sigma = self.schedule.at(self.iter)[0]
         return np.concatenate(out) if out else np.empty(0)
+
+
+class _Recorder:
+    """Stands in for a compute pass to capture what one iteration dispatches."""
+
+    def __init__(self):
+        self.calls: list[tuple] = []
+        self._pl = self._bg = None
+
+    def set_pipeline(self, pl):
+        self._pl = pl
+
+    def set_bind_group(self, index, bg):
+        self._bg = bg
+
+    def dispatch_workgroups(self, *groups):
+        self.calls.append((self._pl, self._bg, groups))
