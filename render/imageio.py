@@ -2,16 +2,35 @@
 CMYK converted to 8-bit RGB, alpha composited over white, resized so the longer side is ``size``
 (Pillow LANCZOS). Returns float32 (H, W, 3) in [0, 1]. Every failure is an :class:`ImageError`
 with a one-line reason.
+
+Untrusted files (see docs/RELIABILITY.md, "bad input"):
+
+- only regular files are read (a folder, a FIFO or a device is refused before it is opened);
+- the pixel count from the header is checked against :data:`MAX_PIXELS` *before* any pixel is
+  decoded (decompression bombs: a few hundred bytes can declare 30000 x 30000 pixels);
+- JPEG (and MPO) files are decoded at a reduced scale (libjpeg "draft" mode, 1/2, 1/4 or 1/8)
+  when a working ``size`` is given, so a 24 MP photo costs a few MB, not 72 MB. Other formats
+  (PNG, TIFF, ...) have no reduced decode in Pillow: they are decoded in full, and memory grows
+  with the pixel count (bounded by the cap);
+- any exception Pillow raises while parsing or decoding (its parsers can raise OSError,
+  SyntaxError, EOFError, struct.error, TypeError, IndexError, zlib.error, ...) becomes an
+  ImageError; a broken EXIF block is ignored (orientation 1), it does not make the image unusable;
+- Python warnings raised by Pillow while reading (corrupt EXIF, "truncated file read", the
+  decompression-bomb warning) are logged at debug level on the ``trifit`` logger instead of
+  being printed, and Pillow's own log records are muted below CRITICAL unless the application
+  has configured the ``PIL`` logger itself, so a command-line error stays one line.
 """
 
 from __future__ import annotations
 
+import logging
 import os
+import stat
 import warnings
 from pathlib import Path
 
 import numpy as np
-from PIL import Image, ImageOps, UnidentifiedImageError
+from PIL import Image, UnidentifiedImageError
 
 from .errors import ImageError
 
@@ -20,67 +39,223 @@ MAX_PIXELS = 120_000_000
 #: Working sizes beyond this are refused (the fit and the GUI would be unusable anyway).
 MAX_WORKING_SIZE = 4096
 
+log = logging.getLogger("trifit")
+
+# Pillow logs some decoder complaints at ERROR (e.g. a TIFF "More samples per pixel than can be
+# decoded") just before raising; the exception already says it, and a second stderr line would
+# break the command line's one-line error rule. Leave an application's own choice alone.
+_pil_log = logging.getLogger("PIL")
+if _pil_log.level == logging.NOTSET:
+    _pil_log.setLevel(logging.CRITICAL)
+
+# EXIF orientation (tag 0x0112) -> the transpose that makes the pixels upright
+_ORIENTATION = {
+    2: Image.Transpose.FLIP_LEFT_RIGHT,
+    3: Image.Transpose.ROTATE_180,
+    4: Image.Transpose.FLIP_TOP_BOTTOM,
+    5: Image.Transpose.TRANSPOSE,
+    6: Image.Transpose.ROTATE_270,
+    7: Image.Transpose.TRANSVERSE,
+    8: Image.Transpose.ROTATE_90,
+}
+_EXIF_ORIENTATION = 0x0112
+_BLOCK_PIXELS = 1 << 20  # row blocks for the 16/32-bit and float conversions (bounded temporaries)
+
+
+def _one_line(exc: BaseException, limit: int = 200) -> str:
+    text = " ".join(str(exc).split()) or type(exc).__name__
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _check_size(size) -> int | None:
+    if size is None:
+        return None
+    try:
+        n = int(size)
+    except (TypeError, ValueError):
+        raise ImageError(f"working size must be a whole number, got {size!r:.40}") from None
+    if isinstance(size, bool) or n != size or not 1 <= n <= MAX_WORKING_SIZE:
+        raise ImageError(f"working size must be between 1 and {MAX_WORKING_SIZE} px, got {size!r:.40}")
+    return n
+
 
 def load_image(path: str | os.PathLike[str], size: int | None = None) -> np.ndarray:
+    """Read an image file as float32 (H, W, 3) in [0, 1], longer side ``size`` when given.
+
+    RGBA / LA / palette transparency is composited over white. Raises :class:`ImageError` (one
+    line: the path and what is wrong) for anything that is not a readable image within the caps.
+    """
+    size = _check_size(size)
     p = Path(path)
-    if size is not None and not (1 <= int(size) <= MAX_WORKING_SIZE):
-        raise ImageError(f"working size must be between 1 and {MAX_WORKING_SIZE} px, got {size}")
-    if not p.exists():
-        raise ImageError(f"{p}: no such file")
-    if p.is_dir():
+    try:
+        st = p.stat()
+    except FileNotFoundError:
+        raise ImageError(f"{p}: no such file") from None
+    except (OSError, ValueError) as exc:  # permission, name too long, NUL byte in the name
+        raise ImageError(f"{p}: cannot read: {_one_line(getattr(exc, 'strerror', None) or exc)}") from None
+    if stat.S_ISDIR(st.st_mode):
         raise ImageError(f"{p}: is a folder, not an image")
-    if p.stat().st_size == 0:
+    if not stat.S_ISREG(st.st_mode):
+        raise ImageError(f"{p}: not a regular file (a device, pipe or socket cannot be read as an image)")
+    if st.st_size == 0:
         raise ImageError(f"{p}: empty file")
     try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("error", Image.DecompressionBombWarning)
-            with Image.open(p) as im:
-                w, h = im.size
-                if w * h > MAX_PIXELS:
-                    raise ImageError(f"{p}: {w}x{h} pixels is more than the {MAX_PIXELS // 1_000_000} MP cap")
-                if size is not None and hasattr(im, "draft") and im.format == "JPEG":
-                    im.draft("RGB", (int(size), int(size)))  # decode JPEGs at a reduced scale
-                im.load()
+        f = open(p, "rb")
+    except OSError as exc:
+        raise ImageError(f"{p}: cannot read: {_one_line(exc.strerror or exc)}") from None
+    with f, warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        # our own cap (MAX_PIXELS) is the rule; Pillow's warning threshold (89 MP) is lower
+        warnings.simplefilter("ignore", Image.DecompressionBombWarning)
+        try:
+            im = _decode(f, p, size)
+            try:
                 return prepare(im, size)
-    except ImageError:
-        raise
-    except (Image.DecompressionBombError, Image.DecompressionBombWarning):
-        raise ImageError(f"{p}: image is too large (decompression bomb guard)") from None
+            except ImageError as exc:  # e.g. an unsupported pixel mode: say which file
+                raise ImageError(f"{p}: {exc}") from None
+            finally:
+                im.close()
+        except MemoryError:
+            raise ImageError(f"{p}: not enough memory to decode this image") from None
+        finally:
+            for w in caught:
+                log.debug("%s: %s: %s", p, w.category.__name__, w.message)
+
+
+def _decode(f, p: Path, size: int | None) -> Image.Image:
+    """Open, check the header's pixel count, then decode (JPEG at a reduced scale)."""
+    try:
+        im = Image.open(f)
+    except Image.DecompressionBombError as exc:
+        raise ImageError(f"{p}: image is too large, more than the {MAX_PIXELS // 1_000_000} MP cap "
+                         f"({_one_line(exc)})") from None
     except UnidentifiedImageError:
         raise ImageError(f"{p}: not an image Pillow can read") from None
-    except (OSError, ValueError, SyntaxError, EOFError, MemoryError) as exc:
-        raise ImageError(f"{p}: cannot decode image: {exc}") from None
+    except MemoryError:
+        raise
+    except Exception as exc:  # a parser choking on a hostile header: any exception type
+        raise ImageError(f"{p}: cannot decode image: {_one_line(exc)}") from None
+    try:
+        w, h = im.size
+        if w < 1 or h < 1:
+            raise ImageError(f"{p}: image has no pixels ({w}x{h})")
+        if w * h > MAX_PIXELS:
+            raise ImageError(f"{p}: image is too large: {w}x{h} pixels is more than the "
+                             f"{MAX_PIXELS // 1_000_000} MP cap")
+        if size is not None and im.format in ("JPEG", "MPO"):
+            im.draft("RGB", (size, size))  # libjpeg decodes at 1/2, 1/4 or 1/8 scale
+        im.load()
+        w, h = im.size
+        if w < 1 or h < 1 or w * h > MAX_PIXELS:  # formats whose load() picks another size
+            raise ImageError(f"{p}: decoded image has an unusable size {w}x{h}")
+        return im
+    except ImageError:
+        im.close()
+        raise
+    except MemoryError:
+        im.close()
+        raise
+    except Exception as exc:
+        # A decoder on hostile data: OSError ("image file is truncated"), SyntaxError, EOFError,
+        # ValueError, struct.error, zlib.error, TypeError, IndexError, KeyError... none of them
+        # is a bug in trifit, all mean "this file is broken".
+        im.close()
+        raise ImageError(f"{p}: cannot decode image: {_one_line(exc)}") from None
 
 
 def prepare(im: Image.Image, size: int | None = None) -> np.ndarray:
     """Orientation, mode conversion, alpha compositing and resizing of an opened image."""
-    im = ImageOps.exif_transpose(im)
-    im = to_rgb(im)
+    im = _orient(im)
+    im = _flatten(im)  # "L" or "RGB"; resizing grey before expanding to RGB gives the same pixels
+    w, h = im.size
+    if w < 1 or h < 1:
+        raise ImageError(f"image has no pixels ({w}x{h})")
     if size is not None:
-        w, h = im.size
         scale = int(size) / max(w, h)
         nw, nh = max(1, round(w * scale)), max(1, round(h * scale))
         if (nw, nh) != (w, h):
             im = im.resize((nw, nh), Image.Resampling.LANCZOS)
-    return np.asarray(im, dtype=np.float32) / 255.0
+    if im.mode != "RGB":
+        im = im.convert("RGB")
+    arr = np.asarray(im, dtype=np.float32)
+    arr /= 255.0
+    return arr
+
+
+def _orient(im: Image.Image) -> Image.Image:
+    """Apply the EXIF orientation; an unreadable EXIF block counts as orientation 1."""
+    try:
+        orientation = im.getexif().get(_EXIF_ORIENTATION, 1)
+    except MemoryError:
+        raise
+    except Exception as exc:  # corrupt EXIF from a hostile or broken file: ignore it
+        log.debug("ignoring unreadable EXIF: %s", _one_line(exc))
+        return im
+    method = _ORIENTATION.get(orientation) if isinstance(orientation, int) else None
+    return im.transpose(method) if method is not None else im
 
 
 def to_rgb(im: Image.Image) -> Image.Image:
-    if im.mode in ("I;16", "I;16B", "I;16L", "I"):
-        arr = np.asarray(im, dtype=np.float64)
-        top = 65535.0 if arr.max() > 255 else 255.0
-        im = Image.fromarray(np.clip(arr / top * 255.0 + 0.5, 0, 255).astype(np.uint8), "L")
-    if im.mode == "F":
-        arr = np.nan_to_num(np.asarray(im, dtype=np.float64))
-        im = Image.fromarray(np.clip(arr * (255.0 if arr.max() <= 1.0 else 1.0), 0, 255).astype(np.uint8), "L")
-    if im.mode == "P":
-        im = im.convert("RGBA")
-    if im.mode in ("LA", "PA", "RGBa", "La"):
+    """Any mode -> 8-bit RGB, alpha composited over white."""
+    im = _flatten(im)
+    return im if im.mode == "RGB" else im.convert("RGB")
+
+
+def _flatten(im: Image.Image) -> Image.Image:
+    """Any mode -> "L" or "RGB" (8 bits), alpha composited over white.
+
+    16-bit grey (I;16*) is scaled by 255/65535. 32-bit integer (I) is taken as 16-bit when any
+    value exceeds 255, else as 8-bit; float (F) as [0, 1] when its maximum is <= 1, else as
+    [0, 255]; both clipped, NaN as 0.
+    """
+    mode = im.mode
+    if mode.startswith("I;16"):
+        return _to_l(im, lambda a: np.asarray(a, dtype=np.float64) / 65535.0 * 255.0 + 0.5)
+    if mode == "I":
+        top = 65535.0 if _blockwise_max(im, lambda a: a) > 255 else 255.0
+        return _to_l(im, lambda a: np.asarray(a, dtype=np.float64) / top * 255.0 + 0.5)
+    if mode == "F":
+        scale = 255.0 if _blockwise_max(im, lambda a: np.nan_to_num(a.astype(np.float64))) <= 1.0 else 1.0
+        return _to_l(im, lambda a: np.nan_to_num(a.astype(np.float64)) * scale)
+    if mode == "1":
+        return im.convert("L")
+    if mode in ("L", "RGB"):
+        return im
+    if mode == "P":
+        transparent = "transparency" in im.info or (im.palette is not None and im.palette.mode == "RGBA")
+        im = im.convert("RGBA" if transparent else "RGB")
+        if im.mode == "RGB":
+            return im
+    if mode in ("LA", "PA", "RGBa", "La"):
         im = im.convert("RGBA")
     if im.mode == "RGBA":
         white = Image.new("RGBA", im.size, (255, 255, 255, 255))
         return Image.alpha_composite(white, im).convert("RGB")
-    return im.convert("RGB")
+    try:
+        return im.convert("RGB")  # CMYK, YCbCr, LAB, HSV, RGBX, ...
+    except ValueError as exc:
+        raise ImageError(f"unsupported pixel mode {mode}: {_one_line(exc)}") from None
+
+
+def _row_blocks(im: Image.Image):
+    w, h = im.size
+    rows = max(1, _BLOCK_PIXELS // max(1, w))
+    for top in range(0, h, rows):
+        yield top, np.asarray(im.crop((0, top, w, min(h, top + rows))))
+
+
+def _blockwise_max(im: Image.Image, fn) -> float:
+    return max(float(np.max(fn(block))) for _, block in _row_blocks(im))
+
+
+def _to_l(im: Image.Image, fn) -> Image.Image:
+    """A one-band 16/32-bit or float image -> "L" through ``fn`` (then clipped to [0, 255] and
+    truncated), a block of rows at a time so no full-size float64 copy is made."""
+    w, h = im.size
+    out = np.empty((h, w), dtype=np.uint8)
+    for top, block in _row_blocks(im):
+        out[top : top + block.shape[0]] = np.clip(fn(block), 0, 255).astype(np.uint8)
+    return Image.fromarray(out, "L")
 
 
 def as_target(image, size: int | None = None) -> np.ndarray:

@@ -24,7 +24,7 @@ struct Frame {
     cull_k: f32,           // a triangle farther than cull_k * sigma_px from a tile is skipped
     recompute_below: f32,  // backward: un-composite by division only while 1 - alpha >= this
     ring_len: u32,         // entries per image in the loss ring (1 outside the fitter)
-    _pad1: u32,
+    with_loss: u32,        // forward also evaluates the loss (dL/dC and per-tile partials)
 }
 
 // A triangle in pixel units, ready to shade.

@@ -2,12 +2,20 @@
 // front to back (top triangle first), accumulating colour under the running transmittance, and
 // the whole tile stops early once every pixel's transmittance is below frame.stop_t.
 // Triangle records are staged in workgroup memory 256 at a time.
+// With frame.with_loss set, the same kernel also evaluates the loss against the target: it writes
+// dL/dC per pixel (the backward's seed) and one partial loss sum per tile (fixed-order tree, so
+// reproducible) -- one pass over the pixels instead of two.
 // Dispatch: (tiles_x, tiles_y, batch).
 
 @group(0) @binding(0) var<uniform> frame: Frame;
 @group(0) @binding(2) var<storage, read> tile_count: array<u32>;
 @group(0) @binding(3) var<storage, read> tile_list: array<u32>;
 @group(0) @binding(4) var<storage, read_write> image: array<f32>;
+@group(0) @binding(5) var<storage, read> target_img: array<f32>;
+@group(0) @binding(6) var<storage, read_write> dldc: array<f32>;
+@group(0) @binding(7) var<storage, read_write> loss_partial: array<f32>;
+
+var<workgroup> loss_red: array<f32, 256>;
 
 var<workgroup> staged: array<TriPx, 256>;
 var<workgroup> n_done: atomic<u32>;
@@ -61,11 +69,35 @@ fn main(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_index) li: 
         if (workgroupUniformLoad(&all_done) == 1u) { break; }
         end = start;
     }
+    var contrib = 0.0;
     if (in_frame) {
         let c = acc + trans * background(b, frame);
         let o = ((b * frame.height + pix.y) * frame.width + pix.x) * 3u;
         image[o] = c.r;
         image[o + 1u] = c.g;
         image[o + 2u] = c.b;
+        if (frame.with_loss != 0u) {
+            let diff = c - vec3f(target_img[o], target_img[o + 1u], target_img[o + 2u]);
+            var g: vec3f;
+            if (frame.loss_kind == 0u) {
+                contrib = dot(diff, diff);
+                g = 2.0 * diff * frame.inv_values;
+            } else {
+                contrib = abs(diff.r) + abs(diff.g) + abs(diff.b);
+                g = sign(diff) * frame.inv_values;
+            }
+            dldc[o] = g.r;
+            dldc[o + 1u] = g.g;
+            dldc[o + 2u] = g.b;
+        }
+    }
+    if (frame.with_loss != 0u) {  // uniform
+        loss_red[li] = contrib;
+        workgroupBarrier();
+        for (var off = WG / 2u; off > 0u; off = off / 2u) {
+            if (li < off) { loss_red[li] += loss_red[li + off]; }
+            workgroupBarrier();
+        }
+        if (li == 0u) { loss_partial[slot] = loss_red[0]; }
     }
 }

@@ -86,7 +86,7 @@ class GpuBackend:
         with self.host.phase("pack"):
             packed = pack_scenes(tris, bg, sigma)
         with self.host.phase("upload"):
-            self.counters.upload_bytes += ws.set_frame("mse") + ws.write("scene", packed)
+            self.counters.upload_bytes += ws.set_frame(None) + ws.write("scene", packed)
         enc = self.device.create_command_encoder()
         cpass = enc.begin_compute_pass()
         with self.timer.span(cpass, "bin"):
@@ -153,7 +153,7 @@ class GpuBackend:
         B, T = tris.shape[:2]
         H, W = np.asarray(targets).shape[1:3]
         ws = self.workspace(Shape(B, W, H, T))
-        ws.set_frame(loss)
+        ws.set_frame(loss if backward else None)
         ws.write("scene", pack_scenes(tris, bg, sigma))
         ws.write("target", np.ascontiguousarray(targets, dtype=np.float32))
         enc = self.device.create_command_encoder()

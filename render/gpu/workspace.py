@@ -129,7 +129,7 @@ class Workspace:
             self.buffers[name] = pool.acquire(_USAGES.get(name, STORAGE), size, label=name)
         self._staging: dict[tuple[str, int], object] = {}
         self._bind_groups: dict[str, tuple[object, object]] = {}
-        self.loss_kind = None
+        self.loss_kind: object = "unset"  # None is a valid setting (render only)
 
     # ------------------------------------------------------------------ lifetime
     def release(self) -> None:
@@ -140,15 +140,15 @@ class Workspace:
         self._bind_groups.clear()
 
     # ------------------------------------------------------------------ uploads
-    def frame_bytes(self, loss: str = "mse") -> bytes:
+    def frame_bytes(self, loss: str | None = "mse") -> bytes:
         s = self.shape
         return struct.pack(
             "<10I4f2I",
             s.width, s.height, s.n_tris, s.batch,
             s.tiles_x, s.tiles_y, s.n_tiles, s.scene_stride,
-            s.mask_words, LOSS_KINDS[loss],
+            s.mask_words, LOSS_KINDS[loss or "mse"],
             1.0 / (s.width * s.height * 3), STOP_TRANSMITTANCE, CULL_SIGMAS, RECOMPUTE_BELOW,
-            self.ring_len, 0,
+            self.ring_len, 0 if loss is None else 1,
         )
 
     def write(self, name: str, data, offset: int = 0) -> int:
@@ -156,7 +156,8 @@ class Workspace:
         self.device.queue.write_buffer(self.buffers[name], offset, raw)
         return len(raw)
 
-    def set_frame(self, loss: str = "mse") -> int:
+    def set_frame(self, loss: str | None = "mse") -> int:
+        """Upload the frame uniform; ``loss=None`` renders only (no target needed)."""
         if self.loss_kind == loss:
             return 0
         self.loss_kind = loss
@@ -195,12 +196,11 @@ class Workspace:
                        self.tile_groups)
 
     def encode_forward(self, cpass) -> None:
-        self._dispatch(cpass, "forward.wgsl", ["frame", "scene", "tile_count", "tile_list", "image"],
-                       self.tile_groups)
+        self._dispatch(cpass, "forward.wgsl", ["frame", "scene", "tile_count", "tile_list", "image",
+                                               "target", "dldc", "loss_partial"], self.tile_groups)
 
     def encode_loss(self, cpass) -> None:
-        self._dispatch(cpass, "loss.wgsl", ["frame", "image", "target", "dldc", "loss_partial"],
-                       self.tile_groups)
+        """The per-pixel loss is fused into the forward (frame.with_loss); this sums its tiles."""
         self._dispatch(cpass, "loss_reduce.wgsl", ["frame", "loss_partial", "state", "ring", "scene"],
                        (self.shape.batch, 1, 1))
 
