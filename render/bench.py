@@ -143,6 +143,12 @@ def run_bench(args) -> int:
                    "winner": "gpu" if g["median_ms"] < c["median_ms"] else "reference"}
             results["crossover"].append(row)
             print(f"  {side}^2 x {tris}: gpu {g['median_ms']:.3f}  reference {c['median_ms']:.3f}  -> {row['winner']}")
+    if engine.backend == "gpu" and not args.quick:
+        results["memory"] = memory_cell(engine)
+        m = results["memory"]
+        print(f"\nmemory: batch {m['batch']}, {m['size']}^2, {m['triangles']} tris, forward+backward: "
+              f"peak pool bytes in use {m['peak_in_use_bytes'] / 2**20:.0f} MiB (target <= 1024 MiB)"
+              if "error" not in m else f"\nmemory cell refused: {m['error']}")
     results["pool"] = engine.pool_stats()
     if args.json:
         from pathlib import Path
@@ -151,3 +157,24 @@ def run_bench(args) -> int:
 
         atomic_write_bytes(Path(args.json), json.dumps(results, indent=1).encode())
     return 0
+
+
+def memory_cell(engine: Engine, batch: int = 32, side: int = 256, tris: int = 512) -> dict:
+    """Peak device bytes the pool holds for one batched forward+backward (issue #4's memory cell),
+    measured with a fresh GPU backend so earlier cells do not count."""
+    from .errors import AdapterError
+    from .gpu.backend import GpuBackend
+
+    be = GpuBackend(engine.impl.ctx)
+    scenes, targets = _inputs(batch, side, tris)
+    out = {"batch": batch, "size": side, "triangles": tris}
+    try:
+        be.loss_and_grad_batch(np.stack([s.triangles for s in scenes]), np.stack([s.background for s in scenes]),
+                               np.array([s.sigma for s in scenes]), targets)
+    except AdapterError as exc:
+        out["error"] = str(exc)
+        return out
+    st = be.pool.stats()
+    out.update({"peak_in_use_bytes": st["peak_in_use_bytes"], "pool_bytes": st["bytes"]})
+    be.pool.clear()
+    return out

@@ -24,6 +24,22 @@ log = logging.getLogger("trifit")
 
 BACKENDS = ("auto", "gpu", "reference")
 
+#: What ``backend="auto"`` picks per adapter type, and the measured crossover behind it
+#: (forward+backward ms per call, GPU backend vs float64 reference; docs/PERFORMANCE.md).
+#: On every adapter type measured the GPU backend won every cell, lavapipe on 2 CPU cores
+#: included, so auto takes the GPU adapter whenever one exists; tests/test_auto.py pins this.
+AUTO_POLICY = {
+    "DiscreteGPU": "gpu",    # H200: 32^2x16 0.100 vs 6.88 ms; 64^2x32 0.152 vs 54.0; 96^2x64 0.184 vs 276
+    "IntegratedGPU": "gpu",  # not measured here; integrated GPUs beat a 2-core CPU for this kernel shape
+    "CPU": "gpu",            # lavapipe, 2 cores: 32^2x16 2.65 vs 6.93 ms; 64^2x32 9.23 vs 48.4
+    "VirtualGPU": "gpu",
+    "Unknown": "gpu",
+}
+MEASURED_CROSSOVER = {
+    "DiscreteGPU": [(32, 16, 0.100, 6.876), (64, 32, 0.152, 54.017), (96, 64, 0.184, 276.163)],
+    "CPU": [(32, 16, 2.646, 6.934), (64, 32, 9.232, 48.402)],
+}
+
 
 @dataclass
 class Gradient:
@@ -92,10 +108,15 @@ def _make_backend(backend: str, subgroups: bool | None):
     if backend == "gpu":
         return GpuBackend(subgroups=subgroups)
     try:
-        return GpuBackend(subgroups=subgroups)
+        gpu = GpuBackend(subgroups=subgroups)
     except AdapterError as exc:
         log.warning("no GPU adapter (%s); using the reference backend", exc)
         return ReferenceBackend()
+    kind = gpu.adapter.get("type", "Unknown")
+    if AUTO_POLICY.get(kind, "gpu") == "reference":
+        log.info("adapter type %s: the reference backend is faster here (AUTO_POLICY)", kind)
+        return ReferenceBackend()
+    return gpu
 
 
 class Engine:
