@@ -28,6 +28,8 @@ VERSION = 1
 MAX_TRIANGLES = 65536
 #: Largest frame side a scene file may declare (renders may still be asked for at other sizes).
 MAX_FRAME_SIDE = 16384
+#: Largest scene file :meth:`Scene.load` reads (a full 65536-triangle scene is about 16 MB).
+MAX_FILE_BYTES = 512 * 1024 * 1024
 REQUIRED_KEYS = ("format", "version", "width", "height", "sigma", "background", "triangles")
 
 
@@ -133,12 +135,12 @@ class Scene:
         if missing:
             raise SceneError(f"missing required key(s): {', '.join(missing)}")
         if data["format"] != FORMAT:
-            raise SceneError(f"'format' must be \"{FORMAT}\", got {data['format']!r:.60}")
+            raise SceneError(f"'format' must be \"{FORMAT}\", got {_show(data['format'])}")
         version = data["version"]
         if not _is_int(version):
-            raise SceneError(f"'version' must be an integer, got {version!r:.60}")
+            raise SceneError(f"'version' must be an integer, got {_show(version)}")
         if version != VERSION:
-            raise SceneError(f"unsupported 'version' {version} (this software reads version {VERSION})")
+            raise SceneError(f"unsupported 'version' {_show(version)} (this software reads version {VERSION})")
         width = _positive_int(data["width"], "width")
         height = _positive_int(data["height"], "height")
         sigma = _finite_number(data["sigma"], "sigma")
@@ -164,6 +166,7 @@ class Scene:
                     )
             tris[i] = values
         extra = {k: v for k, v in data.items() if k not in REQUIRED_KEYS}
+        _check_finite_everywhere(extra)  # "every number finite" holds for meta too (or save fails)
         return cls(width, height, sigma, np.array(background), tris, extra)
 
     @classmethod
@@ -182,13 +185,18 @@ class Scene:
         p = Path(path)
         try:
             size = p.stat().st_size
-            if size > 512 * 1024 * 1024:
+            if size > MAX_FILE_BYTES:
                 raise SceneError(f"{p}: file is {size} bytes, larger than a scene file can be")
-            raw = p.read_bytes()
+            with open(p, "rb") as f:  # bounded: a device such as /dev/zero reports size 0
+                raw = f.read(MAX_FILE_BYTES + 1)
+            if len(raw) > MAX_FILE_BYTES:
+                raise SceneError(f"{p}: more than {MAX_FILE_BYTES} bytes, larger than a scene file can be")
         except SceneError:
             raise
-        except OSError as exc:
-            raise SceneError(f"{p}: cannot read: {exc.strerror or exc}") from None
+        except (OSError, ValueError) as exc:  # ValueError: a NUL byte in the path
+            raise SceneError(f"{p}: cannot read: {getattr(exc, 'strerror', None) or exc}") from None
+        if not raw.strip():
+            raise SceneError(f"{p}: empty file, not a scene")
         try:
             return cls.from_json(raw)
         except SceneError as exc:
@@ -211,7 +219,10 @@ def _is_number(v: Any) -> bool:
 def _finite_number(v: Any, name: str) -> float:
     if not _is_number(v):
         raise SceneError(f"'{name}' must be a number, got {type(v).__name__}")
-    f = float(v)
+    try:
+        f = float(v)
+    except OverflowError:  # an integer literal beyond the float range, e.g. 1 followed by 400 zeros
+        raise SceneError(f"'{name}' must be finite, got {_show(v)} (beyond the float range)") from None
     if not math.isfinite(f):
         raise SceneError(f"'{name}' must be finite, got {v!r}")
     return f
@@ -219,11 +230,11 @@ def _finite_number(v: Any, name: str) -> float:
 
 def _positive_int(v: Any, name: str) -> int:
     if not _is_int(v):
-        raise SceneError(f"'{name}' must be a positive integer, got {v!r:.60}")
+        raise SceneError(f"'{name}' must be a positive integer, got {_show(v)}")
     if v <= 0:
-        raise SceneError(f"'{name}' must be a positive integer, got {v}")
+        raise SceneError(f"'{name}' must be a positive integer, got {_show(v)}")
     if v > MAX_FRAME_SIDE:
-        raise SceneError(f"'{name}' is {v}, above the cap of {MAX_FRAME_SIDE}")
+        raise SceneError(f"'{name}' is {_show(v)}, above the cap of {MAX_FRAME_SIDE}")
     return int(v)
 
 
@@ -232,6 +243,36 @@ def _number_list(v: Any, name: str, length: int) -> list[float]:
         got = f"a list of {len(v)}" if isinstance(v, list) else type(v).__name__
         raise SceneError(f"'{name}' must be a list of {length} numbers, got {got}")
     return [_finite_number(x, f"{name}[{k}]") for k, x in enumerate(v)]
+
+
+def _show(v: Any) -> str:
+    """A short, safe rendering of a value from a file for a one-line message."""
+    if isinstance(v, (list, dict)):
+        return f"{'a list' if isinstance(v, list) else 'an object'} of {len(v)}"
+    if isinstance(v, str):
+        return repr(v[:40]) + ("..." if len(v) > 40 else "")
+    if isinstance(v, int) and v.bit_length() > 128:  # repr() of a huge int is slow or refused
+        return f"an integer of {v.bit_length()} bits"
+    return f"{v!r:.60}"
+
+
+def _check_finite_everywhere(extra: dict[str, Any]) -> None:
+    """Refuse NaN / inf anywhere in the unknown keys (JSON "1e999" decodes to inf, and the file
+    could not be saved again). Iterative, so a deeply nested document costs no recursion."""
+    stack: list[tuple[Any, Any]] = [((None, k), v) for k, v in extra.items()]
+    while stack:
+        where, v = stack.pop()  # where: (parent, key) links, spelled out only for the message
+        if isinstance(v, float) and not math.isfinite(v):
+            keys = []
+            while where is not None:
+                where, key = where
+                keys.append(key)
+            path = keys.pop() + "".join(f"[{k!r}]" for k in reversed(keys))
+            raise SceneError(f"every number must be finite, found {v!r} in '{path:.80}'")
+        if isinstance(v, dict):
+            stack.extend(((where, k), x) for k, x in v.items())
+        elif isinstance(v, list):
+            stack.extend(((where, i), x) for i, x in enumerate(v))
 
 
 def _check_frame(width: int, height: int) -> None:

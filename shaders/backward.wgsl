@@ -6,8 +6,12 @@
 // division to be accurate. Per-triangle gradients are summed over the tile in a fixed order
 // (stash10/gather, KB triangles per barrier pair) and written to the tile's own slot: no float
 // atomics, so results are reproducible.
-// Dispatch: (tiles_x, tiles_y, batch). Partial layout: [(b * n_tiles + tile), slot, 10], where
-// slot n_tris holds the background gradient.
+// Segments: a tile's list is cut into segments of seg_len entries counted from the top, and each
+// segment is its own workgroup (more parallelism for small frames). A segment starts from the
+// transmittance T and accumulated colour A the forward recorded at its top boundary:
+// the canvas beneath is C = (C_T - A) / T there. The bottom segment writes the background's slot.
+// Dispatch: (tiles_x, tiles_y, batch * n_seg). Partial layout: [(b * n_tiles + tile), slot, 10],
+// where slot n_tris holds the background gradient.
 
 @group(0) @binding(0) var<uniform> frame: Frame;
 @group(0) @binding(2) var<storage, read> tile_count: array<u32>;
@@ -15,6 +19,7 @@
 @group(0) @binding(4) var<storage, read> image: array<f32>;
 @group(0) @binding(5) var<storage, read> dldc: array<f32>;
 @group(0) @binding(6) var<storage, read_write> partial: array<f32>;
+@group(0) @binding(7) var<storage, read> ckpt: array<vec4f>;
 
 // The backward walks on far below the forward's stop: gradients of deeply hidden triangles and of
 // the background stay exact, and the division cannot overflow before this.
@@ -40,34 +45,46 @@ fn composite_below(b: u32, list_base: u32, m: u32, p: vec2f, sig: f32) -> vec3f 
 
 @compute @workgroup_size(256)
 fn main(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_index) li: u32, sg: SgIn) {
-    let b = wid.z;
+    let b = wid.z / frame.n_seg;
+    let seg = wid.z % frame.n_seg;
     let slot = b * frame.n_tiles + wid.y * frame.tiles_x + wid.x;
+    let count = tile_count[slot];
+    // this workgroup's entries: list positions [seg_lo, seg_hi), the top segment first
+    let bottom_seg = max((count + frame.seg_len - 1u) / frame.seg_len, 1u) - 1u;
+    let seg_len = select(count, frame.seg_len, frame.n_seg > 1u);
+    if (seg > bottom_seg && frame.n_seg > 1u) { return; }  // uniform: the tile's list is shorter
+    let seg_hi = count - min(count, seg * seg_len);
+    let seg_lo = seg_hi - min(seg_hi, seg_len);
     let pix = tile_pixel(wid.xy, li);
     let in_frame = pix.x < frame.width && pix.y < frame.height;
     let p = vec2f(pix) + vec2f(0.5);
     let sbase = b * frame.scene_stride;
     let sig = sigma_px(b, frame);
     let reach = -frame.cull_k * sig;  // as the forward: negligible coverage is skipped
-    let count = tile_count[slot];
     let list_base = slot * frame.n_tris;
     let part_base = slot * (frame.n_tris + 1u) * 10u;
     let wh = vec2f(f32(frame.width), f32(frame.height));
 
     var cur = vec3f(0.0);
     var G = vec3f(0.0);
+    var trans = 1.0;
     if (in_frame) {
         let o = ((b * frame.height + pix.y) * frame.width + pix.x) * 3u;
         cur = vec3f(image[o], image[o + 1u], image[o + 2u]);
         G = vec3f(dldc[o], dldc[o + 1u], dldc[o + 2u]);
+        if (seg > 0u) {
+            let c = ckpt[((slot * frame.n_seg) + seg) * WG + li];
+            trans = c.x;
+            cur = (cur - c.yzw) / max(trans, 1e-37);
+        }
     }
     if (li == 0u) { atomicStore(&n_done, 0u); all_done = 0u; }
-    var trans = 1.0;
-    var live = in_frame;
+    var live = in_frame && trans >= BACKWARD_STOP;
     if (!live) { atomicAdd(&n_done, 1u); }
-    var end = count;
+    var end = seg_hi;
     loop {
-        if (end == 0u) { break; }
-        let start = select(0u, end - STAGE, end > STAGE);
+        if (end <= seg_lo) { break; }
+        let start = select(seg_lo, end - STAGE, end - seg_lo > STAGE);
         let n = end - start;
         workgroupBarrier();
         if (li < n) {
@@ -125,11 +142,12 @@ fn main(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_index) li: 
     }
     // Entries below an early stop are hidden: their gradients are zero (the reduce reads every
     // listed entry, so write them).
-    for (var q = li; q < end; q += WG) {
+    for (var q = seg_lo + li; q < end; q += WG) {
         let id = tile_list[list_base + q];
         for (var c = 0u; c < 10u; c++) { partial[part_base + id * 10u + c] = 0.0; }
     }
-    // Background: dL/dbg = T_0 G, with T_0 the transmittance of the whole list.
+    // Background: dL/dbg = T_0 G, with T_0 the transmittance of the whole list (bottom segment).
+    if (seg != bottom_seg) { return; }
     var gb: array<f32, 10>;
     let v = trans * G;
     gb[0] = v.r;

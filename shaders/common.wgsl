@@ -25,6 +25,10 @@ struct Frame {
     recompute_below: f32,  // backward: un-composite by division only while 1 - alpha >= this
     ring_len: u32,         // entries per image in the loss ring (1 outside the fitter)
     with_loss: u32,        // forward also evaluates the loss (dL/dC and per-tile partials)
+    n_seg: u32,            // backward: a tile's list is split into up to n_seg segments of seg_len
+    seg_len: u32,          // entries, counted from the top, each its own workgroup
+    _pad2: u32,
+    _pad3: u32,
 }
 
 // A triangle in pixel units, ready to shade.

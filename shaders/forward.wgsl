@@ -5,6 +5,9 @@
 // With frame.with_loss set, the same kernel also evaluates the loss against the target: it writes
 // dL/dC per pixel (the backward's seed) and one partial loss sum per tile (fixed-order tree, so
 // reproducible) -- one pass over the pixels instead of two.
+// With the loss, it also records per pixel the transmittance and accumulated colour where each
+// backward segment begins (every seg_len list entries from the top), so the segments' backward
+// workgroups can start there in parallel.
 // Dispatch: (tiles_x, tiles_y, batch).
 
 @group(0) @binding(0) var<uniform> frame: Frame;
@@ -14,6 +17,7 @@
 @group(0) @binding(5) var<storage, read> target_img: array<f32>;
 @group(0) @binding(6) var<storage, read_write> dldc: array<f32>;
 @group(0) @binding(7) var<storage, read_write> loss_partial: array<f32>;
+@group(0) @binding(8) var<storage, read_write> ckpt: array<vec4f>;  // [slot, segment, pixel]: (T, acc)
 
 var<workgroup> loss_red: array<f32, 256>;
 
@@ -38,6 +42,9 @@ fn main(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_index) li: 
     var acc = vec3f(0.0);
     var trans = 1.0;
     var done = !in_frame;
+    let record = frame.with_loss != 0u && frame.n_seg > 1u;
+    let ckpt_base = (slot * frame.n_seg) * WG + li;
+    var next_seg = 1u;  // the next segment boundary to record
     if (done) { atomicAdd(&n_done, 1u); }
     var end = count;  // walk batches from the top of the list down
     loop {
@@ -51,6 +58,14 @@ fn main(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_index) li: 
         workgroupBarrier();
         if (!done) {
             for (var k = n; k > 0u; k--) {
+                if (record) {
+                    // entering segment next_seg: list position start + k - 1 == count - next_seg * seg_len - 1
+                    let pos = start + k - 1u;
+                    if (next_seg < frame.n_seg && count - 1u - pos == next_seg * frame.seg_len) {
+                        ckpt[ckpt_base + next_seg * WG] = vec4f(trans, acc);
+                        next_seg += 1u;
+                    }
+                }
                 let t = staged[k - 1u];
                 let d = signed_distance(p, t);
                 if (d < reach) { continue; }
@@ -68,6 +83,9 @@ fn main(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_index) li: 
         if (li == 0u) { all_done = select(0u, 1u, atomicLoad(&n_done) == WG); }
         if (workgroupUniformLoad(&all_done) == 1u) { break; }
         end = start;
+    }
+    if (record) {  // segments below an early stop start fully hidden (or never exist)
+        for (var q = next_seg; q < frame.n_seg; q++) { ckpt[ckpt_base + q * WG] = vec4f(trans, acc); }
     }
     var contrib = 0.0;
     if (in_frame) {

@@ -40,12 +40,20 @@ def _rel(a, b):
     return float(np.linalg.norm(a - b) / max(np.linalg.norm(b), 1e-30))
 
 
-@pytest.mark.parametrize("subgroups", [True, False], ids=["subgroups", "workgroup-tree"])
+VARIANTS = {  # kernel variants: (subgroup reduction, segmented backward)
+    "subgroups": (True, False),
+    "workgroup-tree": (False, False),
+    "segmented": (True, True),
+}
+
+
+@pytest.mark.parametrize("variant", list(VARIANTS))
 @pytest.mark.parametrize("n, W, H, sp", SCENES)
-def test_matches_reference(gpu_ctx, n, W, H, sp, subgroups):
+def test_matches_reference(gpu_ctx, n, W, H, sp, variant):
+    subgroups, segmented = VARIANTS[variant]
     if subgroups and not gpu_ctx.has_subgroups:
-        pytest.skip("adapter has no subgroup feature; the workgroup-tree variant covers it")
-    eng = Engine("gpu", subgroups=subgroups)
+        subgroups = False  # the adapter lacks the feature: the portable variant stands in
+    eng = Engine("gpu", subgroups=subgroups, segmented=segmented)
     scene = _scene(n, W, H, seed=n + W, sigma_px=sp)
     img = eng.render(scene)
     ref = R.render(scene)
@@ -61,7 +69,9 @@ def test_matches_reference(gpu_ctx, n, W, H, sp, subgroups):
             assert _rel(ours[name], want) <= GRAD_TOL, (name, loss)
 
 
-def test_opaque_stacks_use_the_recompositing_path(gpu_engine):
+@pytest.mark.parametrize("segmented", [False, True])
+def test_opaque_stacks_use_the_recompositing_path(gpu_ctx, segmented):
+    gpu_engine = Engine("gpu", segmented=segmented)
     # opacity 1 makes 1 - alpha ~ 0 inside: division is unusable, the backward must re-composite
     scene = Scene.random(60, 32, 32, seed=4, sigma_px=0.7, opacity=(0.97, 1.0))
     target = np.random.default_rng(1).uniform(0, 1, (32, 32, 3))

@@ -35,13 +35,16 @@ def pack_scenes(tris: np.ndarray, bg: np.ndarray, sigma: np.ndarray) -> np.ndarr
 class GpuBackend:
     name = "gpu"
 
-    def __init__(self, ctx: GpuContext | None = None, subgroups: bool | None = None):
+    def __init__(self, ctx: GpuContext | None = None, subgroups: bool | None = None,
+                 segmented: bool | None = None):
         self.ctx = ctx or get_context()
         self.device = self.ctx.device
         cap = min(self.ctx.limits.get("max-storage-buffer-binding-size", 1 << 27),
                   self.ctx.limits.get("max-buffer-size", 1 << 28))
         self.pool = BufferPool(self.device, max_buffer_bytes=cap)
         self.subgroups = subgroups
+        # CPU adapters (lavapipe) have parallelism to spare: segmenting the backward only adds work there
+        self.segmented = self.ctx.info.get("type") != "CPU" if segmented is None else segmented
         self.counters = Counters()
         self.host = HostPhases()
         self.timer = GpuTimer(self.ctx, self.pool)
@@ -57,7 +60,7 @@ class GpuBackend:
 
     # ------------------------------------------------------------------ workspaces
     def workspace(self, shape: Shape) -> Workspace:
-        key = (shape, self.subgroups)
+        key = (shape, self.subgroups)  # shape includes segmentation
         ws = self._workspaces.get(key)
         if ws is not None:
             self._workspaces.move_to_end(key)
@@ -82,7 +85,7 @@ class GpuBackend:
         tris, bg, sigma = _check_batch(tris, bg, sigma)
         B, T = tris.shape[:2]
         with self.host.phase("alloc"):
-            ws = self.workspace(Shape(B, width, height, T))
+            ws = self.workspace(Shape(B, width, height, T, self.segmented))
         with self.host.phase("pack"):
             packed = pack_scenes(tris, bg, sigma)
         with self.host.phase("upload"):
@@ -109,7 +112,7 @@ class GpuBackend:
             raise BatchError(f"targets must be (B={B}, H, W, 3), got {targets.shape}")
         H, W = targets.shape[1:3]
         with self.host.phase("alloc"):
-            ws = self.workspace(Shape(B, W, H, T))
+            ws = self.workspace(Shape(B, W, H, T, self.segmented))
         with self.host.phase("pack"):
             packed = pack_scenes(tris, bg, sigma)
             tgt = np.ascontiguousarray(targets)
@@ -152,7 +155,7 @@ class GpuBackend:
         tris, bg, sigma = _check_batch(tris, bg, sigma)
         B, T = tris.shape[:2]
         H, W = np.asarray(targets).shape[1:3]
-        ws = self.workspace(Shape(B, W, H, T))
+        ws = self.workspace(Shape(B, W, H, T, self.segmented))
         ws.set_frame(loss if backward else None)
         ws.write("scene", pack_scenes(tris, bg, sigma))
         ws.write("target", np.ascontiguousarray(targets, dtype=np.float32))

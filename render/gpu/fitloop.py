@@ -30,7 +30,7 @@ class GpuFitLoop:
         self.n_tris = n_tris
         H, W = target.shape[:2]
         self.target_shape = target.shape
-        self.shape = Shape(1, W, H, n_tris)
+        self.shape = Shape(1, W, H, n_tris, backend.segmented)
         pool = backend.pool
         self.ws = Workspace(backend.ctx, pool, self.shape, ring_len=RING, subgroups=backend.subgroups)
         n_params = n_tris * 10 + 3

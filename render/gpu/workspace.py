@@ -32,6 +32,12 @@ STOP_TRANSMITTANCE = 1e-6
 CULL_SIGMAS = 21.0
 #: the backward un-composites by division while 1 - alpha >= this, else re-composites
 RECOMPUTE_BELOW = 1.0 / 16.0
+#: with a loss, the forward walks on to this transmittance (the backward's stop), so the
+#: segment checkpoints and the gradients of hidden triangles and the background stay exact
+STOP_TRANSMITTANCE_WITH_LOSS = 1e-30
+#: backward segments: list entries per segment, and the checkpoint memory they may use
+SEGMENT_LEN = 32
+SEGMENT_BUDGET_BYTES = 64 * 2**20
 
 LOSS_KINDS = {"mse": 0, "l1": 1}
 #: parameters per workgroup of the fixed-order reductions (shaders/reduce.wgsl)
@@ -44,6 +50,20 @@ class Shape:
     width: int
     height: int
     n_tris: int
+    segmented: bool = True  # split tile lists into backward segments (off on CPU adapters)
+
+    @property
+    def n_seg(self) -> int:
+        """Backward segments per tile: enough for parallelism, within SEGMENT_BUDGET_BYTES."""
+        if not self.segmented or self.n_tris <= SEGMENT_LEN:
+            return 1
+        per_seg = self.batch * self.n_tiles * 256 * 16
+        return max(1, min((self.n_tris + SEGMENT_LEN - 1) // SEGMENT_LEN, SEGMENT_BUDGET_BYTES // per_seg,
+                          65535 // self.batch))
+
+    @property
+    def seg_len(self) -> int:
+        return SEGMENT_LEN if self.n_seg > 1 else max(self.n_tris, 1)
 
     @property
     def tiles_x(self) -> int:
@@ -69,7 +89,8 @@ class Shape:
         B, T, nt = self.batch, self.n_tris, self.n_tiles
         pixels = B * self.width * self.height * 3 * 4
         return {
-            "frame": 64,
+            "frame": 80,
+            "ckpt": B * nt * self.n_seg * 256 * 16 if self.n_seg > 1 else 16,
             "state": 16,
             "scene": B * self.scene_stride * 4,
             "tile_count": B * nt * 4,
@@ -108,7 +129,7 @@ def check_limits(ctx: GpuContext, shape: Shape, ring_len: int = 1) -> None:
                 f"{size / 2**20:.0f} MiB '{name}' buffer; this adapter allows {cap / 2**20:.0f} MiB per buffer"
             )
     max_groups = ctx.limits.get("max-compute-workgroups-per-dimension", 65535)
-    if max(shape.tiles_x, shape.tiles_y, shape.batch) > max_groups:
+    if max(shape.tiles_x, shape.tiles_y, shape.batch * shape.n_seg) > max_groups:
         raise AdapterError(f"frame or batch too large for one dispatch ({max_groups} workgroups per dimension)")
 
 
@@ -143,12 +164,14 @@ class Workspace:
     def frame_bytes(self, loss: str | None = "mse") -> bytes:
         s = self.shape
         return struct.pack(
-            "<10I4f2I",
+            "<10I4f6I",
             s.width, s.height, s.n_tris, s.batch,
             s.tiles_x, s.tiles_y, s.n_tiles, s.scene_stride,
             s.mask_words, LOSS_KINDS[loss or "mse"],
-            1.0 / (s.width * s.height * 3), STOP_TRANSMITTANCE, CULL_SIGMAS, RECOMPUTE_BELOW,
-            self.ring_len, 0 if loss is None else 1,
+            1.0 / (s.width * s.height * 3),
+            STOP_TRANSMITTANCE if loss is None else STOP_TRANSMITTANCE_WITH_LOSS,
+            CULL_SIGMAS, RECOMPUTE_BELOW,
+            self.ring_len, 0 if loss is None else 1, s.n_seg, s.seg_len, 0, 0,
         )
 
     def write(self, name: str, data, offset: int = 0) -> int:
@@ -197,7 +220,7 @@ class Workspace:
 
     def encode_forward(self, cpass) -> None:
         self._dispatch(cpass, "forward.wgsl", ["frame", "scene", "tile_count", "tile_list", "image",
-                                               "target", "dldc", "loss_partial"], self.tile_groups)
+                                               "target", "dldc", "loss_partial", "ckpt"], self.tile_groups)
 
     def encode_loss(self, cpass) -> None:
         """The per-pixel loss is fused into the forward (frame.with_loss); this sums its tiles."""
@@ -205,9 +228,10 @@ class Workspace:
                        (self.shape.batch, 1, 1))
 
     def encode_backward(self, cpass) -> None:
+        s = self.shape
         self._dispatch(cpass, "backward.wgsl",
-                       ["frame", "scene", "tile_count", "tile_list", "image", "dldc", "partial"],
-                       self.tile_groups)
+                       ["frame", "scene", "tile_count", "tile_list", "image", "dldc", "partial", "ckpt"],
+                       (s.tiles_x, s.tiles_y, s.batch * s.n_seg))
 
     def encode_reduce(self, cpass) -> None:
         n = (self.shape.n_tris + 1) * 10
