@@ -50,7 +50,10 @@ class FitSettings:
     respawn_until: float = 0.8    # ... until this fraction of the plan
     growth_stages: int = 3        # >1: start with 1/stages of the triangles and add as many again,
     growth_until: float = 0.5     # where the error is largest, in equal steps until this fraction of the plan
-    init_alpha: float = 0.6       # opacity of new triangles
+    init_alpha: float = 0.6       # opacity of the first triangles
+    insert_alpha: float = 0.15    # triangles added later (growth, respawn, a larger count) start faint
+    insert_radius: float = 0.6    # ... and small (x the first triangles' size), so adding one never
+                                  # throws away what the fit has (a 60-triangle test: +0.8 dB at 300 it)
     host_snapshot_every: int = 200  # parameters copied to the host this often (GPU): what a lost device resumes from
 
     def as_dict(self) -> dict:

@@ -195,7 +195,7 @@ class Fitter:
         px = np.clip((cx * W).astype(int), 0, W - 1)
         py = np.clip((cy * H).astype(int), 0, H - 1)
         rgb = self.target[py, px].astype(np.float64)
-        alpha = np.full((n, 1), self.settings.init_alpha)
+        alpha = np.full((n, 1), self.settings.init_alpha if image is None else self.settings.insert_alpha)
         tris = np.concatenate([verts, rgb, alpha], axis=1)
         # larger triangles paint first (bottom), finer ones on top
         order = np.argsort(-r, kind="stable")
@@ -331,7 +331,7 @@ class Fitter:
         raw, m, v = self._loop.get_state()
         T = self.n_triangles
         image = self.engine.render(Scene(self.width, self.height, sigma, np.clip(bg, 0, 1), tris), self.width, self.height)
-        new = self._new_triangles(len(dead), image, radius_scale=0.7)
+        new = self._new_triangles(len(dead), image, radius_scale=self.settings.insert_radius)
         new[:, 6:10] = logit(new[:, 6:10])
         keep = np.setdiff1d(np.arange(T), dead)
         order = np.concatenate([keep, dead])  # respawned triangles go on top
@@ -444,7 +444,7 @@ class Fitter:
         tris, bg, sigma = self._loop.current_values()
         image = self.engine.render(Scene(self.width, self.height, sigma, np.clip(bg, 0, 1), tris),
                                    self.width, self.height)
-        new = self._new_triangles(n - self.n_triangles, image, n_after=n)
+        new = self._new_triangles(n - self.n_triangles, image, radius_scale=self.settings.insert_radius, n_after=n)
         new[:, 6:10] = logit(new[:, 6:10])
         parts = [(np.concatenate([tri, new if k == 0 else np.zeros_like(new)]), rest)
                  for k, (tri, rest) in enumerate(parts)]
