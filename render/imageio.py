@@ -17,15 +17,20 @@ Untrusted files (see docs/RELIABILITY.md, "bad input"):
   ImageError; a broken EXIF block is ignored (orientation 1), it does not make the image unusable;
 - Python warnings raised by Pillow while reading (corrupt EXIF, "truncated file read", the
   decompression-bomb warning) are logged at debug level on the ``trifit`` logger instead of
-  being printed, and Pillow's own log records are muted below CRITICAL unless the application
-  has configured the ``PIL`` logger itself, so a command-line error stays one line.
+  being printed, Pillow's own log records are muted below CRITICAL unless the application has
+  configured the ``PIL`` logger itself, and what libtiff prints on file descriptor 2 while a
+  TIFF is decoded is logged the same way, so a command-line error stays one line. (Both
+  diversions are process-wide for the duration of one load: another thread's warnings or
+  stderr output in that window are logged, not shown; two loads should not run concurrently.)
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import stat
+import tempfile
 import warnings
 from pathlib import Path
 
@@ -144,7 +149,8 @@ def _decode(f, p: Path, size: int | None) -> Image.Image:
                              f"{MAX_PIXELS // 1_000_000} MP cap")
         if size is not None and im.format in ("JPEG", "MPO"):
             im.draft("RGB", (size, size))  # libjpeg decodes at 1/2, 1/4 or 1/8 scale
-        im.load()
+        with _c_stderr_to_log(p) if im.format == "TIFF" else contextlib.nullcontext():
+            im.load()
         w, h = im.size
         if w < 1 or h < 1 or w * h > MAX_PIXELS:  # formats whose load() picks another size
             raise ImageError(f"{p}: decoded image has an unusable size {w}x{h}")
@@ -161,6 +167,32 @@ def _decode(f, p: Path, size: int | None) -> Image.Image:
         # is a bug in trifit, all mean "this file is broken".
         im.close()
         raise ImageError(f"{p}: cannot decode image: {_one_line(exc)}") from None
+
+
+@contextlib.contextmanager
+def _c_stderr_to_log(p: Path):
+    """libtiff (used by Pillow for compressed TIFF) prints its errors straight to file
+    descriptor 2 ("ZIPDecode: Decoding error at scanline 0, ..."), before Pillow raises. For the
+    length of one TIFF decode, fd 2 goes to a temporary file whose text is logged at debug level,
+    so a refused file still gives exactly one line on stderr."""
+    try:
+        saved = os.dup(2)
+    except OSError:  # no stderr at all: nothing to protect
+        yield
+        return
+    try:
+        with tempfile.TemporaryFile() as tmp:
+            os.dup2(tmp.fileno(), 2)
+            try:
+                yield
+            finally:
+                os.dup2(saved, 2)
+                tmp.seek(0)
+                text = tmp.read(4096).decode("utf-8", "replace").strip()
+                if text:
+                    log.debug("%s: libtiff said: %s", p, " | ".join(text.splitlines()))
+    finally:
+        os.close(saved)
 
 
 def prepare(im: Image.Image, size: int | None = None) -> np.ndarray:
