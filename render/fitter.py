@@ -376,7 +376,7 @@ class Fitter:
             if stop.time_limit is not None and elapsed >= stop.time_limit:
                 break
             if stop.time_limit is not None and stop.iterations is None:
-                self._replan_for_time(start_iter, elapsed, stop.time_limit)
+                self.replan_for_time(start_iter, elapsed, stop.time_limit)
             if stop.target_psnr is not None and stats.psnr >= stop.target_psnr:
                 break
             if stats.loss < best * (1 - 1e-3):
@@ -385,7 +385,10 @@ class Fitter:
                 break
         return stats if stats is not None else self.step(0)
 
-    def _replan_for_time(self, start_iter: int, elapsed: float, limit: float) -> None:
+    def replan_for_time(self, start_iter: int, elapsed: float, limit: float) -> None:
+        """Re-plan the schedules so they end when ``limit`` seconds of fitting end, from the speed
+        measured since ``start_iter`` (``elapsed`` seconds ago). Fitter.run calls it after every
+        chunk of a time-limited fit; a GUI driving step() itself can call it too."""
         done = self.iteration - start_iter
         if done <= 0 or elapsed <= 0:
             return
@@ -492,13 +495,19 @@ class Fitter:
         return Scene(self.width, self.height, float(sigma), np.clip(bg, 0, 1), tris.copy(), {"meta": meta})
 
     def gpu_image(self):
-        """(wgpu buffer, width, height) of the last forward's image for the GPU backend, else None."""
+        """(wgpu buffer, width, height) of the last forward's image for the GPU backend, else None.
+
+        During the coarse stage the image is the half-size one the fit works on (width and height
+        say so); float32 rgb, interleaved, row-major. The buffer is written by the fitting thread's
+        submissions: draw it from the same device, never map it from another thread."""
         return self._loop.gpu_image()
 
-    def timings(self) -> dict:
-        """Median per-pass GPU ms (sampled iterations), host phases, counters and pool use."""
-        gpu = {k: float(np.median(s)) for k, s in self._loop.gpu_phase_samples().items() if s}
-        host = {k: float(np.median(s)) for k, s in self.engine.impl.host.samples.items() if s}
+    def timings(self, recent: int | None = None) -> dict:
+        """Median per-pass GPU ms (sampled iterations), host phases, counters and pool use;
+        ``recent=N`` takes the medians over the last N samples only (for live plots)."""
+        tail = slice(-recent, None) if recent else slice(None)
+        gpu = {k: float(np.median(s[tail])) for k, s in self._loop.gpu_phase_samples().items() if s}
+        host = {k: float(np.median(s[tail])) for k, s in self.engine.impl.host.samples.items() if s}
         return {"gpu_ms": gpu, "host_ms": host, "counters": self.engine.counters(),
                 "pool": self.engine.pool_stats()}
 

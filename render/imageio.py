@@ -176,23 +176,26 @@ def _c_stderr_to_log(p: Path):
     length of one TIFF decode, fd 2 goes to a temporary file whose text is logged at debug level,
     so a refused file still gives exactly one line on stderr."""
     try:
-        saved = os.dup(2)
-    except OSError:  # no stderr at all: nothing to protect
+        tmp = tempfile.TemporaryFile()
+    except OSError:  # no temporary file: leave stderr alone rather than refuse the image
         yield
         return
-    try:
-        with tempfile.TemporaryFile() as tmp:
-            os.dup2(tmp.fileno(), 2)
-            try:
-                yield
-            finally:
-                os.dup2(saved, 2)
-                tmp.seek(0)
-                text = tmp.read(4096).decode("utf-8", "replace").strip()
-                if text:
-                    log.debug("%s: libtiff said: %s", p, " | ".join(text.splitlines()))
-    finally:
-        os.close(saved)
+    with tmp:
+        try:
+            saved = os.dup(2)
+        except OSError:  # no stderr at all: nothing to protect
+            yield
+            return
+        os.dup2(tmp.fileno(), 2)
+        try:
+            yield
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+            tmp.seek(0)
+            text = tmp.read(4096).decode("utf-8", "replace").strip()
+            if text:
+                log.debug("%s: libtiff said: %s", p, " | ".join(text.splitlines()))
 
 
 def prepare(im: Image.Image, size: int | None = None) -> np.ndarray:

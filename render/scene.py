@@ -28,8 +28,8 @@ VERSION = 1
 MAX_TRIANGLES = 65536
 #: Largest frame side a scene file may declare (renders may still be asked for at other sizes).
 MAX_FRAME_SIDE = 16384
-#: Largest scene file :meth:`Scene.load` reads (a full 65536-triangle scene is about 16 MB).
-MAX_FILE_BYTES = 512 * 1024 * 1024
+#: Largest scene file :meth:`Scene.load` reads (a full 65536-triangle scene is about 15 MB).
+MAX_FILE_BYTES = 64 * 1024 * 1024  # a full 65536-triangle scene is ~15 MB
 REQUIRED_KEYS = ("format", "version", "width", "height", "sigma", "background", "triangles")
 
 

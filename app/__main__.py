@@ -1,0 +1,7 @@
+"""``python -m app [IMAGE] [--start]``: the trifit window."""
+
+import sys
+
+from .main import main
+
+sys.exit(main())

@@ -1,0 +1,521 @@
+"""The preview canvas: the live render beside the target, drawn by wgpu on the fitter's device.
+
+The fitter leaves each forward's image in a device storage buffer (float32 rgb, W*H*3 floats).
+The canvas binds that very buffer in a compute pass (app/unpack.wgsl) that writes an rgba8
+texture, and a fragment pass (app/display.wgsl) samples it beside the target texture, so a
+preview frame costs no readback into Python. Queue submissions are ordered, so a draw sees the
+image of the last completed fit submission. The target is uploaded once per fit.
+
+Only the reference backend (no device image) uploads rendered pixels, via ``set_render_pixels``.
+Where no wgpu device exists at all, :class:`ImageCanvas` (QPainter) takes the canvas's place.
+
+Every method here runs on the GUI thread; the worker reaches the canvas through queued signals.
+"""
+
+from __future__ import annotations
+
+import enum
+import os
+import struct
+import time
+from collections import deque
+from functools import lru_cache
+from importlib.resources import files
+
+import numpy as np
+from PySide6 import QtCore, QtGui, QtWidgets
+
+import wgpu
+from rendercanvas.qt import QRenderWidget
+
+from .gpu_gate import GpuGate
+
+PANE_GAP_PX = 8  # logical pixels between and around panes
+SPLIT_LINE_PX = 2  # logical pixels
+UNIFORM_FORMAT = "<4f4f2fIfIf2f"  # must match struct View in display.wgsl (64 bytes)
+SNAPSHOT_FORMAT = "rgba8unorm"
+RETRY_DRAW_MS = 25  # a draw that found the GPU busy with the fit tries again this much later
+
+
+class ViewMode(enum.IntEnum):
+    SIDE_BY_SIDE = 0
+    OVERLAY = 1
+    ERROR_HEATMAP = 2
+
+    @property
+    def label(self) -> str:
+        return {0: "Side by side", 1: "Overlay (slider)", 2: "Error heatmap"}[int(self)]
+
+
+Rect = tuple[float, float, float, float]  # x0, y0, x1, y1
+
+
+def fit_rect(box: Rect, img_w: int, img_h: int) -> Rect:
+    """The largest rectangle of the image's aspect ratio centred in ``box``."""
+    x0, y0, x1, y1 = box
+    bw, bh = max(x1 - x0, 1.0), max(y1 - y0, 1.0)
+    scale = min(bw / img_w, bh / img_h)
+    w, h = img_w * scale, img_h * scale
+    cx, cy = (x0 + x1) / 2, (y0 + y1) / 2
+    return (round(cx - w / 2), round(cy - h / 2), round(cx + w / 2), round(cy + h / 2))
+
+
+def layout_panes(mode: ViewMode, canvas_w: float, canvas_h: float, img_w: int, img_h: int,
+                 gap: float = PANE_GAP_PX) -> tuple[Rect, Rect]:
+    """Pane rectangles (physical px) for a view mode; aspect kept, panes side by side or stacked,
+    whichever shows the images larger (a tall window stacks them)."""
+    if mode == ViewMode.OVERLAY:
+        one = fit_rect((gap, gap, canvas_w - gap, canvas_h - gap), img_w, img_h)
+        return one, (0, 0, 0, 0)
+    half_w = (canvas_w - 3 * gap) / 2
+    half_h = (canvas_h - 3 * gap) / 2
+    scale_side = min(half_w / img_w, (canvas_h - 2 * gap) / img_h)
+    scale_stack = min((canvas_w - 2 * gap) / img_w, half_h / img_h)
+    if scale_side >= scale_stack:
+        a = fit_rect((gap, gap, gap + half_w, canvas_h - gap), img_w, img_h)
+        b = fit_rect((2 * gap + half_w, gap, canvas_w - gap, canvas_h - gap), img_w, img_h)
+    else:
+        a = fit_rect((gap, gap, canvas_w - gap, gap + half_h), img_w, img_h)
+        b = fit_rect((gap, 2 * gap + half_h, canvas_w - gap, canvas_h - gap), img_w, img_h)
+    return a, b
+
+
+def preferred_present_method() -> str:
+    """'screen' (zero copy) where rendercanvas can hand wgpu a native window; 'bitmap' elsewhere.
+
+    rendercanvas describes every Linux window as X11, so a native Wayland or offscreen Qt platform
+    must present through a bitmap. ``TRIFIT_PRESENT`` overrides (screen|bitmap).
+    """
+    forced = os.environ.get("TRIFIT_PRESENT", "").strip().lower()
+    if forced in ("screen", "bitmap"):
+        return forced
+    platform = QtGui.QGuiApplication.platformName()
+    return "screen" if platform in ("xcb", "windows", "cocoa") else "bitmap"
+
+
+@lru_cache(maxsize=None)
+def shader_source(name: str) -> str:
+    """WGSL shipped beside this module (app/display.wgsl, app/unpack.wgsl)."""
+    return files(__package__).joinpath(name).read_text(encoding="utf-8")
+
+
+ERROR_GAIN = 4.0  # as in display.wgsl
+_HEAT_STOPS = np.array([0.0, 0.33, 0.66, 1.0])
+_HEAT_COLOURS = np.array([[0.0, 0.0, 0.02], [0.45, 0.07, 0.55], [0.95, 0.45, 0.1], [1.0, 1.0, 0.75]])
+
+
+def heat_ramp(e: np.ndarray) -> np.ndarray:
+    """The error colour ramp of display.wgsl's heat(), for the QPainter canvas."""
+    t = np.clip(e, 0.0, 1.0)
+    return np.stack([np.interp(t, _HEAT_STOPS, _HEAT_COLOURS[:, c]) for c in range(3)], axis=-1)
+
+
+class FrameClock:
+    """Timestamps of recent presented frames, for an fps readout and the measurement script."""
+
+    def __init__(self, keep: int = 240):
+        self.times: deque[float] = deque(maxlen=keep)
+        self.count = 0
+        self.cancelled = 0   # the surface had no texture to give (occluded, resizing)
+        self.deferred = 0    # the fit held the GPU; drawn a little later
+
+    def tick(self) -> None:
+        self.times.append(time.perf_counter())
+        self.count += 1
+
+    def fps(self, window_s: float = 2.0) -> float:
+        now = time.perf_counter()
+        recent = [t for t in self.times if now - t <= window_s]
+        if len(recent) < 2:
+            return 0.0
+        return (len(recent) - 1) / max(recent[-1] - recent[0], 1e-9)
+
+
+class CanvasState:
+    """What the canvas shows, shared by both canvas kinds (no GPU objects here)."""
+
+    def __init__(self):
+        self.mode = ViewMode.SIDE_BY_SIDE
+        self.split = 0.5
+        self.image_size: tuple[int, int] | None = None   # of the target; sets the panes' aspect
+        self.render_size: tuple[int, int] | None = None  # of the fitter's image (half size while coarse)
+        self.render_valid = False
+
+
+class FitCanvas(QRenderWidget):
+    """wgpu canvas on the shared device; see the module docstring.
+
+    Per draw with a new frame: a compute pass unpacks the fitter's float32 rgb buffer into an
+    rgba8 texture (tiny: one thread per working-size pixel), then a render pass samples it and
+    the target texture with hardware bilinear filtering. Sampling textures instead of the raw
+    buffers matters on CPU adapters: lavapipe shaded a 674x691 canvas in ~48 ms with manual
+    bilinear loads from storage buffers, and in a few ms from textures.
+    """
+
+    def __init__(self, device, parent=None, present_method: str | None = None, gate: GpuGate | None = None):
+        method = present_method or preferred_present_method()
+        # vsync off: a preview frame should not wait for a display refresh on the GUI thread.
+        super().__init__(parent, size=None, title=None, update_mode="ondemand", max_fps=60, vsync=False,
+                         present_method=method)
+        self.setMinimumSize(200, 150)
+        self.present_method = method
+        self.device = device
+        self._gate = gate
+        self._holding_gate = False
+        self._retry_timer = QtCore.QTimer(self)
+        self._retry_timer.setSingleShot(True)
+        self._retry_timer.setInterval(RETRY_DRAW_MS)
+        self._retry_timer.timeout.connect(lambda: self.request_draw())
+        self.state = CanvasState()
+        self.clock = FrameClock()
+        self._context = self.get_wgpu_context()
+        self.texture_format = self._context.get_preferred_format(device.adapter)
+        self._context.configure(device=device, format=self.texture_format)
+
+        fragment = wgpu.ShaderStage.FRAGMENT
+        self._display_layout = device.create_bind_group_layout(label="display", entries=[
+            {"binding": 0, "visibility": fragment, "buffer": {"type": wgpu.BufferBindingType.uniform}},
+            {"binding": 1, "visibility": fragment, "texture": {"sample_type": wgpu.TextureSampleType.float}},
+            {"binding": 2, "visibility": fragment, "texture": {"sample_type": wgpu.TextureSampleType.float}},
+            {"binding": 3, "visibility": fragment, "sampler": {"type": wgpu.SamplerBindingType.filtering}},
+        ])
+        self._pipelines: dict[str, object] = {}   # by output format: the screen's, and rgba8 for snapshots
+        self._pipeline_for(self.texture_format)
+        unpack_module = device.create_shader_module(code=shader_source("unpack.wgsl"), label="unpack.wgsl")
+        self._unpack_pipeline = device.create_compute_pipeline(
+            label="display-unpack", layout="auto", compute={"module": unpack_module, "entry_point": "unpack"})
+        self._sampler = device.create_sampler(mag_filter=wgpu.FilterMode.linear, min_filter=wgpu.FilterMode.linear)
+        usage = wgpu.BufferUsage.UNIFORM | wgpu.BufferUsage.COPY_DST
+        self._view_uniform = device.create_buffer(size=64, usage=usage, label="display-view")
+        self._unpack_uniform = device.create_buffer(size=16, usage=usage, label="display-unpack-size")
+
+        self._target_texture = None
+        self._render_texture = None
+        self._display_group = None
+        self._source_buffer = None      # the fitter's image buffer (GPU backend)
+        self._unpack_group = None
+        self._unpack_pending = False    # a new frame is in the source buffer
+        self.request_draw(self._draw)
+
+    # ------------------------------------------------------------------ GPU objects
+    def _pipeline_for(self, fmt: str):
+        pipeline = self._pipelines.get(fmt)
+        if pipeline is None:
+            module = self.device.create_shader_module(code=shader_source("display.wgsl"), label="display.wgsl")
+            pipeline = self.device.create_render_pipeline(
+                label=f"display-{fmt}",
+                layout=self.device.create_pipeline_layout(bind_group_layouts=[self._display_layout]),
+                vertex={"module": module, "entry_point": "vs_main"},
+                primitive={"topology": wgpu.PrimitiveTopology.triangle_list},
+                fragment={"module": module, "entry_point": "fs_main", "targets": [{"format": fmt}]},
+            )
+            self._pipelines[fmt] = pipeline
+        return pipeline
+
+    def _make_target_texture(self, width: int, height: int) -> None:
+        tex = wgpu.TextureUsage
+        self._target_texture = self.device.create_texture(
+            label="display-target", size=(width, height, 1), format="rgba8unorm",
+            usage=tex.TEXTURE_BINDING | tex.COPY_DST)
+        self._rebind_display()
+
+    def _make_render_texture(self, width: int, height: int) -> None:
+        # Sized like the fitter's image, which may differ from the target (the fitter's coarse
+        # stage runs at half size); sampling in uv space makes both fill the same pane.
+        tex = wgpu.TextureUsage
+        self._render_texture = self.device.create_texture(
+            label="display-render", size=(width, height, 1), format="rgba8unorm",
+            usage=tex.TEXTURE_BINDING | tex.STORAGE_BINDING | tex.COPY_DST)
+        self.device.queue.write_buffer(self._unpack_uniform, 0, struct.pack("<2I8x", width, height))
+        self._unpack_group = None
+        self._rebind_display()
+
+    def _rebind_display(self) -> None:
+        if self._target_texture is None:
+            return
+        # Before the first frame the target texture stands in for the render (the shader ignores it).
+        render = self._render_texture if self._render_texture is not None else self._target_texture
+        self._display_group = self.device.create_bind_group(layout=self._display_layout, entries=[
+            {"binding": 0, "resource": {"buffer": self._view_uniform}},
+            {"binding": 1, "resource": render.create_view()},
+            {"binding": 2, "resource": self._target_texture.create_view()},
+            {"binding": 3, "resource": self._sampler},
+        ])
+
+    def _bind_source(self, buffer) -> None:
+        self._source_buffer = buffer
+        self._unpack_group = self.device.create_bind_group(
+            layout=self._unpack_pipeline.get_bind_group_layout(0), entries=[
+                {"binding": 0, "resource": {"buffer": self._unpack_uniform}},
+                {"binding": 1, "resource": {"buffer": buffer}},
+                {"binding": 2, "resource": self._render_texture.create_view()},
+            ])
+
+    def _ensure_render_texture(self, width: int, height: int) -> None:
+        if self._render_texture is None or tuple(self._render_texture.size[:2]) != (width, height):
+            self._make_render_texture(width, height)
+        self.state.render_size = (width, height)
+
+    def _upload(self, texture, pixels: np.ndarray) -> None:
+        h, w = pixels.shape[:2]
+        rgba = np.empty((h, w, 4), np.uint8)
+        rgba[..., :3] = np.clip(pixels * 255.0 + 0.5, 0, 255)
+        rgba[..., 3] = 255
+        self.device.queue.write_texture({"texture": texture, "origin": (0, 0, 0), "mip_level": 0}, rgba,
+                                        {"offset": 0, "bytes_per_row": w * 4, "rows_per_image": h}, (w, h, 1))
+
+    # ------------------------------------------------------------------ inputs (GUI thread)
+    def set_target(self, pixels: np.ndarray) -> None:
+        """A new fit's target (float32 H x W x 3); the render pane stays empty until its first frame."""
+        h, w = pixels.shape[:2]
+        if self._target_texture is None or tuple(self._target_texture.size[:2]) != (w, h):
+            self._make_target_texture(w, h)
+        self._upload(self._target_texture, pixels)
+        self.state.image_size = (w, h)
+        self.state.render_valid = False
+        self._unpack_pending = False
+        self.request_draw()
+
+    def set_render_buffer(self, buffer, width: int, height: int) -> None:
+        """Show the fitter's device image buffer: unpacked on the device at the next draw.
+
+        Requests no draw: the caller draws with :meth:`draw_now` while the fit leaves the GPU
+        idle (a scheduled draw would mostly find the next chunk running).
+        """
+        if self._target_texture is None:
+            return
+        self._ensure_render_texture(int(width), int(height))
+        if buffer is not self._source_buffer or self._unpack_group is None:
+            self._bind_source(buffer)
+        self._unpack_pending = True
+        self.state.render_valid = True
+
+    def set_render_pixels(self, pixels: np.ndarray) -> None:
+        """Reference-backend fallback: upload a rendered float32 H x W x 3 image."""
+        if self._target_texture is None:
+            return
+        h, w = pixels.shape[:2]
+        self._ensure_render_texture(w, h)
+        self._upload(self._render_texture, pixels)
+        self._source_buffer = None
+        self._unpack_pending = False
+        self.state.render_valid = True
+        self.request_draw()
+
+    def set_view_mode(self, mode: ViewMode) -> None:
+        self.state.mode = ViewMode(mode)
+        self.request_draw()
+
+    def set_split(self, fraction: float) -> None:
+        self.state.split = min(max(float(fraction), 0.0), 1.0)
+        self.request_draw()
+
+    def frames_per_second(self) -> float:
+        return self.clock.fps()
+
+    # ------------------------------------------------------------------ drawing
+    def _view_bytes(self, width: int, height: int, srgb_output: bool) -> bytes:
+        s = self.state
+        img_w, img_h = s.image_size or (1, 1)
+        ratio = self.get_pixel_ratio()
+        a, b = layout_panes(s.mode, width, height, img_w, img_h, gap=PANE_GAP_PX * ratio)
+        flags = (1 if s.render_valid else 0) | (2 if s.image_size else 0) | (4 if srgb_output else 0)
+        return struct.pack(UNIFORM_FORMAT, *a, *b, float(img_w), float(img_h), int(s.mode), float(s.split),
+                           flags, SPLIT_LINE_PX * ratio, 0.0, 0.0)
+
+    def _encode(self, encoder, view, fmt: str, width: int, height: int) -> None:
+        """Unpack a pending frame, then draw the panes into ``view``."""
+        if self._unpack_pending and self._unpack_group is not None:
+            w, h = self.state.render_size
+            cpass = encoder.begin_compute_pass(label="display-unpack")
+            cpass.set_pipeline(self._unpack_pipeline)
+            cpass.set_bind_group(0, self._unpack_group)
+            cpass.dispatch_workgroups((w + 7) // 8, (h + 7) // 8, 1)
+            cpass.end()
+            self._unpack_pending = False
+        self.device.queue.write_buffer(self._view_uniform, 0,
+                                       self._view_bytes(width, height, fmt.endswith("-srgb")))
+        rpass = encoder.begin_render_pass(color_attachments=[{
+            "view": view,
+            "clear_value": (0.13, 0.13, 0.14, 1.0),
+            "load_op": wgpu.LoadOp.clear,
+            "store_op": wgpu.StoreOp.store,
+        }])
+        if self._display_group is not None:
+            rpass.set_pipeline(self._pipeline_for(fmt))
+            rpass.set_bind_group(0, self._display_group)
+            rpass.draw(3)
+        rpass.end()
+
+    def _take_gpu_turn(self) -> bool:
+        """Take the GPU gate for this draw and its present without ever waiting for the fit."""
+        if self._gate is None or self._holding_gate:
+            return True
+        if not self._gate.try_gui_turn():
+            return False
+        self._holding_gate = True
+        # rendercanvas presents right after the draw function returns, within the same event;
+        # the gate goes back once that event is done.
+        QtCore.QTimer.singleShot(0, self.release_gpu_turn)
+        return True
+
+    def release_gpu_turn(self) -> None:
+        """Give the GPU gate back (normally right after the present; call it before the GUI
+        thread blocks on the worker, e.g. when joining it at shutdown)."""
+        if self._holding_gate:
+            self._holding_gate = False
+            self._gate.end_gui_turn()
+
+    def _draw(self) -> None:
+        if not self._take_gpu_turn():
+            # The fit is using the GPU: drawing now would block the GUI until its chunk ends.
+            self.clock.deferred += 1
+            self._retry_timer.start()
+            raise wgpu.DrawCancelled("the fit is using the GPU; drawing a little later")
+        try:
+            texture = self._context.get_current_texture()
+        except wgpu.DrawCancelled:
+            # Occluded / outdated surface (e.g. mid-resize): skip this frame; rendercanvas
+            # reschedules when it sees the exception, so re-raise after counting it.
+            self.clock.cancelled += 1
+            raise
+        width, height = texture.size[:2]
+        encoder = self.device.create_command_encoder(label="display")
+        self._encode(encoder, texture.create_view(), self.texture_format, width, height)
+        self.device.queue.submit([encoder.finish()])
+        self.clock.tick()
+
+    def draw_now(self) -> bool:
+        """Draw and present synchronously (a new fit frame while the GPU is idle); True if drawn."""
+        before = self.clock.count
+        try:
+            self.force_draw()
+        except RuntimeError:  # already inside a draw
+            return False
+        finally:
+            self.release_gpu_turn()  # drawn and presented: the worker may go on at once
+        return self.clock.count > before
+
+    # ------------------------------------------------------------------ snapshots (tests, diagnostics)
+    def snapshot(self, width: int | None = None, height: int | None = None) -> np.ndarray:
+        """Draw the current view into an offscreen rgba8 texture and read it back (H x W x 4 uint8).
+
+        For tests and diagnostics only: the on-screen path never reads back.
+        """
+        if width is None or height is None:
+            width, height = self.get_physical_size()
+        width, height = max(int(width), 1), max(int(height), 1)
+        texture = self.device.create_texture(
+            size=(width, height, 1), format=SNAPSHOT_FORMAT,
+            usage=wgpu.TextureUsage.RENDER_ATTACHMENT | wgpu.TextureUsage.COPY_SRC)
+        locked = self._gate is not None and not self._holding_gate and self._gate.gui_turn(10.0)
+        try:
+            encoder = self.device.create_command_encoder(label="display-snapshot")
+            self._encode(encoder, texture.create_view(), SNAPSHOT_FORMAT, width, height)
+            self.device.queue.submit([encoder.finish()])
+            data = self.device.queue.read_texture(
+                {"texture": texture, "origin": (0, 0, 0), "mip_level": 0},
+                {"offset": 0, "bytes_per_row": width * 4, "rows_per_image": height},
+                (width, height, 1))
+        finally:
+            if locked:
+                self._gate.end_gui_turn()
+        self.request_draw()  # the view uniform now holds the snapshot's layout; redraw the screen's
+        return np.frombuffer(data, np.uint8).reshape(height, width, 4).copy()
+
+
+class ImageCanvas(QtWidgets.QWidget):
+    """QPainter stand-in for machines where wgpu finds no adapter at all (reference backend).
+
+    Same inputs as :class:`FitCanvas`, except that it can only show uploaded pixels.
+    """
+
+    def __init__(self, parent=None):
+        super().__init__(parent)
+        self.setMinimumSize(200, 150)
+        self.state = CanvasState()
+        self.clock = FrameClock()
+        self._target: QtGui.QImage | None = None
+        self._render: QtGui.QImage | None = None
+
+    @staticmethod
+    def _to_qimage(pixels: np.ndarray) -> QtGui.QImage:
+        rgb = np.ascontiguousarray(np.clip(pixels * 255.0 + 0.5, 0, 255).astype(np.uint8))
+        h, w = rgb.shape[:2]
+        return QtGui.QImage(rgb.data, w, h, 3 * w, QtGui.QImage.Format.Format_RGB888).copy()
+
+    def set_target(self, pixels: np.ndarray) -> None:
+        self._target = self._to_qimage(pixels)
+        self.state.image_size = (self._target.width(), self._target.height())
+        self.state.render_valid = False
+        self._target_pixels = np.asarray(pixels, np.float32)
+        self.update()
+
+    def set_render_buffer(self, buffer, width: int, height: int) -> None:
+        raise RuntimeError("ImageCanvas cannot show device buffers")
+
+    def set_render_pixels(self, pixels: np.ndarray) -> None:
+        self._render_pixels = np.asarray(pixels, np.float32)
+        self._render = self._to_qimage(pixels)
+        self.state.render_size = (self._render.width(), self._render.height())
+        self.state.render_valid = True
+        self.update()
+
+    def set_view_mode(self, mode: ViewMode) -> None:
+        self.state.mode = ViewMode(mode)
+        self.update()
+
+    def set_split(self, fraction: float) -> None:
+        self.state.split = min(max(float(fraction), 0.0), 1.0)
+        self.update()
+
+    def frames_per_second(self) -> float:
+        return self.clock.fps()
+
+    def _heatmap(self) -> QtGui.QImage:
+        target, render = self._target_pixels, self._render_pixels
+        th, tw = target.shape[:2]
+        rh, rw = render.shape[:2]
+        # nearest-neighbour upsampling of a coarse-stage (half size) render to the target's grid
+        render = render[np.arange(th) * rh // th][:, np.arange(tw) * rw // tw]
+        err = np.abs(render - target).mean(axis=2)
+        return self._to_qimage(heat_ramp(ERROR_GAIN * err))
+
+    def paintEvent(self, event):  # noqa: N802 - Qt override
+        p = QtGui.QPainter(self)
+        p.fillRect(self.rect(), QtGui.QColor(33, 33, 36))
+        s = self.state
+        if self._target is None:
+            p.end()
+            return
+        w, h = s.image_size
+        a, b = layout_panes(s.mode, self.width(), self.height(), w, h)
+        to_rect = lambda r: QtCore.QRectF(r[0], r[1], r[2] - r[0], r[3] - r[1])  # noqa: E731
+        render = self._render if s.render_valid else None
+        p.setRenderHint(QtGui.QPainter.RenderHint.SmoothPixmapTransform, True)
+        if s.mode == ViewMode.OVERLAY:
+            p.drawImage(to_rect(a), self._target)
+            if render is not None:
+                cut = a[0] + s.split * (a[2] - a[0])
+                p.save()
+                p.setClipRect(QtCore.QRectF(a[0], a[1], cut - a[0], a[3] - a[1]))
+                p.drawImage(to_rect(a), render)
+                p.restore()
+                p.fillRect(QtCore.QRectF(cut - 1, a[1], 2, a[3] - a[1]), QtGui.QColor(255, 217, 51))
+        elif s.mode == ViewMode.ERROR_HEATMAP:
+            if render is not None:
+                p.drawImage(to_rect(a), render)
+                p.drawImage(to_rect(b), self._heatmap())
+        else:
+            p.drawImage(to_rect(a), self._target)
+            if render is not None:
+                p.drawImage(to_rect(b), render)
+        p.end()
+        self.clock.tick()
+
+    def request_draw(self, *_):
+        self.update()
+
+    def draw_now(self) -> bool:
+        self.repaint()
+        return True

@@ -1,0 +1,156 @@
+"""The controls dock: fit parameters and stop conditions.
+
+Triangle count, sigma and learning rate change the running fit (the window forwards them to
+the worker, which applies them between chunks); seed and working size shape the next fit
+(Reset or a new image). Spin boxes report on Enter / arrows / focus-out, not per keystroke,
+so typing "1500" does not rebuild the fit at 1, 15 and 150 triangles on the way.
+"""
+
+from __future__ import annotations
+
+from PySide6 import QtCore, QtWidgets
+
+from render import StopConditions
+from render.fitter import MAX_TRIANGLES_FIT
+from render.imageio import MAX_WORKING_SIZE
+
+from .worker import FitParams
+
+
+def _spin(minimum: int, maximum: int, value: int, *, step: int = 1, suffix: str = "",
+          off_text: str | None = None) -> QtWidgets.QSpinBox:
+    box = QtWidgets.QSpinBox()
+    box.setRange(minimum, maximum)
+    box.setSingleStep(step)
+    box.setValue(value)
+    box.setSuffix(suffix)
+    box.setKeyboardTracking(False)
+    if off_text is not None:
+        box.setSpecialValueText(off_text)  # shown at the minimum, which means "not set"
+    return box
+
+
+def _dspin(minimum: float, maximum: float, value: float, *, step: float, decimals: int = 2,
+           suffix: str = "", off_text: str | None = None) -> QtWidgets.QDoubleSpinBox:
+    box = QtWidgets.QDoubleSpinBox()
+    box.setRange(minimum, maximum)
+    box.setDecimals(decimals)
+    box.setSingleStep(step)
+    box.setValue(value)
+    box.setSuffix(suffix)
+    box.setKeyboardTracking(False)
+    if off_text is not None:
+        box.setSpecialValueText(off_text)
+    return box
+
+
+class ControlsPanel(QtWidgets.QWidget):
+    triangles_changed = QtCore.Signal(int)
+    sigma_changed = QtCore.Signal(object)     # float px, or None for the annealing schedule
+    lr_changed = QtCore.Signal(float)
+    stop_changed = QtCore.Signal(object)      # render.StopConditions
+    reset_requested = QtCore.Signal()
+
+    def __init__(self, start_action: QtCore.QObject | None = None, parent=None):
+        super().__init__(parent)
+        self.triangles = _spin(1, MAX_TRIANGLES_FIT, 150, step=10)
+        self.sigma = _dspin(0.0, 50.0, 0.0, step=0.1, suffix=" px", off_text="auto (anneal)")
+        self.lr = _dspin(0.01, 20.0, 1.0, step=0.1, suffix=" ×")
+        self.seed = _spin(0, 2**31 - 1, 0)
+        self.size = _spin(16, MAX_WORKING_SIZE, 176, step=16, suffix=" px")
+        self.stop_iterations = _spin(0, 10_000_000, 0, step=100, off_text="off")
+        self.stop_time = _dspin(0.0, 86_400.0, 0.0, step=10.0, decimals=0, suffix=" s", off_text="off")
+        self.stop_psnr = _dspin(0.0, 99.0, 0.0, step=0.5, decimals=1, suffix=" dB", off_text="off")
+        self.stop_plateau = _spin(0, 1_000_000, 0, step=50, off_text="off")
+
+        self.triangles.setToolTip("Grows (new triangles where the error is largest) or shrinks "
+                                  "(drops the least visible) the running fit.")
+        self.sigma.setToolTip("Edge softness in pixels of the working size; 'auto' anneals it.")
+        self.lr.setToolTip("Scales every learning rate of the running fit.")
+        self.size.setToolTip("Longer side of the working image; applies on Reset or a new image.")
+        self.seed.setToolTip("Random seed of the initial triangles; applies on Reset or a new image.")
+        stop_tip = "Counted from the moment Start is pressed; 'off' disables the rule."
+        for box in (self.stop_iterations, self.stop_time, self.stop_psnr, self.stop_plateau):
+            box.setToolTip(stop_tip)
+
+        live = QtWidgets.QGroupBox("Live")
+        form = QtWidgets.QFormLayout(live)
+        form.addRow("Triangles", self.triangles)
+        form.addRow("Sigma", self.sigma)
+        form.addRow("Learning rate", self.lr)
+
+        fresh = QtWidgets.QGroupBox("Next fit (Reset)")
+        form = QtWidgets.QFormLayout(fresh)
+        form.addRow("Seed", self.seed)
+        form.addRow("Working size", self.size)
+
+        stop = QtWidgets.QGroupBox("Stop when")
+        form = QtWidgets.QFormLayout(stop)
+        form.addRow("Iterations", self.stop_iterations)
+        form.addRow("Time", self.stop_time)
+        form.addRow("PSNR reaches", self.stop_psnr)
+        form.addRow("Plateau for", self.stop_plateau)
+
+        self.start_button = QtWidgets.QToolButton()
+        self.start_button.setToolButtonStyle(QtCore.Qt.ToolButtonStyle.ToolButtonTextOnly)
+        self.start_button.setSizePolicy(QtWidgets.QSizePolicy.Policy.Expanding,
+                                        QtWidgets.QSizePolicy.Policy.Fixed)
+        if start_action is not None:
+            self.start_button.setDefaultAction(start_action)
+        self.reset_button = QtWidgets.QPushButton("Reset")
+        self.reset_button.setToolTip("Start a fresh fit of the current image with these settings.")
+        buttons = QtWidgets.QHBoxLayout()
+        buttons.addWidget(self.start_button)
+        buttons.addWidget(self.reset_button)
+
+        layout = QtWidgets.QVBoxLayout(self)
+        layout.addLayout(buttons)
+        for group in (live, fresh, stop):
+            layout.addWidget(group)
+        layout.addStretch(1)
+
+        self.triangles.valueChanged.connect(self.triangles_changed)
+        self.sigma.valueChanged.connect(lambda _: self.sigma_changed.emit(self.sigma_px()))
+        self.lr.valueChanged.connect(self.lr_changed)
+        for box in (self.stop_iterations, self.stop_time, self.stop_psnr, self.stop_plateau):
+            box.valueChanged.connect(lambda _: self.stop_changed.emit(self.stop_conditions()))
+        self.reset_button.clicked.connect(self.reset_requested)
+
+    # ------------------------------------------------------------------ values
+    def sigma_px(self) -> float | None:
+        v = self.sigma.value()
+        return None if v <= 0 else v
+
+    def params(self) -> FitParams:
+        return FitParams(triangles=self.triangles.value(), size=self.size.value(), seed=self.seed.value(),
+                         sigma_px=self.sigma_px(), lr_scale=self.lr.value())
+
+    def set_params(self, p: FitParams) -> None:
+        """Show ``p`` without emitting change signals (it is what the fit already uses)."""
+        with QtCore.QSignalBlocker(self.triangles), QtCore.QSignalBlocker(self.sigma), \
+                QtCore.QSignalBlocker(self.lr), QtCore.QSignalBlocker(self.seed), \
+                QtCore.QSignalBlocker(self.size):
+            self.triangles.setValue(p.triangles)
+            self.sigma.setValue(p.sigma_px or 0.0)
+            self.lr.setValue(p.lr_scale)
+            self.seed.setValue(p.seed)
+            self.size.setValue(p.size)
+
+    def set_triangles_quietly(self, n: int) -> None:
+        with QtCore.QSignalBlocker(self.triangles):
+            self.triangles.setValue(n)
+
+    def stop_conditions(self) -> StopConditions:
+        return StopConditions(
+            iterations=self.stop_iterations.value() or None,
+            time_limit=self.stop_time.value() or None,
+            target_psnr=self.stop_psnr.value() or None,
+            plateau=self.stop_plateau.value() or None,
+        )
+
+    def set_stop_conditions(self, s: StopConditions) -> None:
+        boxes = (self.stop_iterations, self.stop_time, self.stop_psnr, self.stop_plateau)
+        values = (s.iterations, s.time_limit, s.target_psnr, s.plateau)
+        for box, value in zip(boxes, values):
+            with QtCore.QSignalBlocker(box):
+                box.setValue(value or 0)

@@ -1,0 +1,89 @@
+"""Entry point of the desktop application: ``trifit gui [IMAGE] [--start]`` or ``python -m app``.
+
+``run_gui`` is what the command line calls; ``create_window`` is shared with the screenshot
+and measurement scripts and the tests.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+
+from PySide6 import QtCore, QtWidgets
+
+# rendercanvas.qt must be imported after PySide6 (it picks the Qt binding already imported) and
+# before the QApplication exists, so that its loop runs the application (see run_gui).
+from rendercanvas import qt as rendercanvas_qt
+
+import render
+from resources import sample_path
+
+from .window import MainWindow
+
+log = logging.getLogger("trifit.app")
+
+
+def ensure_application() -> QtWidgets.QApplication:
+    app = QtWidgets.QApplication.instance()
+    if app is None:
+        app = QtWidgets.QApplication(sys.argv[:1])
+    app.setApplicationName("trifit")
+    app.setOrganizationName("trifit")
+    app.setApplicationVersion(render.__version__)
+    return app
+
+
+def create_window(image_path: str | None = None, start: bool = False, backend: str = "auto",
+                  settings: QtCore.QSettings | None = None) -> MainWindow:
+    """Show the main window and begin loading ``image_path`` (default: the bundled astronaut)."""
+    ensure_application()
+    engine = render.Engine(backend)
+    window = MainWindow(engine, settings=settings)
+    window.show()
+    window.open_image(image_path or sample_path("astronaut.png"), start=start)
+    return window
+
+
+def run_event_loop() -> int:
+    """Run the Qt event loop until the application quits."""
+    app = ensure_application()
+    # rendercanvas' loop runs app.exec() and installs the async hooks its bitmap present path
+    # needs. If a QApplication existed before rendercanvas.qt was imported, rendercanvas treats
+    # the loop as someone else's ("interactive") and its run() returns at once: exec ourselves.
+    if rendercanvas_qt.already_had_app_on_import:
+        return int(app.exec() or 0)
+    rendercanvas_qt.loop.run()
+    return 0
+
+
+def run_gui(image_path: str | None = None, start: bool = False, backend: str = "auto") -> int:
+    """Open the window and run the event loop until it closes; returns the exit status."""
+    ensure_application()
+    try:
+        window = create_window(image_path, start, backend)
+    except render.TrifitError as exc:  # e.g. backend="gpu" on a machine without an adapter
+        QtWidgets.QMessageBox.critical(None, "trifit cannot start", str(exc))
+        return 1
+    status = run_event_loop()
+    window.shutdown()
+    return status
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="trifit gui", description="Open the trifit window.")
+    parser.add_argument("image", nargs="?", help="image to fit (default: the bundled astronaut sample)")
+    parser.add_argument("--start", action="store_true", help="start fitting right away")
+    parser.add_argument("--backend", choices=("auto", "gpu", "reference"), default="auto",
+                        help="engine backend (default: auto)")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(sys.argv[1:] if argv is None else argv)
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    return run_gui(args.image, start=args.start, backend=args.backend)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

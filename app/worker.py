@@ -1,0 +1,486 @@
+"""The fit worker: one Python thread that owns the Fitter and steps it in short chunks.
+
+The GUI never touches the fitter (its methods are not thread-safe) and never waits on the GPU.
+It sends commands through a thread-safe queue; the worker applies them between chunks and
+reports back through Qt signals, which Qt delivers on the GUI thread (queued connections).
+Chunks are sized from measured iteration times so one chunk stays under ``CHUNK_TARGET_S``;
+that bounds how long a live change (count, sigma, learning rate, pause) waits.
+
+A plain ``threading.Thread`` (not a QThread) so that "no leaked threads" is checkable with
+``threading.active_count()`` and ``join()``. GPU use is shared with the canvas through a
+:class:`~app.gpu_gate.GpuGate` (see there for why).
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+import time
+import traceback
+from dataclasses import dataclass, field, replace
+from typing import Any, Callable
+
+import numpy as np
+from PySide6 import QtCore
+
+import render
+from render import StopConditions
+
+from .gpu_gate import GpuGate
+
+log = logging.getLogger("trifit.app")
+
+CHUNK_TARGET_S = 0.05   # one chunk of iterations should take about this long
+MAX_CHUNK = 256         # the GPU fit loop's loss ring holds 256 iterations per submission
+TIMINGS_EVERY_S = 0.5   # how often per-pass timings and counters are sent to the plots
+REFERENCE_PREVIEW_EVERY_S = 0.5  # reference backend: host render of the preview, at most this often
+FRAME_WAIT_S = 0.1      # after a chunk, leave the GPU to the GUI for one preview frame, at most this long
+
+
+@dataclass
+class FitParams:
+    """What a new fit is built from; triangles, sigma and lr also change a running fit."""
+
+    triangles: int = 150
+    size: int = 176
+    seed: int = 0
+    sigma_px: float | None = None   # None: the fitter's annealing schedule
+    lr_scale: float = 1.0
+
+
+@dataclass
+class FitInfo:
+    """Sent when a new fit exists (new image, reset, scene opened)."""
+
+    source: str | None
+    target: np.ndarray          # float32 (H, W, 3) at the working size
+    width: int
+    height: int
+    triangles: int              # the count asked for (the fitter may start with fewer and grow)
+    backend: str
+    iteration: int
+
+
+@dataclass
+class Progress:
+    """Sent after every chunk."""
+
+    stats: Any                        # render.fitter.StepStats; None for a preview-only message
+    iterations: np.ndarray            # the chunk's iteration numbers
+    losses: np.ndarray                # and their losses
+    chunk: int                        # iterations in this chunk
+    timings: dict | None = None       # fitter.timings(), at most every TIMINGS_EVERY_S
+    gpu_image: tuple | None = None    # (buffer, W, H) on the shared device
+    pixels: np.ndarray | None = None  # reference backend preview (float32 H x W x 3)
+
+
+@dataclass
+class StopTracker:
+    """Stop conditions measured from the moment the user pressed Start."""
+
+    rules: StopConditions
+    start_iteration: int
+    start_wall_s: float
+    best_loss: float = float("inf")
+    best_at: int = 0
+
+    def remaining_iterations(self, iteration: int) -> int | None:
+        if self.rules.iterations is None:
+            return None
+        return self.rules.iterations - (iteration - self.start_iteration)
+
+    def reason_to_stop(self, stats, iteration: int, wall_s: float) -> str | None:
+        r = self.rules
+        left = self.remaining_iterations(iteration)
+        if left is not None and left <= 0:
+            return f"reached {r.iterations} iterations"
+        if r.time_limit is not None and wall_s - self.start_wall_s >= r.time_limit:
+            return f"reached the time limit of {r.time_limit:g} s"
+        if r.target_psnr is not None and stats.psnr >= r.target_psnr:
+            return f"reached {stats.psnr:.2f} dB (target {r.target_psnr:g} dB)"
+        if stats.loss < self.best_loss * (1 - 1e-3):
+            self.best_loss, self.best_at = stats.loss, iteration
+        elif r.plateau is not None and iteration - self.best_at >= r.plateau:
+            return f"no 0.1% improvement in {r.plateau} iterations"
+        return None
+
+
+class ChunkSizer:
+    """Iterations per chunk so that a chunk takes about ``target_s`` (running average per iteration)."""
+
+    def __init__(self, target_s: float = CHUNK_TARGET_S, max_chunk: int = MAX_CHUNK):
+        self.target_s = target_s
+        self.max_chunk = max_chunk
+        self.seconds_per_iteration: float | None = None
+
+    def reset(self) -> None:
+        # A new fit (size, count) costs differently; start again from one iteration.
+        self.seconds_per_iteration = None
+
+    def next(self) -> int:
+        if self.seconds_per_iteration is None:
+            return 1
+        return int(min(max(self.target_s / self.seconds_per_iteration, 1), self.max_chunk))
+
+    def observe(self, iterations: int, seconds: float) -> None:
+        if iterations <= 0:
+            return
+        per = seconds / iterations
+        if self.seconds_per_iteration is None:
+            self.seconds_per_iteration = per
+        else:
+            # React fast to slower chunks (a change must land within ~100 ms), slowly to faster ones.
+            weight = 0.7 if per > self.seconds_per_iteration else 0.3
+            self.seconds_per_iteration += weight * (per - self.seconds_per_iteration)
+
+
+# ---------------------------------------------------------------------- commands
+@dataclass
+class _Load:
+    image: Any                          # path, PIL image or array
+    params: FitParams
+    source: str | None = None
+    init_scene: Any = None
+    start: bool = False
+
+
+@dataclass
+class _Live:
+    kind: str                           # "triangles" | "sigma" | "lr" | "stop"
+    value: Any
+    sent_at: float = field(default_factory=time.perf_counter)
+
+
+@dataclass
+class _Job:
+    job_id: int
+    fn: Callable
+
+
+_RUN, _PAUSE, _RESET, _QUIT = "run", "pause", "reset", "quit"
+
+
+class FitWorkerSignals(QtCore.QObject):
+    loaded = QtCore.Signal(object)          # FitInfo
+    progress = QtCore.Signal(object)        # Progress
+    running_changed = QtCore.Signal(bool)
+    stopped = QtCore.Signal(str)            # a stop condition held: the reason
+    failed = QtCore.Signal(str, str)        # title, message (the current fit is untouched)
+    job_done = QtCore.Signal(int, object)
+    job_failed = QtCore.Signal(int, str)
+    applied = QtCore.Signal(str, float)     # a live change reached the fit: kind, seconds after it was sent
+
+
+class FitWorker:
+    """Owns the engine's fitter on its own thread. Public methods are for the GUI thread."""
+
+    def __init__(self, engine: render.Engine, gate: GpuGate | None = None):
+        self.engine = engine
+        self.gate = gate or GpuGate()
+        self.signals = FitWorkerSignals()
+        self._commands: queue.Queue = queue.Queue()
+        self._thread: threading.Thread | None = None
+        self._next_job = 0
+        self._callbacks: dict[int, tuple[Callable | None, Callable | None]] = {}
+        self.signals.job_done.connect(self._on_job_done)
+        self.signals.job_failed.connect(self._on_job_failed)
+        # state below is only touched by the worker thread
+        self._fitter: render.Fitter | None = None
+        self._last_load: _Load | None = None
+        self._running = False
+        self._stop_rules = StopConditions()
+        self._tracker: StopTracker | None = None
+        self._sizer = ChunkSizer()
+        self._last_timings = 0.0
+        self._last_preview = 0.0
+
+    # ------------------------------------------------------------------ GUI-thread API
+    def start(self) -> None:
+        if self._thread is not None:
+            return
+        self._thread = threading.Thread(target=self._main, name="trifit-fit-worker", daemon=False)
+        self._thread.start()
+
+    def load(self, image, params: FitParams, *, source: str | None = None, init_scene=None,
+             start: bool = False) -> None:
+        """Build a new fit; on failure ``failed`` is emitted and the current fit stays."""
+        if source is None and isinstance(image, str):
+            source = image
+        self._commands.put(_Load(image, replace(params), source, init_scene, start))
+
+    def run(self) -> None:
+        self._commands.put(_RUN)
+
+    def pause(self) -> None:
+        self._commands.put(_PAUSE)
+
+    def reset(self, params: FitParams) -> None:
+        """A fresh fit of the current image with ``params`` (seed and size apply here)."""
+        self._commands.put((_RESET, replace(params)))
+
+    def set_triangles(self, n: int) -> None:
+        self._commands.put(_Live("triangles", int(n)))
+
+    def set_sigma(self, sigma_px: float | None) -> None:
+        self._commands.put(_Live("sigma", sigma_px))
+
+    def set_learning_rate(self, scale: float) -> None:
+        self._commands.put(_Live("lr", float(scale)))
+
+    def set_stop_conditions(self, rules: StopConditions) -> None:
+        self._commands.put(_Live("stop", replace(rules)))
+
+    def submit(self, fn: Callable[[render.Fitter], Any], on_done: Callable | None = None,
+               on_error: Callable[[str], None] | None = None) -> int:
+        """Run ``fn(fitter)`` on the worker thread between chunks; callbacks run on the GUI thread."""
+        self._next_job += 1
+        self._callbacks[self._next_job] = (on_done, on_error)
+        self._commands.put(_Job(self._next_job, fn))
+        return self._next_job
+
+    def shutdown(self, timeout_s: float = 10.0) -> bool:
+        """Stop the thread (after its current chunk) and release the fit; True if it ended."""
+        if self._thread is None:
+            return True
+        self._commands.put(_QUIT)
+        self._thread.join(timeout_s)
+        ended = not self._thread.is_alive()
+        if ended:
+            self._thread = None
+        return ended
+
+    @property
+    def alive(self) -> bool:
+        return self._thread is not None and self._thread.is_alive()
+
+    def _on_job_done(self, job_id: int, result) -> None:
+        on_done, _ = self._callbacks.pop(job_id, (None, None))
+        if on_done is not None:
+            on_done(result)
+
+    def _on_job_failed(self, job_id: int, message: str) -> None:
+        _, on_error = self._callbacks.pop(job_id, (None, None))
+        if on_error is not None:
+            on_error(message)
+        else:
+            self.signals.failed.emit("Background task failed", message)
+
+    # ------------------------------------------------------------------ worker thread
+    def _main(self) -> None:
+        try:
+            while True:
+                # Block while idle; while running only drain what is already queued.
+                commands = self._drain(block=not (self._running and self._fitter is not None))
+                if _QUIT in commands:
+                    return
+                outcome = None
+                with self.gate.worker_turn():
+                    try:
+                        self._apply(commands)
+                        if self._running and self._fitter is not None:
+                            outcome = self._step_chunk()
+                    except Exception as exc:  # e.g. a wgpu error: report it, keep the thread serving
+                        log.exception("fit worker error")
+                        self._set_running(False)
+                        self.signals.failed.emit("The fit stopped", f"{type(exc).__name__}: {exc}")
+                if outcome is not None:
+                    self._publish(*outcome)
+        finally:
+            if self._fitter is not None:
+                with self.gate.worker_turn():
+                    self._fitter.close()
+                self._fitter = None
+
+    def _publish(self, progress: Progress, stop_reason: str | None) -> None:
+        if progress.gpu_image is not None:
+            # The GPU is idle now: give the canvas its turn to draw this frame before the next
+            # chunk -- unless the user already asked for something, which goes first.
+            self.gate.expect_frame()
+            self.signals.progress.emit(progress)
+            if self._commands.empty():
+                self.gate.wait_for_frame(FRAME_WAIT_S)
+        else:
+            self.signals.progress.emit(progress)
+        if stop_reason:
+            self._finish(stop_reason)
+
+    def _drain(self, block: bool) -> list:
+        out = []
+        try:
+            out.append(self._commands.get(timeout=0.5) if block else self._commands.get_nowait())
+            while True:
+                out.append(self._commands.get_nowait())
+        except queue.Empty:
+            pass
+        return out
+
+    def _apply(self, commands: list) -> None:
+        # Live changes that pile up while a chunk runs (a spin box held down) collapse to the last
+        # value of each kind, so one rebuild per kind per chunk at most.
+        latest_live: dict[str, _Live] = {}
+        for cmd in commands:
+            if isinstance(cmd, _Live):
+                latest_live.pop(cmd.kind, None)
+                latest_live[cmd.kind] = cmd
+                continue
+            for live in latest_live.values():
+                self._apply_live(live)
+            latest_live.clear()
+            if isinstance(cmd, _Load):
+                self._do_load(cmd)
+            elif isinstance(cmd, _Job):
+                self._do_job(cmd)
+            elif cmd == _RUN:
+                self._set_running(True)
+            elif cmd == _PAUSE:
+                self._set_running(False)
+            elif isinstance(cmd, tuple) and cmd[0] == _RESET:
+                if self._last_load is not None:  # a fresh fit: seed and size apply, no init scene
+                    self._do_load(replace(self._last_load, params=cmd[1], init_scene=None,
+                                          start=self._running))
+        for live in latest_live.values():
+            self._apply_live(live)
+
+    def _apply_live(self, cmd: _Live) -> None:
+        if cmd.kind == "stop":
+            self._stop_rules = cmd.value
+            if self._tracker is not None:
+                self._tracker.rules = cmd.value
+            if self._running:
+                self._plan()
+            return
+        if self._fitter is None:
+            return  # the next fit is built from the controls' values anyway
+        try:
+            if cmd.kind == "triangles":
+                self._fitter.set_triangles(cmd.value)
+                self._sizer.reset()
+            elif cmd.kind == "sigma":
+                self._fitter.set_sigma(cmd.value)
+            elif cmd.kind == "lr":
+                self._fitter.set_learning_rate(cmd.value)
+        except (ValueError, render.TrifitError) as exc:
+            self.signals.failed.emit("Cannot apply the change", str(exc))
+            return
+        self.signals.applied.emit(cmd.kind, time.perf_counter() - cmd.sent_at)
+
+    def _set_running(self, running: bool) -> None:
+        if running and self._fitter is None:
+            running = False
+        if running and not self._running:
+            f = self._fitter
+            self._tracker = StopTracker(self._stop_rules, f.iteration, f.wall_s, best_at=f.iteration)
+            self._plan()
+        if running != self._running:
+            self._running = running
+            self.signals.running_changed.emit(running)
+
+    def _plan(self) -> None:
+        """Fit the fitter's schedules (sigma anneal, lr decay, coarse stage, growth) to the stop
+        rules, as Fitter.run does: to the iteration limit, or to what the measured speed
+        predicts for the time limit (re-estimated after every chunk); otherwise the fitter's
+        default plan stands."""
+        f, t, rules = self._fitter, self._tracker, self._stop_rules
+        if f is None or t is None:
+            return
+        if rules.iterations is not None:
+            f.plan(t.start_iteration + rules.iterations)
+        elif rules.time_limit is not None:
+            done = f.iteration - t.start_iteration
+            elapsed = f.wall_s - t.start_wall_s
+            if done < 5 or elapsed <= 0:
+                if f.settings.planned_iterations <= f.iteration:
+                    f.plan(f.iteration + 100)  # a first guess, corrected from the speed
+                return
+            rate = done / elapsed
+            if f.iteration < f.coarse_until:
+                rate /= 3.0  # full-size iterations cost ~4x the coarse (half-size) ones
+            predicted = f.iteration + int(rate * max(rules.time_limit - elapsed, 0.0))
+            if abs(predicted - f.settings.planned_iterations) > 0.05 * f.settings.planned_iterations:
+                f.plan(max(predicted, f.iteration + 1))
+
+    def _do_load(self, cmd: _Load) -> None:
+        p = cmd.params
+        try:
+            fitter = render.Fitter(cmd.image, triangles=p.triangles, size=p.size, seed=p.seed,
+                                   engine=self.engine, init_scene=cmd.init_scene, source=cmd.source)
+            if p.sigma_px is not None:
+                fitter.set_sigma(p.sigma_px)
+            if p.lr_scale != 1.0:
+                fitter.set_learning_rate(p.lr_scale)
+        except (render.ImageError, render.SceneError) as exc:
+            self.signals.failed.emit("Cannot open", str(exc))
+            return
+        except (render.TrifitError, ValueError, MemoryError) as exc:
+            self.signals.failed.emit("Cannot start this fit", str(exc))
+            return
+        # Only now, with the new fit built, is the old one paused and replaced.
+        self._set_running(False)
+        if self._fitter is not None:
+            self._fitter.close()
+        self._fitter = fitter
+        self._last_load = cmd
+        self._sizer.reset()
+        self._last_timings = 0.0
+        self._last_preview = 0.0
+        self.signals.loaded.emit(FitInfo(cmd.source, fitter.target.copy(), fitter.width, fitter.height,
+                                         fitter.settings.triangles, self.engine.backend, fitter.iteration))
+        if fitter.gpu_image() is None:
+            # Reference backend: show the initial triangles; the GPU path shows them after a step.
+            self.signals.progress.emit(Progress(None, np.empty(0, int), np.empty(0), 0,
+                                                pixels=self.engine.render(fitter.scene)))
+        if cmd.start:
+            self._set_running(True)
+
+    def _do_job(self, job: _Job) -> None:
+        if self._fitter is None:
+            self.signals.job_failed.emit(job.job_id, "there is no fit yet")
+            return
+        try:
+            result = job.fn(self._fitter)
+        except Exception as exc:  # a job's failure is reported, never fatal to the worker
+            log.debug("job failed: %s", traceback.format_exc())
+            self.signals.job_failed.emit(job.job_id, f"{type(exc).__name__}: {exc}")
+        else:
+            self.signals.job_done.emit(job.job_id, result)
+
+    def _step_chunk(self) -> tuple[Progress, str | None] | None:
+        """One chunk of iterations; returns what to publish once the GPU is released."""
+        f = self._fitter
+        n = self._sizer.next()
+        left = self._tracker.remaining_iterations(f.iteration) if self._tracker else None
+        if left is not None:
+            n = max(min(n, left), 0)
+        if n == 0:
+            self._finish(f"reached {self._tracker.rules.iterations} iterations")
+            return None
+        first = len(f.history)
+        t0 = time.perf_counter()
+        try:
+            stats = f.step(n)
+        except (render.TrifitError, ValueError) as exc:
+            self._set_running(False)
+            self.signals.failed.emit("The fit stopped", str(exc))
+            return None
+        self._sizer.observe(n, time.perf_counter() - t0)
+        progress = Progress(stats, np.asarray(f.history.iterations[first:]),
+                            np.asarray(f.history.losses[first:]), n)
+        now = time.perf_counter()
+        if now - self._last_timings >= TIMINGS_EVERY_S:
+            self._last_timings = now
+            progress.timings = f.timings()
+        image = f.gpu_image()
+        if image is not None:
+            progress.gpu_image = image
+        elif now - self._last_preview >= REFERENCE_PREVIEW_EVERY_S:
+            self._last_preview = now
+            progress.pixels = self.engine.render(f.scene)
+        reason = self._tracker.reason_to_stop(stats, f.iteration, f.wall_s) if self._tracker else None
+        if not reason and self._stop_rules.time_limit is not None and self._stop_rules.iterations is None:
+            self._plan()
+        return progress, reason
+
+    def _finish(self, reason: str) -> None:
+        self._set_running(False)
+        self.signals.stopped.emit(reason)

@@ -1,0 +1,393 @@
+"""GUI tests (pytest-qt): the whole window on lavapipe under Xvfb.
+
+Run: ``xvfb-run -a pytest tests/test_gui.py`` (QT_QPA_PLATFORM unset: the canvas presents to a
+real X11 surface, and the screenshot test reads that surface back through the X server).
+Under QT_QPA_PLATFORM=offscreen the screenshot test reads the canvas through ``snapshot()``.
+Under CI=true a missing wgpu adapter is a failure, not a skip.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+pytest.importorskip("PySide6")
+pytest.importorskip("pytestqt")
+
+from PySide6 import QtCore, QtGui, QtWidgets  # noqa: E402
+
+import app  # noqa: E402,F401  (installs the PySide6 refcount guard first)
+import render  # noqa: E402
+from app.canvas import FitCanvas, ViewMode, layout_panes  # noqa: E402
+from app.gpu_gate import GpuGate  # noqa: E402
+from app.main import build_parser  # noqa: E402
+from app.qtcompat import guard_pyside_refcounts  # noqa: E402
+from app.window import MainWindow  # noqa: E402
+from app.worker import ChunkSizer, StopTracker  # noqa: E402
+from resources import sample_path  # noqa: E402
+
+pytestmark = pytest.mark.gui
+
+SIZE = 48          # working size: lavapipe runs ~100 iterations/s at this size
+TRIANGLES = 20
+WAIT_MS = 20_000   # generous: a cold lavapipe compiles the shaders on the first step
+
+
+# ---------------------------------------------------------------------- fixtures
+@pytest.fixture(scope="module")
+def engine(gpu_engine):
+    """The shared GPU engine (tests/conftest.py: under CI=true a missing adapter fails), warmed up:
+    kernels compiled and wgpu's poll thread started before any thread is counted."""
+    warm = render.Fitter(sample_path("astronaut.png"), triangles=TRIANGLES, size=SIZE, engine=gpu_engine)
+    warm.step(2)
+    warm.close()
+    return gpu_engine
+
+
+@pytest.fixture
+def settings(tmp_path):
+    s = QtCore.QSettings(str(tmp_path / "trifit.ini"), QtCore.QSettings.Format.IniFormat)
+    s.setValue("params/size", SIZE)
+    s.setValue("params/triangles", TRIANGLES)
+    s.setValue("geometry", None)
+    s.remove("geometry")
+    return s
+
+
+@pytest.fixture
+def window(qtbot, engine, settings):
+    threads_before = set(threading.enumerate())
+    count_before = threading.active_count()
+    win = MainWindow(engine, settings=settings)
+    win.resize(1100, 560)
+    win.show()
+    qtbot.waitExposed(win)
+    yield win
+    win.close()
+    assert not win.worker.alive, "the fit worker thread outlived its window"
+    leaked = set(threading.enumerate()) - threads_before
+    assert not leaked, f"threads left running: {leaked}"
+    # (<=: a daemon thread of another test module, e.g. tqdm's monitor, may end meanwhile)
+    assert threading.active_count() <= count_before
+
+
+def wait_loaded(qtbot, win: MainWindow, source: str | None = None):
+    qtbot.waitUntil(lambda: win.fit_info is not None and (source is None or win.fit_info.source == source),
+                    timeout=WAIT_MS)
+
+
+def iteration(win: MainWindow) -> int:
+    return win.last_stats.iteration if win.last_stats is not None else 0
+
+
+def wait_iterations(qtbot, win: MainWindow, at_least: int):
+    qtbot.waitUntil(lambda: iteration(win) >= at_least, timeout=WAIT_MS)
+
+
+def canvas_pixels(win: MainWindow) -> np.ndarray:
+    """What the canvas shows, as H x W x 3 uint8 in physical pixels (saved as PNGs in
+    $TRIFIT_TEST_DUMP when set, to look at)."""
+    pixels = _read_canvas(win)
+    dump = os.environ.get("TRIFIT_TEST_DUMP")
+    if dump:
+        from PIL import Image
+
+        Path(dump).mkdir(parents=True, exist_ok=True)
+        Image.fromarray(pixels).save(Path(dump) / f"canvas-{time.monotonic_ns()}.png")
+    return pixels
+
+
+def _read_canvas(win: MainWindow) -> np.ndarray:
+    # On X11 the canvas presents straight to its native window, so it is read back from the X
+    # server (what a person sees); elsewhere through the canvas's offscreen snapshot.
+    canvas = win.canvas
+    if QtGui.QGuiApplication.platformName() == "xcb" and canvas.present_method == "screen":
+        QtWidgets.QApplication.processEvents()
+        image = canvas.screen().grabWindow(canvas.winId()).toImage()
+        image = image.convertToFormat(QtGui.QImage.Format.Format_RGB888)
+        w, h = image.width(), image.height()
+        data = np.frombuffer(image.constBits(), np.uint8, count=image.bytesPerLine() * h)
+        return data.reshape(h, image.bytesPerLine())[:, : w * 3].reshape(h, w, 3).copy()
+    return canvas.snapshot()[..., :3]
+
+
+def panes(win: MainWindow, pixels: np.ndarray):
+    h, w = pixels.shape[:2]
+    ratio = win.canvas.get_pixel_ratio()
+    a, b = layout_panes(win.canvas.state.mode, w, h, win.fit_info.width, win.fit_info.height, gap=8 * ratio)
+    crop = lambda r: pixels[int(r[1]) + 2:int(r[3]) - 2, int(r[0]) + 2:int(r[2]) - 2].astype(np.float64)  # noqa: E731
+    return crop(a), crop(b)
+
+
+# ---------------------------------------------------------------------- pure helpers
+def test_layout_keeps_aspect_and_stacks_when_tall():
+    a, b = layout_panes(ViewMode.SIDE_BY_SIDE, 1000, 400, 200, 100)
+    for r in (a, b):
+        assert abs((r[2] - r[0]) / (r[3] - r[1]) - 2.0) < 0.05
+    assert b[0] > a[2]                      # side by side
+    a, b = layout_panes(ViewMode.SIDE_BY_SIDE, 300, 900, 200, 100)
+    assert b[1] > a[3]                      # stacked in a tall canvas
+    one, _ = layout_panes(ViewMode.OVERLAY, 1000, 400, 200, 100)
+    assert one[2] - one[0] > a[2] - a[0]
+
+
+def test_chunk_sizer_targets_chunk_time():
+    sizer = ChunkSizer(target_s=0.06)
+    assert sizer.next() == 1
+    sizer.observe(1, 0.01)
+    assert sizer.next() == 6
+    sizer.observe(6, 0.6)                   # got slow: shrink fast
+    assert sizer.next() <= 2
+
+
+def test_stop_tracker_rules():
+    class S:
+        def __init__(self, loss, psnr):
+            self.loss, self.psnr = loss, psnr
+
+    t = StopTracker(render.StopConditions(iterations=10), start_iteration=5, start_wall_s=0.0, best_at=5)
+    assert t.remaining_iterations(12) == 3
+    assert t.reason_to_stop(S(0.1, 10), 15, 1.0)
+    t = StopTracker(render.StopConditions(target_psnr=20), 0, 0.0)
+    assert t.reason_to_stop(S(0.1, 19), 1, 0.1) is None
+    assert "dB" in t.reason_to_stop(S(0.001, 30), 2, 0.2)
+    t = StopTracker(render.StopConditions(plateau=3), 0, 0.0)
+    assert t.reason_to_stop(S(0.1, 10), 1, 0.1) is None
+    assert t.reason_to_stop(S(0.1, 10), 4, 0.1) is not None
+
+
+def test_gpu_gate_never_makes_the_gui_wait():
+    gate = GpuGate()
+    held, release = threading.Event(), threading.Event()
+
+    def worker():
+        with gate.worker_turn():
+            held.set()
+            release.wait(5)
+
+    t = threading.Thread(target=worker)
+    t.start()
+    held.wait(5)
+    start = time.perf_counter()
+    assert gate.try_gui_turn() is False          # the fit holds the GPU: the GUI does not wait
+    assert time.perf_counter() - start < 0.05
+    gate.expect_frame()
+    assert gate.wait_for_frame(0.01) is False    # the worker's bounded wait for a frame times out
+    release.set()
+    t.join(5)
+    assert gate.try_gui_turn() is True
+    gate.end_gui_turn()                          # ends the turn and releases a waiting worker
+    assert gate.wait_for_frame(0.01) is True
+
+
+def test_pyside_refcount_guard_keeps_none_alive(qapp):
+    guard_pyside_refcounts()
+    label = QtWidgets.QLabel()
+    before = sys.getrefcount(None)
+    for _ in range(5000):
+        label.setText("x")   # PySide6 6.12.0 on Python 3.11 drops a reference to None here
+    if before - sys.getrefcount(None) >= 4000:  # this PySide6 leaks: the guard must be on
+        assert sys.getrefcount(None) > 1 << 40
+
+
+def test_cli_arguments():
+    args = build_parser().parse_args(["picture.png", "--start"])
+    assert args.image == "picture.png" and args.start
+    args = build_parser().parse_args([])
+    assert args.image is None and not args.start
+
+
+# ---------------------------------------------------------------------- the window
+def test_fit_workflow_live_changes_pause_export_quit(qtbot, window, tmp_path):
+    win = window
+    assert isinstance(win.canvas, FitCanvas)
+    win.open_image(sample_path("astronaut.png"), start=True)
+    wait_loaded(qtbot, win)
+    assert (win.fit_info.width, win.fit_info.height) == (SIZE, SIZE)
+    wait_iterations(qtbot, win, 3)
+    first = iteration(win)
+    wait_iterations(qtbot, win, first + 5)  # iterations keep advancing
+    assert win.running
+
+    # Live changes while running: they reach the fit between chunks.
+    win.controls.triangles.setValue(TRIANGLES + 10)
+    win.controls.sigma.setValue(1.5)
+    qtbot.waitUntil(lambda: win.last_stats.n_triangles == TRIANGLES + 10
+                    and abs(win.last_stats.sigma_px - 1.5) < 1e-3, timeout=WAIT_MS)
+    win.controls.lr.setValue(0.5)
+    after_change = iteration(win)
+    wait_iterations(qtbot, win, after_change + 3)
+
+    # Space toggles start/pause (a window shortcut, so the window must be the active one).
+    win.activateWindow()
+    qtbot.waitUntil(win.isActiveWindow, timeout=WAIT_MS)
+    qtbot.keyClick(win.canvas, QtCore.Qt.Key.Key_Space)
+    qtbot.waitUntil(lambda: not win.running, timeout=WAIT_MS)
+    paused_at = iteration(win)
+    qtbot.wait(400)
+    assert iteration(win) == paused_at, "the fit advanced while paused"
+    assert win.act_start.text() == "Start"
+
+    # Export the scene while paused; it holds the live triangle count.
+    path = tmp_path / "fit.json"
+    win.save_scene(path)
+    qtbot.waitUntil(lambda: path.exists() and "Saved" in win.last_message, timeout=WAIT_MS)
+    scene = render.Scene.load(path)
+    assert scene.n_triangles == TRIANGLES + 10
+    assert scene.meta["iterations"] == paused_at
+
+    # Resume, then quit while running: the fixture checks that the thread is gone.
+    win.start_fit()
+    wait_iterations(qtbot, win, paused_at + 2)
+
+
+def test_canvas_shows_both_pictures_and_the_render_changes(qtbot, window):
+    win = window
+    win.open_image(sample_path("astronaut.png"), start=True)
+    wait_loaded(qtbot, win)
+    wait_iterations(qtbot, win, 3)
+    qtbot.waitUntil(lambda: win.canvas.clock.count > 2, timeout=WAIT_MS)
+    qtbot.wait(100)
+    before = canvas_pixels(win)
+    target, rendered = panes(win, before)
+    assert target.std() > 20, "the target pane is uniform"
+    assert rendered.std() > 5, "the render pane is uniform"
+    assert np.abs(target.mean(axis=(0, 1)) - rendered.mean(axis=(0, 1))).max() < 60  # same picture, roughly
+
+    start = iteration(win)
+    wait_iterations(qtbot, win, start + 40)
+    qtbot.wait(150)
+    after = canvas_pixels(win)
+    target2, rendered2 = panes(win, after)
+    assert np.abs(rendered2 - rendered).mean() > 0.5, "the render did not change while fitting"
+    assert np.abs(target2 - target).mean() < 2.0, "the target pane changed"
+
+    win.set_view_mode(ViewMode.ERROR_HEATMAP)
+    qtbot.wait(200)
+    _, heat = panes(win, canvas_pixels(win))
+    assert heat.std() > 5, "the error heatmap is uniform"
+    win.set_view_mode(ViewMode.OVERLAY)
+    win.split_slider.setValue(250)
+    assert win.split_slider.isVisible() and abs(win.canvas.state.split - 0.25) < 1e-9
+    qtbot.wait(200)
+    overlay, _ = panes(win, canvas_pixels(win))
+    assert overlay.std() > 20
+
+
+def test_unreadable_image_and_scene_leave_the_fit_alone(qtbot, window, tmp_path):
+    win = window
+    source = sample_path("astronaut.png")
+    win.open_image(source)
+    wait_loaded(qtbot, win, source)
+
+    broken = tmp_path / "broken.png"
+    broken.write_bytes(b"\x89PNG\r\n\x1a\nthis is not a picture")
+    win.open_image(broken)
+    qtbot.waitUntil(lambda: win.last_error is not None, timeout=WAIT_MS)
+    title, message = win.last_error
+    assert "broken.png" in message
+    assert win.fit_info.source == source
+    assert any(isinstance(w, QtWidgets.QMessageBox) and w.isVisible() for w in win.findChildren(QtWidgets.QMessageBox))
+
+    win.last_error = None
+    bad_scene = tmp_path / "bad.json"
+    bad_scene.write_text('{"format": "trifit-scene", "version": 1}')
+    assert win.open_scene(bad_scene) is False
+    assert win.last_error is not None and "missing" in win.last_error[1]
+
+    # The fit still runs.
+    win.start_fit()
+    wait_iterations(qtbot, win, 3)
+
+
+def test_open_scene_refines_and_drop_opens_image(qtbot, window, tmp_path):
+    win = window
+    win.open_image(sample_path("astronaut.png"))
+    wait_loaded(qtbot, win)
+    path = tmp_path / "start.json"
+    render.Scene.random(12, SIZE, SIZE, seed=3).save(path)
+    assert win.open_scene(path)
+    qtbot.waitUntil(lambda: win.fit_info.triangles == 12, timeout=WAIT_MS)
+    assert win.controls.triangles.value() == 12
+
+    # Drag and drop of an image file onto the window.
+    other = sample_path("chelsea.png")
+    mime = QtCore.QMimeData()
+    mime.setUrls([QtCore.QUrl.fromLocalFile(other)])
+    pos = QtCore.QPointF(win.width() / 2, win.height() / 2)
+    drop = QtGui.QDropEvent(pos, QtCore.Qt.DropAction.CopyAction, mime,
+                            QtCore.Qt.MouseButton.LeftButton, QtCore.Qt.KeyboardModifier.NoModifier)
+    win.dropEvent(drop)
+    wait_loaded(qtbot, win, other)
+    assert win.fit_info.width == SIZE  # chelsea is landscape: the longer side is the working size
+
+
+def test_stop_condition_pauses_the_fit(qtbot, window):
+    win = window
+    win.controls.stop_iterations.setValue(7)
+    win.open_image(sample_path("astronaut.png"), start=True)
+    wait_loaded(qtbot, win)
+    qtbot.waitUntil(lambda: "Stopped" in win.last_message, timeout=WAIT_MS)
+    assert not win.running
+    assert iteration(win) == 7
+
+
+def test_exports_use_the_engine_or_explain(qtbot, window, tmp_path):
+    win = window
+    win.open_image(sample_path("astronaut.png"))
+    wait_loaded(qtbot, win)
+    try:
+        from render import export, report
+        have_exports = all(hasattr(m, f) for m, f in ((export, "save_png"), (export, "save_svg"),
+                                                      (report, "write_report")))
+    except ImportError:
+        have_exports = False
+    png, svg, html = tmp_path / "out.png", tmp_path / "out.svg", tmp_path / "out.html"
+    win.export_png(png, 96)
+    win.export_svg(svg)
+    win.export_report(html)
+    if have_exports:
+        qtbot.waitUntil(lambda: png.exists() and svg.exists() and html.exists(), timeout=WAIT_MS)
+        from PIL import Image
+
+        assert Image.open(png).size == (96, 96)
+        assert win.last_error is None
+    else:
+        assert win.last_error is not None and win.last_error[0] == "Export not available"
+        assert not png.exists()
+
+
+def test_missing_engine_export_is_explained(qtbot, window, tmp_path, monkeypatch):
+    import app.exports
+
+    real_import = app.exports.importlib.import_module
+
+    def without_export(name, *args):
+        if name in ("render.export", "render.report"):
+            raise ImportError(f"No module named {name!r}")
+        return real_import(name, *args)
+
+    monkeypatch.setattr(app.exports.importlib, "import_module", without_export)
+    win = window
+    win.open_image(sample_path("astronaut.png"))
+    wait_loaded(qtbot, win)
+    win.export_png(tmp_path / "out.png", 64)
+    assert win.last_error[0] == "Export not available" and "render.export" in win.last_error[1]
+    assert not (tmp_path / "out.png").exists()
+
+
+def test_reset_applies_size_and_seed(qtbot, window):
+    win = window
+    win.open_image(sample_path("astronaut.png"))
+    wait_loaded(qtbot, win)
+    win.controls.size.setValue(32)
+    win.controls.seed.setValue(5)
+    win.reset_fit()
+    qtbot.waitUntil(lambda: win.fit_info.width == 32, timeout=WAIT_MS)
+    assert win.canvas.state.image_size == (32, 32)
