@@ -98,8 +98,7 @@ def _scene_of(tris, bg, sigma, width, height) -> Scene:
                  np.asarray(tris, np.float64))
 
 
-def _make_backend(backend: str, subgroups: bool | None, segmented: bool | None = None,
-                  pixels_per_thread: int | None = None):
+def _make_backend(backend: str, subgroups: bool | None, segmented: bool | None = None):
     if backend not in BACKENDS:
         raise ValueError(f"unknown backend {backend!r}; choose one of {', '.join(BACKENDS)}")
     if backend == "reference":
@@ -107,9 +106,9 @@ def _make_backend(backend: str, subgroups: bool | None, segmented: bool | None =
     from .gpu.backend import GpuBackend
 
     if backend == "gpu":
-        return GpuBackend(subgroups=subgroups, segmented=segmented, pixels_per_thread=pixels_per_thread)
+        return GpuBackend(subgroups=subgroups, segmented=segmented)
     try:
-        gpu = GpuBackend(subgroups=subgroups, segmented=segmented, pixels_per_thread=pixels_per_thread)
+        gpu = GpuBackend(subgroups=subgroups, segmented=segmented)
     except AdapterError as exc:
         log.warning("no GPU adapter (%s); using the reference backend", exc)
         return ReferenceBackend()
@@ -123,14 +122,10 @@ def _make_backend(backend: str, subgroups: bool | None, segmented: bool | None =
 class Engine:
     """Render scenes and differentiate losses, on the GPU or with the float64 reference."""
 
-    def __init__(self, backend: str = "auto", *, subgroups: bool | None = None, segmented: bool | None = None,
-                 pixels_per_thread: int | None = None):
-        """``subgroups`` / ``segmented`` / ``pixels_per_thread`` (1 or 4) force a kernel variant
-        (None: what suits the adapter)."""
-        if pixels_per_thread not in (None, 1, 4):
-            raise ValueError("pixels_per_thread must be 1 or 4")
+    def __init__(self, backend: str = "auto", *, subgroups: bool | None = None, segmented: bool | None = None):
+        """``subgroups`` / ``segmented`` force a kernel variant (None: what suits the adapter)."""
         self.requested = backend
-        self.impl = _make_backend(backend, subgroups, segmented, pixels_per_thread)
+        self.impl = _make_backend(backend, subgroups, segmented)
         log.info("engine backend: %s on %s", self.backend, self.description)
 
     # ------------------------------------------------------------------ info
@@ -159,8 +154,7 @@ class Engine:
         from .gpu.device import get_context
 
         old = self.impl
-        self.impl = GpuBackend(get_context(force_new=True), subgroups=old.subgroups, segmented=old.segmented,
-                               pixels_per_thread=old.pixels_per_thread)
+        self.impl = GpuBackend(get_context(force_new=True), subgroups=old.subgroups, segmented=old.segmented)
         self.impl.counters = old.counters
         log.warning("GPU device recreated: %s", self.description)
 

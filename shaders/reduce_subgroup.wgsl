@@ -19,7 +19,7 @@ fn stash10(g: array<f32, 10>, li: u32, sg: SgIn, j: u32) {
     }
 }
 
-// Call after a barrier for x < 10 * slots: the total of value x % 10 of slot x / 10.
+// Call after a barrier, from threads li < 10 * slots: the total of value li % 10 of slot li / 10.
 fn gather(li: u32, sg: SgIn) -> f32 {
     var total = 0.0;
     for (var s = 0u; s < sg.count; s++) { total += red[li * MAX_SUBGROUPS + s]; }

@@ -40,22 +40,20 @@ def _rel(a, b):
     return float(np.linalg.norm(a - b) / max(np.linalg.norm(b), 1e-30))
 
 
-VARIANTS = {  # kernel variants: (subgroup reduction, segmented backward, pixels per thread)
-    "subgroups": (True, False, 1),
-    "workgroup-tree": (False, False, 1),
-    "segmented": (True, True, 1),
-    "4px-per-thread": (True, False, 4),
-    "4px-tree-segmented": (False, True, 4),
+VARIANTS = {  # kernel variants: (subgroup reduction, segmented backward)
+    "subgroups": (True, False),
+    "workgroup-tree": (False, False),
+    "segmented": (True, True),
 }
 
 
 @pytest.mark.parametrize("variant", list(VARIANTS))
 @pytest.mark.parametrize("n, W, H, sp", SCENES)
 def test_matches_reference(gpu_ctx, n, W, H, sp, variant):
-    subgroups, segmented, ppt = VARIANTS[variant]
+    subgroups, segmented = VARIANTS[variant]
     if subgroups and not gpu_ctx.has_subgroups:
         subgroups = False  # the adapter lacks the feature: the portable variant stands in
-    eng = Engine("gpu", subgroups=subgroups, segmented=segmented, pixels_per_thread=ppt)
+    eng = Engine("gpu", subgroups=subgroups, segmented=segmented)
     scene = _scene(n, W, H, seed=n + W, sigma_px=sp)
     img = eng.render(scene)
     ref = R.render(scene)

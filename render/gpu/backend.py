@@ -36,7 +36,7 @@ class GpuBackend:
     name = "gpu"
 
     def __init__(self, ctx: GpuContext | None = None, subgroups: bool | None = None,
-                 segmented: bool | None = None, pixels_per_thread: int | None = None):
+                 segmented: bool | None = None):
         self.ctx = ctx or get_context()
         self.device = self.ctx.device
         cap = min(self.ctx.limits.get("max-storage-buffer-binding-size", 1 << 27),
@@ -45,9 +45,6 @@ class GpuBackend:
         self.subgroups = subgroups
         # CPU adapters (lavapipe) have parallelism to spare: segmenting the backward only adds work there
         self.segmented = self.ctx.info.get("type") != "CPU" if segmented is None else segmented
-        # ... and one subgroup reduction per 4 pixels (backward) pays there; GPUs want the threads
-        cpu = self.ctx.info.get("type") == "CPU"
-        self.pixels_per_thread = pixels_per_thread or (4 if cpu else 1)
         self.counters = Counters()
         self.host = HostPhases()
         self.timer = GpuTimer(self.ctx, self.pool)
@@ -63,13 +60,12 @@ class GpuBackend:
 
     # ------------------------------------------------------------------ workspaces
     def workspace(self, shape: Shape) -> Workspace:
-        key = (shape, self.subgroups, self.pixels_per_thread)  # shape includes segmentation
+        key = (shape, self.subgroups)  # shape includes segmentation
         ws = self._workspaces.get(key)
         if ws is not None:
             self._workspaces.move_to_end(key)
             return ws
-        ws = Workspace(self.ctx, self.pool, shape, subgroups=self.subgroups,
-                       pixels_per_thread=self.pixels_per_thread)
+        ws = Workspace(self.ctx, self.pool, shape, subgroups=self.subgroups)
         self._workspaces[key] = ws
         while len(self._workspaces) > _MAX_CACHED_WORKSPACES:
             _, old = self._workspaces.popitem(last=False)

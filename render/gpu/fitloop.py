@@ -32,8 +32,7 @@ class GpuFitLoop:
         self.target_shape = target.shape
         self.shape = Shape(1, W, H, n_tris, backend.segmented)
         pool = backend.pool
-        self.ws = Workspace(backend.ctx, pool, self.shape, ring_len=RING, subgroups=backend.subgroups,
-                            pixels_per_thread=backend.pixels_per_thread)
+        self.ws = Workspace(backend.ctx, pool, self.shape, ring_len=RING, subgroups=backend.subgroups)
         n_params = n_tris * 10 + 3
         self.extra = {
             "params": pool.acquire(STORAGE | COPY_DST | COPY_SRC, n_params * 4, "params"),

@@ -38,11 +38,9 @@ def backward_batch(workgroup_storage: int, subgroups: bool, subgroup_size: int =
     return int(max(1, min(16, (workgroup_storage - fixed) // per_slot)))
 
 
-def kernel_source(name: str, subgroups: bool, kb: int = 1, subgroup_size: int = 0, ppt: int = 1) -> str:
+def kernel_source(name: str, subgroups: bool, kb: int = 1, subgroup_size: int = 0) -> str:
     parts = [source("common.wgsl")]
     if name == "backward.wgsl":
-        parts.append(f"const PPT: u32 = {int(ppt)}u;  // pixels per thread (render/gpu/shaders.py)")
-        parts.append(f"const WGT: u32 = {256 // int(ppt)}u;  // threads per workgroup")
         parts.append(f"const KB: u32 = {int(kb)}u;  // triangles per barrier pair (render/gpu/shaders.py)")
         parts.append(f"const MAX_SUBGROUPS: u32 = {max_subgroups(subgroup_size)}u;  // 256 / probed subgroup size")
     if name in _RASTER_KERNELS:
@@ -56,16 +54,15 @@ def kernel_source(name: str, subgroups: bool, kb: int = 1, subgroup_size: int = 
 
 
 def pipeline(device, name: str, entry: str = "main", subgroups: bool = False, workgroup_storage: int = 16384,
-             subgroup_size: int = 0, ppt: int = 1):
+             subgroup_size: int = 0):
     is_backward = name == "backward.wgsl"
     kb = backward_batch(workgroup_storage, subgroups, subgroup_size) if is_backward else 1
-    ppt = ppt if is_backward else 1
-    key = (device, name, entry, subgroups and is_backward, kb, subgroup_size, ppt)  # the device itself: ids get reused
+    key = (device, name, entry, subgroups and is_backward, kb, subgroup_size)  # the device itself: ids get reused
     with _lock:
         found = _pipelines.get(key)
         if found is not None:
             return found
-    module = device.create_shader_module(label=name, code=kernel_source(name, subgroups, kb, subgroup_size, ppt))
+    module = device.create_shader_module(label=name, code=kernel_source(name, subgroups, kb, subgroup_size))
     pl = device.create_compute_pipeline(
         label=f"{name}:{entry}", layout="auto", compute={"module": module, "entry_point": entry}
     )

@@ -137,7 +137,7 @@ class Workspace:
     """Buffers and bind groups for one :class:`Shape`, taken from (and given back to) a pool."""
 
     def __init__(self, ctx: GpuContext, pool: BufferPool, shape: Shape, ring_len: int = 1,
-                 subgroups: bool | None = None, pixels_per_thread: int = 1):
+                 subgroups: bool | None = None):
         check_limits(ctx, shape, ring_len)
         self.ctx = ctx
         self.device = ctx.device
@@ -145,7 +145,6 @@ class Workspace:
         self.shape = shape
         self.ring_len = ring_len
         self.subgroups = ctx.has_subgroups if subgroups is None else (subgroups and ctx.has_subgroups)
-        self.pixels_per_thread = pixels_per_thread
         self.buffers: dict[str, object] = {}
         for name, size in shape.buffer_sizes(ring_len).items():
             self.buffers[name] = pool.acquire(_USAGES.get(name, STORAGE), size, label=name)
@@ -196,7 +195,7 @@ class Workspace:
             return found
         pl = shaders.pipeline(self.device, kernel, entry, self.subgroups,
                               self.ctx.limits.get("max-compute-workgroup-storage-size", 16384),
-                              self.ctx.subgroup_size, self.pixels_per_thread)
+                              self.ctx.subgroup_size)
         bufs = {**self.buffers, **(extra or {})}
         entries = [{"binding": i, "resource": {"buffer": bufs[n]}} for i, n in enumerate(names)]
         bg = self.device.create_bind_group(layout=pl.get_bind_group_layout(0), entries=entries)
