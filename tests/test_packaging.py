@@ -102,10 +102,11 @@ def test_installed_wheel_runs_in_a_fresh_venv(wheel, tmp_path):
     _run([sys.executable, "-m", "venv", "--without-pip", venv])
     py = venv / "bin" / "python"
     purelib = Path(_run([py, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"]).stdout.strip())
-    # dependencies (numpy, wgpu, pillow, tqdm, ...) from this interpreter, after the venv's own
+    # dependencies (numpy, wgpu, pillow, tqdm, ...) from this interpreter's site-packages, after the
+    # venv's own. Those folders may sit inside the checkout (CI's .venv): that is fine, the checkout's
+    # own packages are not on them (an editable install's .pth hook is not run for added paths).
     deps = [p for p in dict.fromkeys(site.getsitepackages() + [sysconfig.get_paths()["purelib"]] + sys.path)
-            if p and ("site-packages" in p or "dist-packages" in p) and Path(p).is_dir()
-            and not Path(p).resolve().is_relative_to(ROOT)]
+            if p and ("site-packages" in p or "dist-packages" in p) and Path(p).is_dir()]
     (purelib / "_trifit_test_deps.pth").write_text("\n".join(deps) + "\n")
     # --ignore-installed: a trifit already installed where the deps come from (an editable install
     # in CI's venv) must neither stop this install nor be uninstalled by it
