@@ -43,6 +43,8 @@ QUICK_CELLS = [
     ("forward+backward batch 4, 64^2, 32 tris", "fwdbwd", 4, 64, 32),
     ("fit iteration 64px, 50 tris", "fit", 1, 64, 50),
 ]
+#: issue #4 on lavapipe: tiled render() >= 4x the naive kernel; loss_and_grad() <= 3x render()
+BASELINE_CELLS = [(128, 64), (176, 150), (256, 256)]
 CROSSOVER_CELLS = [("fwdbwd", 1, 32, 16), ("fwdbwd", 1, 64, 32), ("fwdbwd", 1, 96, 64)]
 
 
@@ -143,6 +145,14 @@ def run_bench(args) -> int:
                    "winner": "gpu" if g["median_ms"] < c["median_ms"] else "reference"}
             results["crossover"].append(row)
             print(f"  {side}^2 x {tris}: gpu {g['median_ms']:.3f}  reference {c['median_ms']:.3f}  -> {row['winner']}")
+    if engine.backend == "gpu":
+        print("\nbaseline: naive forward (every pixel walks every triangle) vs the tiled kernels, ms per call:")
+        for side, tris in BASELINE_CELLS[: 1 if args.quick else None]:
+            row = baseline_cell(engine, side, tris, repeats, calls)
+            results.setdefault("baseline", []).append(row)
+            print(f"  {side}^2 x {tris}: naive {row['naive_forward_ms']:.3f}  tiled {row['tiled_forward_ms']:.3f} "
+                  f"(x{row['speedup']:.1f})  loss_and_grad {row['tiled_forward_backward_ms']:.3f} "
+                  f"= {row['grad_over_render']:.2f} x render")
     if engine.backend == "gpu" and not args.quick:
         results["memory"] = memory_cell(engine)
         m = results["memory"]
@@ -178,3 +188,17 @@ def memory_cell(engine: Engine, batch: int = 32, side: int = 256, tris: int = 51
     out.update({"peak_in_use_bytes": st["peak_in_use_bytes"], "pool_bytes": st["bytes"]})
     be.pool.clear()
     return out
+
+
+def baseline_cell(engine: Engine, side: int, tris: int, repeats: int, calls: int) -> dict:
+    """Naive vs tiled forward, and tiled forward+backward, on one scene (medians of repeats)."""
+    impl = engine.impl
+    scenes, targets = _inputs(1, side, tris)
+    args = (np.stack([s.triangles for s in scenes]), np.stack([s.background for s in scenes]),
+            np.array([s.sigma for s in scenes]), targets)
+    def timed(**kw):
+        impl.forward_backward_timed(*args, 1, **kw)
+        return float(np.median([impl.forward_backward_timed(*args, calls, **kw) for _ in range(repeats)]))
+    naive, tiled, both = timed(backward=False, naive=True), timed(backward=False), timed(backward=True)
+    return {"size": side, "triangles": tris, "naive_forward_ms": naive, "tiled_forward_ms": tiled,
+            "tiled_forward_backward_ms": both, "speedup": naive / tiled, "grad_over_render": both / tiled}

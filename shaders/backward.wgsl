@@ -97,30 +97,32 @@ fn main(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_index) li: 
         for (var k = n; k > 0u; k--) {
             let t = staged[k - 1u];
             var g = array<f32, 10>();  // explicit: naga does not re-zero a loop-body var each iteration
-            let dg = signed_distance_grad(p, t);
-            if (live && dg.d >= reach) {
-                let cov = sigmoid(dg.d / sig);
-                let alpha = t.rgba.a * cov;
-                let om = 1.0 - alpha;
-                var below: vec3f;
-                if (om >= frame.recompute_below) {
-                    below = (cur - alpha * t.rgba.rgb) / om;
-                } else {
-                    below = composite_below(b, list_base, start + k - 1u, p, sig);
-                }
-                let g_alpha = trans * dot(G, t.rgba.rgb - below);
-                let g_rgb = trans * alpha * G;
-                let g_d = g_alpha * t.rgba.a * cov * (1.0 - cov) / sig;
-                let v0 = g_d * dg.g0 * wh;
-                let v1 = g_d * dg.g1 * wh;
-                let v2 = g_d * dg.g2 * wh;
-                g = array<f32, 10>(v0.x, v0.y, v1.x, v1.y, v2.x, v2.y,
-                                   g_rgb.r, g_rgb.g, g_rgb.b, g_alpha * cov);
-                trans *= om;
-                cur = below;
-                if (trans < BACKWARD_STOP) {
-                    live = false;
-                    atomicAdd(&n_done, 1u);
+            if (live && near_bbox(p, t, -reach)) {
+                let dg = signed_distance_grad(p, t);
+                if (dg.d >= reach) {
+                    let cov = sigmoid(dg.d / sig);
+                    let alpha = t.rgba.a * cov;
+                    let om = 1.0 - alpha;
+                    var below: vec3f;
+                    if (om >= frame.recompute_below) {
+                        below = (cur - alpha * t.rgba.rgb) / om;
+                    } else {
+                        below = composite_below(b, list_base, start + k - 1u, p, sig);
+                    }
+                    let g_alpha = trans * dot(G, t.rgba.rgb - below);
+                    let g_rgb = trans * alpha * G;
+                    let g_d = g_alpha * t.rgba.a * cov * (1.0 - cov) / sig;
+                    let v0 = g_d * dg.g0 * wh;
+                    let v1 = g_d * dg.g1 * wh;
+                    let v2 = g_d * dg.g2 * wh;
+                    g = array<f32, 10>(v0.x, v0.y, v1.x, v1.y, v2.x, v2.y,
+                                       g_rgb.r, g_rgb.g, g_rgb.b, g_alpha * cov);
+                    trans *= om;
+                    cur = below;
+                    if (trans < BACKWARD_STOP) {
+                        live = false;
+                        atomicAdd(&n_done, 1u);
+                    }
                 }
             }
             stash10(g, li, sg, j);

@@ -124,6 +124,13 @@ fn signed_distance_grad(p: vec2f, t: TriPx) -> DistGrad {
     return out;
 }
 
+// Cheap pre-test: can p be within `reach` (>= 0) of the triangle? (bounding box grown by reach)
+fn near_bbox(p: vec2f, t: TriPx, reach: f32) -> bool {
+    let lo = min(t.p0, min(t.p1, t.p2)) - vec2f(reach);
+    let hi = max(t.p0, max(t.p1, t.p2)) + vec2f(reach);
+    return all(p >= lo) && all(p <= hi);
+}
+
 // Pixel handled by thread `li` of the tile `tile` (tiles row-major, tiles_x across).
 fn tile_pixel(tile: vec2u, li: u32) -> vec2u {
     return vec2u(tile.x * TILE + li % TILE, tile.y * TILE + li / TILE);

@@ -67,6 +67,7 @@ fn main(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_index) li: 
                     }
                 }
                 let t = staged[k - 1u];
+                if (!near_bbox(p, t, -reach)) { continue; }  // far outside: skip the exact distance
                 let d = signed_distance(p, t);
                 if (d < reach) { continue; }
                 let alpha = t.rgba.a * sigmoid(d / sig);

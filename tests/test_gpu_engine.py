@@ -137,3 +137,10 @@ def test_timings_name_every_pass(gpu_engine, gpu_ctx):
     if gpu_ctx.has_pass_timestamps:
         assert {"bin", "forward", "loss", "backward", "reduce"} <= set(t["gpu_ms"])
         assert all(v >= 0 for v in t["gpu_ms"].values())
+
+
+def test_naive_baseline_kernel_matches_reference(gpu_engine):
+    # the baseline `trifit bench` compares the tiled kernels against must itself be right
+    s = _scene(40, 30, 22, seed=3, sigma_px=1.2)
+    img = gpu_engine.impl.render_batch(s.triangles[None], s.background[None], [s.sigma], 30, 22, naive=True)[0]
+    assert np.abs(img - R.render(s)).max() <= FWD_TOL

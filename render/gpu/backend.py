@@ -81,7 +81,8 @@ class GpuBackend:
         return GpuFitLoop(self, *args, **kwargs)
 
     # ------------------------------------------------------------------ calls
-    def render_batch(self, tris, bg, sigma, width: int, height: int) -> np.ndarray:
+    def render_batch(self, tris, bg, sigma, width: int, height: int, naive: bool = False) -> np.ndarray:
+        """(B, H, W, 3) renders; ``naive=True`` uses the baseline kernel (no binning) instead."""
         tris, bg, sigma = _check_batch(tris, bg, sigma)
         B, T = tris.shape[:2]
         with self.host.phase("alloc"):
@@ -92,10 +93,14 @@ class GpuBackend:
             self.counters.upload_bytes += ws.set_frame(None) + ws.write("scene", packed)
         enc = self.device.create_command_encoder()
         cpass = enc.begin_compute_pass()
-        with self.timer.span(cpass, "bin"):
-            ws.encode_bin(cpass)
-        with self.timer.span(cpass, "forward"):
-            ws.encode_forward(cpass)
+        if naive:
+            with self.timer.span(cpass, "naive_forward"):
+                ws.encode_naive_forward(cpass)
+        else:
+            with self.timer.span(cpass, "bin"):
+                ws.encode_bin(cpass)
+            with self.timer.span(cpass, "forward"):
+                ws.encode_forward(cpass)
         cpass.end()
         size = B * height * width * 3 * 4
         staging, _ = ws.copy_out(enc, "image", size)
@@ -150,8 +155,9 @@ class GpuBackend:
         return out
 
     def forward_backward_timed(self, tris, bg, sigma, targets, repeats: int, loss: str = "mse",
-                               backward: bool = True) -> list[float]:
-        """For benchmarks: encode ``repeats`` evaluations in one submission; wall ms per call."""
+                               backward: bool = True, naive: bool = False) -> list[float]:
+        """For benchmarks: encode ``repeats`` evaluations in one submission; wall ms per call
+        (``naive``: the baseline forward kernel, forward only)."""
         tris, bg, sigma = _check_batch(tris, bg, sigma)
         B, T = tris.shape[:2]
         H, W = np.asarray(targets).shape[1:3]
@@ -162,6 +168,9 @@ class GpuBackend:
         enc = self.device.create_command_encoder()
         cpass = enc.begin_compute_pass()
         for _ in range(repeats):
+            if naive:
+                ws.encode_naive_forward(cpass)
+                continue
             ws.encode_bin(cpass)
             ws.encode_forward(cpass)
             if backward:

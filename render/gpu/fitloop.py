@@ -6,6 +6,14 @@ Each submission encodes ``chunk`` iterations in one compute pass (7 dispatches e
 Per-iteration losses land in a device ring buffer that is read back once per submission; no
 image or gradient leaves the device during a fit. The first iteration of each submission is
 timed per pass with timestamp queries (where the adapter has them).
+
+Batches: ``target`` may be one image (H, W, 3) or a stack (B, H, W, 3) of equal-size images with
+``raw`` (B, T*10 + 3) -- every kernel already indexes per image (scene records, parameters and
+Adam moments at ``b * n_params``, loss ring at ``b * ring_len``), so B images step in lockstep in
+the same dispatches, sharing the iteration counter, schedules and learning rates. With a stack,
+``run`` returns losses (n, B), ``get_state`` arrays (B, n_params) and ``current_values``
+triangles (B, T, 10) and backgrounds (B, 3); a single image keeps the 1-D shapes. A non-finite
+loss in any image rolls the whole batch back (the buffers are snapshotted whole).
 """
 
 from __future__ import annotations
@@ -28,22 +36,26 @@ class GpuFitLoop:
         self.device = backend.device
         self.settings = settings
         self.n_tris = n_tris
-        H, W = target.shape[:2]
+        target = np.asarray(target)
+        self.batched = target.ndim == 4
+        targets = target if self.batched else target[None]
+        B, H, W = targets.shape[:3]
+        self.batch = B
         self.target_shape = target.shape
-        self.shape = Shape(1, W, H, n_tris, backend.segmented)
+        self.shape = Shape(B, W, H, n_tris, backend.segmented)
         pool = backend.pool
         self.ws = Workspace(backend.ctx, pool, self.shape, ring_len=RING, subgroups=backend.subgroups)
         n_params = n_tris * 10 + 3
         self.extra = {
-            "params": pool.acquire(STORAGE | COPY_DST | COPY_SRC, n_params * 4, "params"),
-            "moments": pool.acquire(STORAGE | COPY_DST | COPY_SRC, n_params * 8, "moments"),
+            "params": pool.acquire(STORAGE | COPY_DST | COPY_SRC, B * n_params * 4, "params"),
+            "moments": pool.acquire(STORAGE | COPY_DST | COPY_SRC, B * n_params * 8, "moments"),
             "sched": pool.acquire(UNIFORM | COPY_DST, 32, "sched"),
             "opt": pool.acquire(UNIFORM | COPY_DST, 32, "opt"),
         }
         self.iter = iteration
         self.schedule = schedule
         up = self.ws.set_frame(settings.loss)
-        up += self.ws.write("target", np.ascontiguousarray(target, dtype=np.float32))
+        up += self.ws.write("target", np.ascontiguousarray(targets, dtype=np.float32))
         up += self._write_extra("opt", np.array(
             [settings.lr_vertex, settings.lr_colour, settings.lr_alpha, settings.lr_background,
              settings.beta1, settings.beta2, settings.adam_eps, 0], dtype=np.float32))
@@ -52,13 +64,14 @@ class GpuFitLoop:
         up += self.ws.write("state", np.array([sigma0, lr0], dtype=np.float32), offset=4)
         up += self._write_extra("sched", schedule.pack())
         backend.counters.upload_bytes += up
-        self.set_state(raw, np.zeros(n_params), np.zeros(n_params))
+        zeros = np.zeros((B, n_params))
+        self.set_state(_per_image(raw, B, n_params), zeros, zeros)
         self.sigma = sigma0
         # Two device-side snapshots of (params, moments), taken alternately at the start of each
         # submission, so a NaN can be rolled back without any per-iteration readback: the newest
         # one whose chunk began with a finite loss is good. Slot 1 starts as the initial state.
         self.snaps = [{k: pool.acquire(STORAGE | COPY_DST | COPY_SRC, n * 4, f"snap-{k}")
-                       for k, n in (("params", n_params), ("moments", 2 * n_params))} for _ in range(2)]
+                       for k, n in (("params", B * n_params), ("moments", 2 * B * n_params))} for _ in range(2)]
         self.snap_iter = [iteration, iteration]
         self._dispatches = None
         self.snap_turn = 0
@@ -91,7 +104,7 @@ class GpuFitLoop:
 
     def _rollback(self, losses: np.ndarray, slot: int) -> int:
         """Restore the newest verified snapshot; returns its iteration."""
-        good = slot if np.isfinite(losses[0]) else slot ^ 1
+        good = slot if np.all(np.isfinite(losses[0])) else slot ^ 1
         enc = self.device.create_command_encoder()
         self._encode_snapshot(enc, good, restore=True)
         self.device.queue.submit([enc.finish()])
@@ -109,37 +122,46 @@ class GpuFitLoop:
         self.device.queue.write_buffer(self.ws.buffers["scene"], 0, nan)
 
     def set_state(self, raw: np.ndarray, m: np.ndarray, v: np.ndarray) -> None:
+        """Raw parameters and Adam moments: (n_params,) for one image, (B, n_params) for a stack."""
+        B, n = self.batch, self.n_tris * 10 + 3
+        raw, m, v = (_per_image(a, B, n) for a in (raw, m, v))
         raw = raw.astype(np.float32)
-        tris, bg = values_from_raw(raw, self.n_tris)
+        vals = [values_from_raw(r, self.n_tris) for r in raw]
+        tris = np.stack([t for t, _ in vals])
+        bg = np.stack([b for _, b in vals])
         sigma = self.schedule.at(max(self.iter, 1))[0]
-        mv = np.stack([m, v], axis=1).astype(np.float32).ravel()
-        up = self._write_extra("params", raw) + self._write_extra("moments", mv)
-        up += self.ws.write("scene", pack_scenes(tris[None], bg[None], np.array([sigma])))
+        mv = np.stack([m, v], axis=-1).astype(np.float32).ravel()  # moments[2 * (b * n + j) + {0, 1}]
+        up = self._write_extra("params", raw.ravel()) + self._write_extra("moments", mv)
+        up += self.ws.write("scene", pack_scenes(tris, bg, np.full(B, sigma)))
         self.backend.counters.upload_bytes += up
 
     def get_state(self):
-        n = self.n_tris * 10 + 3
+        B, n = self.batch, self.n_tris * 10 + 3
         enc = self.device.create_command_encoder()
-        p, _ = self.ws.copy_out(enc, "params", n * 4, source=self.extra["params"])
-        mo, _ = self.ws.copy_out(enc, "moments", n * 8, source=self.extra["moments"])
+        p, _ = self.ws.copy_out(enc, "params", B * n * 4, source=self.extra["params"])
+        mo, _ = self.ws.copy_out(enc, "moments", B * n * 8, source=self.extra["moments"])
         self.device.queue.submit([enc.finish()])
         self.backend.counters.submissions += 1
-        raw = Workspace.read(p, n * 4).astype(np.float64)
-        mv = Workspace.read(mo, n * 8).astype(np.float64).reshape(n, 2)
-        self.backend.counters.readback_bytes += n * 12
-        return raw, mv[:, 0].copy(), mv[:, 1].copy()
+        raw = Workspace.read(p, B * n * 4).astype(np.float64).reshape(B, n)
+        mv = Workspace.read(mo, B * n * 8).astype(np.float64).reshape(B, n, 2)
+        self.backend.counters.readback_bytes += B * n * 12
+        m, v = mv[..., 0].copy(), mv[..., 1].copy()
+        return (raw, m, v) if self.batched else (raw[0], m[0], v[0])
 
     def current_values(self):
-        """Triangles, background and sigma as the device has them now (one small readback)."""
-        size = self.shape.scene_stride * 4
+        """Triangles, background and sigma as the device has them now (one small readback);
+        triangles (B, T, 10) and backgrounds (B, 3) for a stack."""
+        B, stride = self.batch, self.shape.scene_stride
+        size = B * stride * 4
         enc = self.device.create_command_encoder()
         st, _ = self.ws.copy_out(enc, "scene", size)
         self.device.queue.submit([enc.finish()])
         self.backend.counters.submissions += 1
-        rec = Workspace.read(st, size).astype(np.float64)
+        rec = Workspace.read(st, size).astype(np.float64).reshape(B, stride)
         self.backend.counters.readback_bytes += size
         T = self.n_tris
-        return rec[: T * 10].reshape(T, 10), rec[T * 10 : T * 10 + 3], float(rec[T * 10 + 3])
+        tris, bg, sigma = rec[:, : T * 10].reshape(B, T, 10), rec[:, T * 10 : T * 10 + 3], float(rec[0, T * 10 + 3])
+        return (tris, bg, sigma) if self.batched else (tris[0], bg[0], sigma)
 
     def gpu_image(self):
         """(buffer, width, height): the last forward's float32 rgb image, on the device."""
@@ -186,7 +208,8 @@ class GpuFitLoop:
                              ((n_params + PARAMS_PER_GROUP - 1) // PARAMS_PER_GROUP, B, 1), self.extra)
 
     def run(self, n: int) -> np.ndarray:
-        """Run ``n`` iterations; returns their losses (read from the ring once per submission).
+        """Run ``n`` iterations; returns their losses, (n,) or (n, B) for a stack (read from the
+        ring once per submission).
 
         A non-finite loss rolls the device back to the last good parameters and raises
         NumericalFault; a lost device raises DeviceLostError."""
@@ -216,20 +239,20 @@ class GpuFitLoop:
                         cpass.set_bind_group(0, bg)
                         cpass.dispatch_workgroups(*groups)
                 cpass.end()
-                ring, _ = self.ws.copy_out(enc, "ring", RING * 4)
+                ring, _ = self.ws.copy_out(enc, "ring", self.batch * RING * 4)
                 self.backend.timer.resolve(enc)
             with host.phase("submit"):
                 self.device.queue.submit([enc.finish()])
                 self.backend.counters.submissions += 1
             with host.phase("readback"):
-                values = Workspace.read(ring, RING * 4)
-                self.backend.counters.readback_bytes += RING * 4
+                values = Workspace.read(ring, self.batch * RING * 4).reshape(self.batch, RING)
+                self.backend.counters.readback_bytes += self.batch * RING * 4
                 self.backend.timer.collect()
             slots = (np.arange(self.iter + 1, self.iter + k + 1)) % RING
-            losses = values[slots].astype(np.float64)
+            losses = values[:, slots].T.astype(np.float64)  # (k, B): image b's ring is at b * RING
             self.snap_iter[slot] = self.iter
             if not np.all(np.isfinite(losses)):
-                bad = self.iter + 1 + int(np.argmax(~np.isfinite(losses)))
+                bad = self.iter + 1 + int(np.argmax(~np.all(np.isfinite(losses), axis=1)))
                 back = self._rollback(losses, slot)
                 raise NumericalFault(f"non-finite loss at iteration {bad}; rolled back to iteration {back}", bad)
             self.snap_turn = slot ^ 1
@@ -237,7 +260,16 @@ class GpuFitLoop:
             self.iter += k
             done += k
         self.sigma = self.schedule.at(self.iter)[0]
-        return np.concatenate(out) if out else np.empty(0)
+        losses = np.concatenate(out) if out else np.empty((0, self.batch))
+        return losses if self.batched else losses[:, 0]
+
+
+def _per_image(a, B: int, n: int) -> np.ndarray:
+    """``a`` as (B, n): one image's (n,) vector (B = 1) or a stack."""
+    a = np.asarray(a)
+    if a.size != B * n:
+        raise ValueError(f"expected {B} x {n} parameters, got shape {a.shape}")
+    return a.reshape(B, n)
 
 
 class _Recorder:

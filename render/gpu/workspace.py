@@ -222,6 +222,12 @@ class Workspace:
         self._dispatch(cpass, "forward.wgsl", ["frame", "scene", "tile_count", "tile_list", "image",
                                                "target", "dldc", "loss_partial", "ckpt"], self.tile_groups)
 
+    def encode_naive_forward(self, cpass) -> None:
+        """The baseline kernel (shaders/naive_forward.wgsl): every pixel walks every triangle."""
+        s = self.shape
+        self._dispatch(cpass, "naive_forward.wgsl", ["frame", "scene", "image"],
+                       ((s.width * s.height + 255) // 256, s.batch, 1))
+
     def encode_loss(self, cpass) -> None:
         """The per-pixel loss is fused into the forward (frame.with_loss); this sums its tiles."""
         self._dispatch(cpass, "loss_reduce.wgsl", ["frame", "loss_partial", "state", "ring", "scene"],
