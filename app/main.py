@@ -19,6 +19,7 @@ from rendercanvas import qt as rendercanvas_qt
 import render
 from resources import sample_path
 
+from .session import SessionStore
 from .window import MainWindow
 
 log = logging.getLogger("trifit.app")
@@ -35,13 +36,17 @@ def ensure_application() -> QtWidgets.QApplication:
 
 
 def create_window(image_path: str | None = None, start: bool = False, backend: str = "auto",
-                  settings: QtCore.QSettings | None = None) -> MainWindow:
-    """Show the main window and begin loading ``image_path`` (default: the bundled astronaut)."""
+                  settings: QtCore.QSettings | None = None, autosave: bool = False) -> MainWindow:
+    """Show the main window and begin loading ``image_path`` (default: the bundled astronaut).
+
+    ``autosave``: autosave the session to the user's data directory and offer to restore one a
+    crashed trifit left there (app/session.py); the app itself runs with it, scripts without."""
     ensure_application()
     engine = render.Engine(backend)
-    window = MainWindow(engine, settings=settings)
+    session = SessionStore.from_environment() if autosave else None
+    window = MainWindow(engine, settings=settings, session=session)
     window.show()
-    window.open_image(image_path or sample_path("astronaut.png"), start=start)
+    window.begin(image_path or sample_path("astronaut.png"), start=start)
     return window
 
 
@@ -61,7 +66,7 @@ def run_gui(image_path: str | None = None, start: bool = False, backend: str = "
     """Open the window and run the event loop until it closes; returns the exit status."""
     ensure_application()
     try:
-        window = create_window(image_path, start, backend)
+        window = create_window(image_path, start, backend, autosave=True)
     except render.TrifitError as exc:  # e.g. backend="gpu" on a machine without an adapter
         QtWidgets.QMessageBox.critical(None, "trifit cannot start", str(exc))
         return 1

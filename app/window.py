@@ -4,6 +4,9 @@ The window is the GUI thread's only link to the fit: it forwards user actions to
 :class:`~app.worker.FitWorker` and renders what the worker reports. It never calls a Fitter
 method and never waits on the GPU. Dialogs about failures are opened non-modally (``open()``),
 so the event loop and the preview keep running while one is up.
+
+With a :class:`~app.session.SessionStore` the fit is autosaved while it runs, and
+:meth:`MainWindow.begin` offers to restore a session a crashed trifit left behind.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from .canvas import FitCanvas, ImageCanvas, ViewMode
 from .controls import ControlsPanel
 from .gpu_gate import GpuGate
 from .plots import PlotsPanel
+from .session import CrashedSession, SessionStore, restore_answer_from_env
 from .worker import FitInfo, FitParams, FitWorker, Progress
 
 log = logging.getLogger("trifit.app")
@@ -52,7 +56,7 @@ def make_canvas(engine: render.Engine, present_method: str | None = None, gate: 
 
 class MainWindow(QtWidgets.QMainWindow):
     def __init__(self, engine: render.Engine, settings: QtCore.QSettings | None = None,
-                 present_method: str | None = None):
+                 present_method: str | None = None, session: SessionStore | None = None):
         super().__init__()
         self.engine = engine
         self.settings = settings if settings is not None else QtCore.QSettings()
@@ -64,6 +68,14 @@ class MainWindow(QtWidgets.QMainWindow):
         self.scene_path: str | None = None
         self.last_error: tuple[str, str] | None = None   # for tests and scripts
         self.last_message: str = ""
+        self.session = session                            # autosave; None: off
+        self.restore_offer: CrashedSession | None = None  # a crashed session waiting for an answer
+        self.restored: CrashedSession | None = None       # the session restored at start, if any
+        self._restoring: CrashedSession | None = None     # restored, its fit not loaded yet
+        self.last_autosave: tuple[str, int] | None = None  # (folder, iteration) of the latest autosave
+        self._restore_box: QtWidgets.QMessageBox | None = None
+        self._restore_fallback: tuple[str | None, bool] = (None, False)
+        self._autosave_error_shown = False
         self.setWindowTitle("trifit")
         self.setAcceptDrops(True)
 
@@ -75,6 +87,8 @@ class MainWindow(QtWidgets.QMainWindow):
         self._build_status_bar()
         self._connect_worker()
         self._restore_settings()
+        if session is not None:
+            self.worker.configure_autosave(session.save, session.interval_s)
         self.worker.start()
 
     # ------------------------------------------------------------------ construction
@@ -215,11 +229,82 @@ class MainWindow(QtWidgets.QMainWindow):
         s.stopped.connect(self._on_stopped)
         s.failed.connect(self.show_error)
         s.applied.connect(self.plots.stats.set_change_latency)
+        s.autosaved.connect(self._on_autosaved)
+        s.autosave_failed.connect(self._on_autosave_failed)
+
+    # ------------------------------------------------------------------ start-up and restore
+    def begin(self, image_path: str | os.PathLike, start: bool = False) -> None:
+        """What a start of the app does: offer to restore the session a crashed trifit left
+        (if any), else open ``image_path``. The question is non-blocking; ``TRIFIT_RESTORE``
+        answers it, and :meth:`answer_restore` is the answer in code."""
+        crashed = self.session.find_crashed() if self.session is not None else []
+        for other in crashed[1:]:  # one question per start: the newest; the rest wait for later
+            self.session.release(other)
+        if not crashed:
+            self.open_image(image_path, start=start)
+            return
+        self.restore_offer = crashed[0]
+        self._restore_fallback = (str(image_path), start)
+        answer = restore_answer_from_env()
+        if answer is not None:
+            self.answer_restore(answer)
+            return
+        box = QtWidgets.QMessageBox(
+            QtWidgets.QMessageBox.Icon.Question, "Restore the previous session?",
+            "trifit did not quit normally last time.\n\nRestore the previous session "
+            f"({crashed[0].describe()})?\n\nNo deletes the autosave.",
+            QtWidgets.QMessageBox.StandardButton.Yes | QtWidgets.QMessageBox.StandardButton.No, self)
+        box.setDefaultButton(QtWidgets.QMessageBox.StandardButton.Yes)
+        box.setAttribute(QtCore.Qt.WidgetAttribute.WA_DeleteOnClose)
+        yes = box.button(QtWidgets.QMessageBox.StandardButton.Yes)
+        box.finished.connect(lambda _result: self.answer_restore(box.clickedButton() is yes))
+        self._restore_box = box
+        box.open()  # window-modal, not blocking
+
+    def answer_restore(self, restore: bool) -> None:
+        """Answer the pending restore question: restore the crashed session (its image, settings
+        and scene; the fit starts from that scene) or delete it and open the start-up image."""
+        crashed, self.restore_offer = self.restore_offer, None
+        box, self._restore_box = self._restore_box, None
+        if box is not None and box.isVisible():
+            box.done(0)  # answered in code: close the question (its handler finds nothing pending)
+        if crashed is None:
+            return
+        image_path, start = self._restore_fallback
+        if not restore:
+            self.session.discard(crashed)
+            log.info("discarded the autosaved session in %s", crashed.folder)
+            if image_path:
+                self.open_image(image_path, start=start)
+            return
+        # Adopted (later autosaves go to its folder) once its fit exists: if the image cannot be
+        # read after all, its files stay for a later start instead of going with a clean quit.
+        self._restoring = self.restored = crashed
+        self.controls.set_params(crashed.params)
+        self.controls.set_stop_conditions(crashed.stop)
+        self.worker.set_stop_conditions(crashed.stop)
+        self.worker.load(crashed.source, crashed.params, init_scene=crashed.scene, start=start)
+        log.info("restoring the session autosaved in %s (%s)", crashed.folder, crashed.describe())
+        self.show_message(f"Restored the previous session ({crashed.describe()})")
+
+    def _on_autosaved(self, folder: str, iteration: int) -> None:
+        self.last_autosave = (folder, iteration)
+        self._autosave_error_shown = False
+        if not self.statusBar().currentMessage():
+            self.statusBar().showMessage(f"Autosaved (iteration {iteration})", 2000)
+
+    def _on_autosave_failed(self, message: str) -> None:
+        self.statusBar().showMessage(f"Autosave failed: {message}", 6000)
+        if not self._autosave_error_shown:  # one dialog per run of failures, not one per period
+            self._autosave_error_shown = True
+            self.show_error("Autosave failed", f"The session could not be autosaved: {message}\n\n"
+                            "Fitting goes on; save the scene by hand to keep it.")
 
     # ------------------------------------------------------------------ fit control
     def open_image(self, path: str | os.PathLike, start: bool = False) -> None:
         """Fit ``path`` with the current controls; an unreadable file leaves the current fit running."""
-        self.worker.load(str(path), self.controls.params(), start=start)
+        path = os.path.abspath(os.fspath(path))  # saved scenes and autosaves name it from anywhere
+        self.worker.load(path, self.controls.params(), start=start)
         self.statusBar().showMessage(f"Opening {Path(path).name}…", 3000)
 
     def open_scene(self, path: str | os.PathLike) -> bool:
@@ -412,6 +497,9 @@ class MainWindow(QtWidgets.QMainWindow):
 
     # ------------------------------------------------------------------ worker reports
     def _on_loaded(self, info: FitInfo) -> None:
+        if self._restoring is not None and info.source == self._restoring.source:
+            self.session.adopt(self._restoring)  # its files stay until the fit autosaves over them
+            self._restoring = None
         self.fit_info = info
         self.last_stats = None
         self.canvas.set_target(info.target)
@@ -561,6 +649,13 @@ class MainWindow(QtWidgets.QMainWindow):
         ended = self.worker.shutdown()
         if not ended:
             log.warning("the fit worker did not stop in time")
+        if self.session is not None:
+            for crashed in (self.restore_offer, self._restoring):  # not answered, or not restored
+                if crashed is not None:                              # after all: ask next time
+                    self.session.release(crashed)
+            self.restore_offer = self._restoring = None
+            if ended:  # a normal quit: nothing to restore next time
+                self.session.close_clean()
         return ended
 
     def closeEvent(self, event):  # noqa: N802 - Qt override

@@ -35,6 +35,7 @@ CHUNK_TARGET_S = 0.05   # one chunk of iterations should take about this long
 MAX_CHUNK = 256         # the GPU fit loop's loss ring holds 256 iterations per submission
 TIMINGS_EVERY_S = 0.5   # how often per-pass timings and counters are sent to the plots
 REFERENCE_PREVIEW_EVERY_S = 0.5  # reference backend: host render of the preview, at most this often
+AUTOSAVE_EVERY_S = 30.0  # default autosave period while fitting (app/session.py; TRIFIT_AUTOSAVE_SECONDS)
 FRAME_WAIT_S = 0.1      # after a chunk, leave the GPU to the GUI for one preview frame, at most this long
 
 
@@ -73,6 +74,20 @@ class Progress:
     timings: dict | None = None       # fitter.timings(), at most every TIMINGS_EVERY_S
     gpu_image: tuple | None = None    # (buffer, W, H) on the shared device
     pixels: np.ndarray | None = None  # reference backend preview (float32 H x W x 3)
+
+
+@dataclass
+class AutosaveSnapshot:
+    """What the autosave writer gets (on the worker thread): the fit as it is now."""
+
+    scene: Any                  # render.Scene (read back from the device, with meta)
+    source: str | None          # the target image the fit was opened from
+    params: FitParams           # the settings it runs with, live changes included
+    stop: StopConditions
+    iteration: int
+    n_triangles: int            # triangles in the scene now (the fitter may still be growing)
+    backend: str
+    running: bool
 
 
 @dataclass
@@ -170,6 +185,8 @@ class FitWorkerSignals(QtCore.QObject):
     job_done = QtCore.Signal(int, object)
     job_failed = QtCore.Signal(int, str)
     applied = QtCore.Signal(str, float)     # a live change reached the fit: kind, seconds after it was sent
+    autosaved = QtCore.Signal(str, int)     # where the autosave went, the iteration it holds
+    autosave_failed = QtCore.Signal(str)    # why an autosave could not be written (the fit goes on)
 
 
 class FitWorker:
@@ -194,6 +211,12 @@ class FitWorker:
         self._sizer = ChunkSizer()
         self._last_timings = 0.0
         self._last_preview = 0.0
+        self._params: FitParams | None = None    # the current fit's settings, live changes included
+        self._autosave_writer: Callable[[AutosaveSnapshot], Any] | None = None
+        self._autosave_s = AUTOSAVE_EVERY_S
+        self._autosave_t = 0.0                   # when the last autosave was written (or the clock restarted)
+        self._autosaved_iteration = 0            # the iteration it held
+        self._autosave_now = False               # write at the next chance (the fit was paused or stopped)
 
     # ------------------------------------------------------------------ GUI-thread API
     def start(self) -> None:
@@ -230,6 +253,14 @@ class FitWorker:
 
     def set_stop_conditions(self, rules: StopConditions) -> None:
         self._commands.put(_Live("stop", replace(rules)))
+
+    def configure_autosave(self, writer: Callable[[AutosaveSnapshot], Any] | None,
+                            every_s: float = AUTOSAVE_EVERY_S) -> None:
+        """While fitting, call ``writer(snapshot)`` on the worker thread every ``every_s`` seconds
+        (and when the fit pauses or stops with iterations not yet saved); None turns it off.
+        ``writer`` returns where it wrote (reported by ``autosaved``); an exception it raises is
+        reported by ``autosave_failed`` and the fit goes on."""
+        self._commands.put(_Live("autosave", (writer, float(every_s))))
 
     def submit(self, fn: Callable[[render.Fitter], Any], on_done: Callable | None = None,
                on_error: Callable[[str], None] | None = None) -> int:
@@ -274,7 +305,7 @@ class FitWorker:
                 commands = self._drain(block=not (self._running and self._fitter is not None))
                 if _QUIT in commands:
                     return
-                outcome = None
+                outcome = snapshot = None
                 with self.gate.worker_turn():
                     try:
                         self._apply(commands)
@@ -284,8 +315,11 @@ class FitWorker:
                         log.exception("fit worker error")
                         self._set_running(False)
                         self.signals.failed.emit("The fit stopped", f"{type(exc).__name__}: {exc}")
+                    snapshot = self._autosave_snapshot()  # the scene is read back on the device
                 if outcome is not None:
                     self._publish(*outcome)
+                if snapshot is not None:
+                    self._write_autosave(snapshot)  # the file writes happen with the GPU released
         finally:
             if self._fitter is not None:
                 with self.gate.worker_turn():
@@ -343,6 +377,10 @@ class FitWorker:
             self._apply_live(live)
 
     def _apply_live(self, cmd: _Live) -> None:
+        if cmd.kind == "autosave":
+            self._autosave_writer, self._autosave_s = cmd.value
+            self._autosave_t = time.perf_counter()
+            return
         if cmd.kind == "stop":
             self._stop_rules = cmd.value
             if self._tracker is not None:
@@ -363,6 +401,9 @@ class FitWorker:
         except (ValueError, render.TrifitError) as exc:
             self.signals.failed.emit("Cannot apply the change", str(exc))
             return
+        if self._params is not None:
+            field_name = {"triangles": "triangles", "sigma": "sigma_px", "lr": "lr_scale"}[cmd.kind]
+            setattr(self._params, field_name, cmd.value)
         self.signals.applied.emit(cmd.kind, time.perf_counter() - cmd.sent_at)
 
     def _set_running(self, running: bool) -> None:
@@ -372,6 +413,10 @@ class FitWorker:
             f = self._fitter
             self._tracker = StopTracker(self._stop_rules, f.iteration, f.wall_s, best_at=f.iteration)
             self._plan()
+            if f.iteration == self._autosaved_iteration:
+                self._autosave_t = time.perf_counter()  # nothing unsaved: the period starts now
+        if not running and self._running:
+            self._autosave_now = True  # paused or stopped: save what the fit has (if anything is new)
         if running != self._running:
             self._running = running
             self.signals.running_changed.emit(running)
@@ -421,6 +466,10 @@ class FitWorker:
             self._fitter.close()
         self._fitter = fitter
         self._last_load = cmd
+        self._params = replace(p)
+        self._autosave_t = time.perf_counter()
+        self._autosaved_iteration = fitter.iteration
+        self._autosave_now = False
         self._sizer.reset()
         self._last_timings = 0.0
         self._last_preview = 0.0
@@ -480,6 +529,40 @@ class FitWorker:
         if not reason and self._stop_rules.time_limit is not None and self._stop_rules.iterations is None:
             self._plan()
         return progress, reason
+
+    def _autosave_snapshot(self) -> AutosaveSnapshot | None:
+        """The fit to autosave, when a save is due: ``_autosave_s`` seconds of fitting since the
+        last one, or the fit paused with iterations not yet saved."""
+        f = self._fitter
+        if self._autosave_writer is None or f is None or self._autosave_s <= 0:
+            return None
+        if f.iteration == self._autosaved_iteration:
+            self._autosave_now = False
+            return None
+        if not (self._autosave_now or time.perf_counter() - self._autosave_t >= self._autosave_s):
+            return None
+        self._autosave_now = False
+        self._autosave_t = time.perf_counter()
+        try:
+            scene = f.scene
+        except Exception as exc:  # a failed readback must not stop the fit; try again next period
+            log.warning("autosave: cannot read the scene back (%s: %s)", type(exc).__name__, exc)
+            return None
+        self._autosaved_iteration = f.iteration
+        return AutosaveSnapshot(scene, self._last_load.source if self._last_load else None,
+                                replace(self._params) if self._params else FitParams(),
+                                replace(self._stop_rules), f.iteration, f.n_triangles,
+                                self.engine.backend, self._running)
+
+    def _write_autosave(self, snapshot: AutosaveSnapshot) -> None:
+        try:
+            where = self._autosave_writer(snapshot)
+        except Exception as exc:  # a full disk or a read-only folder: say so, keep fitting
+            log.warning("autosave failed: %s: %s", type(exc).__name__, exc)
+            self.signals.autosave_failed.emit(f"{type(exc).__name__}: {exc}")
+            return
+        if where is not None:
+            self.signals.autosaved.emit(str(where), snapshot.iteration)
 
     def _finish(self, reason: str) -> None:
         self._set_running(False)
