@@ -1,19 +1,32 @@
 """Batch mode: fit every image of a folder or glob, resumably, writing each result as it is done.
 
-``run_batch(inputs, outdir, ...)`` fits the images **one after another** through one shared
-engine (so shader pipelines and pooled GPU buffers are built once and reused across images).
-The fitter's device-resident loop takes a single target, and a cross-image batch would need a
-batched fit loop in render/fitter.py; until it has one, images of equal working size are *not*
-fitted in one dispatch. Each fit is independent and seeded, so the result of an image does not
-depend on which other images are in the batch.
+``run_batch(inputs, outdir, ...)`` fits the images through one shared engine (shader pipelines
+and pooled GPU buffers are built once and reused), on one of two paths:
+
+* **Batched** (the default when the engine's backend is ``"gpu"`` and the stop condition is an
+  iteration count only -- on the command line: ``--iters N`` without ``--time-limit``,
+  ``--target-psnr`` or ``--plateau``): the images are loaded at the working size, grouped by
+  that size, and each group (up to :data:`BATCH_CHUNK` images) runs in lockstep through one
+  :class:`render.fitter.BatchFitter` -- one set of GPU dispatches per iteration for the whole
+  group. Trade-off: the batched fit has a fixed triangle count and no growth stages, no
+  respawn and no coarse stage, so at the same iterations it usually ends a little below the
+  full fitter's PSNR, in exchange for throughput. Should a batched fit fail, its images are
+  fitted one by one instead.
+* **Sequential** (``sequential=True`` / ``--sequential``, any time limit, PSNR or plateau stop --
+  those are per image -- or the reference backend): one full :class:`render.fitter.Fitter` per
+  image, one after another.
+
+On either path each fit is independent and seeded: an image's result does not depend (beyond
+float precision) on which other images are in the batch -- the batched kernels index every buffer
+per image. ``trifit batch`` without ``--iters`` (the default 600 iterations) stays sequential.
 
 Guarantees:
 
 * **Resumable**: an image whose output scene already exists, loads as a valid scene and matches
   the requested triangle count and working size is skipped (``force=True`` refits it).
 * **Never loses finished work**: each scene (and its optional render and report) is written
-  atomically the moment its fit ends; an interrupt loses only the fit in progress, and no partial
-  scene is ever written (so a resumed run refits that image instead of trusting half a fit).
+  atomically the moment its fit (for the batched path: its group's fit) ends; an interrupt loses
+  only the fit (or group) in progress, and no partial scene is ever written (so a resumed run refits that image instead of trusting half a fit).
 * **Bad images are reported and skipped**: an unreadable image, or a fit that fails, is recorded
   with its reason and the batch goes on; :attr:`BatchResult.exit_status` is 2 when any failed.
 
@@ -153,15 +166,20 @@ def existing_result(path: Path, triangles: int, size: int):
 
 
 # ---------------------------------------------------------------------- the run
+#: images per batched fit (one loop, one set of dispatches per iteration for all of them)
+BATCH_CHUNK = 16
+
+
 def run_batch(inputs: Iterable[str] | Iterable[Path], outdir, *, triangles: int = 150, size: int = 176,
               stop=None, seed: int = 0, loss: str = "mse", engine=None, backend: str = "auto",
               render: bool = False, reports: bool = False, force: bool = False,
-              progress: bool = True, on_result: Callable[[ImageResult], None] | None = None) -> BatchResult:
+              progress: bool = True, on_result: Callable[[ImageResult], None] | None = None,
+              sequential: bool = False, batch_chunk: int = BATCH_CHUNK) -> BatchResult:
     """Fit every image of ``inputs`` (folders, globs, paths) into ``outdir``; see the module doc."""
     from tqdm import tqdm
 
     from .engine import Engine
-    from .fitter import Fitter, StopConditions
+    from .fitter import StopConditions
     from .imageio import load_image
 
     images = find_images([str(s) for s in inputs])
@@ -179,52 +197,43 @@ def run_batch(inputs: Iterable[str] | Iterable[Path], outdir, *, triangles: int 
             on_result(r)
         if r.status == "failed" and progress:
             bar.write(f"trifit: failed: {r.message()}", file=sys.stderr)
+        bar.update(1)
 
+    only_iterations = (stop.iterations is not None and stop.time_limit is None
+                       and stop.target_psnr is None and stop.plateau is None)
+    opts = dict(triangles=triangles, size=size, seed=seed, loss=loss, render=render, reports=reports,
+                progress=progress, bar=bar, record=record, outdir=outdir, names=names)
     try:
+        pending = []
         for img_path in images:
-            name = names[img_path]
-            scene_path = outdir / f"{name}.trifit.json"
-            bar.set_postfix_str(img_path.name[:40])
+            scene_path = outdir / f"{names[img_path]}.trifit.json"
             if not force and existing_result(scene_path, triangles, size) is not None:
                 record(ImageResult(str(img_path), str(scene_path), "skipped"))
-                bar.update(1)
-                continue
-            if engine is None:
-                engine = Engine(backend)  # an AdapterError here ends the batch: no image could fit
-            t0 = time.perf_counter()
-            try:
-                target = load_image(img_path, size)
-                fitter = Fitter(target, triangles=triangles, size=size, seed=seed, engine=engine,
-                                source=str(img_path), loss=loss)
+            else:
+                pending.append(img_path)
+        if pending and engine is None:
+            engine = Engine(backend)  # an AdapterError here ends the batch: no image could fit
+        if sequential or not only_iterations or engine is None or engine.backend != "gpu":
+            for img_path in pending:
+                _fit_sequential(img_path, None, engine, stop, **opts)
+        else:
+            groups: dict[tuple, list] = {}  # working size -> [(path, target)], in input order
+            for img_path in pending:
+                t0 = time.perf_counter()
                 try:
-                    def step(stats, _name=img_path.name):
-                        bar.set_postfix_str(f"{_name[:30]} it {stats.iteration} psnr {stats.psnr:.2f}")
-
-                    fitter.run(stop, callback=step if progress else None)
-                    scene = fitter.scene
-                    final = engine.render(scene, fitter.width, fitter.height)
-                    scene.save(scene_path)  # the result, atomically, before anything optional
-                    psnr = _psnr(final, fitter.target)
-                    if render:
-                        from .export import save_png
-
-                        save_png(scene, outdir / f"{name}.trifit.png", engine=engine)
-                    if reports:
-                        from .report import build_report, write_json_report
-
-                        write_json_report(outdir / f"{name}.trifit-report.json",
-                                          build_report(fitter, engine, fitter.wall_s, final_image=final))
-                    record(ImageResult(str(img_path), str(scene_path), "done", psnr, fitter.iteration,
-                                       time.perf_counter() - t0))
-                finally:
-                    fitter.close()
-            except TrifitError as exc:
-                record(ImageResult(str(img_path), str(scene_path), "failed", error=str(exc),
-                                   seconds=time.perf_counter() - t0))
-            except (MemoryError, ValueError, OSError) as exc:
-                record(ImageResult(str(img_path), str(scene_path), "failed",
-                                   error=f"{type(exc).__name__}: {exc}", seconds=time.perf_counter() - t0))
-            bar.update(1)
+                    target = load_image(img_path, size)
+                except TrifitError as exc:
+                    record(ImageResult(str(img_path), str(outdir / f"{names[img_path]}.trifit.json"),
+                                       "failed", error=str(exc), seconds=time.perf_counter() - t0))
+                    continue
+                except (MemoryError, ValueError, OSError) as exc:
+                    record(ImageResult(str(img_path), str(outdir / f"{names[img_path]}.trifit.json"), "failed",
+                                       error=f"{type(exc).__name__}: {exc}", seconds=time.perf_counter() - t0))
+                    continue
+                groups.setdefault(target.shape, []).append((img_path, target))
+            for members in groups.values():
+                for k in range(0, len(members), max(1, batch_chunk)):
+                    _fit_batched(members[k : k + max(1, batch_chunk)], engine, stop, **opts)
     except KeyboardInterrupt:
         result.interrupted = True
         raise
@@ -232,6 +241,97 @@ def run_batch(inputs: Iterable[str] | Iterable[Path], outdir, *, triangles: int 
         bar.close()
         _write_summary(outdir / SUMMARY_NAME, result)
     return result
+
+
+def _save_outputs(scene, fitter, engine, name: str, outdir: Path, render: bool, reports: bool) -> float:
+    """Write the scene (atomically, first), then the optional render and report; returns the PSNR."""
+    scene_path = outdir / f"{name}.trifit.json"
+    final = engine.render(scene, fitter.width, fitter.height)
+    scene.save(scene_path)  # the result, atomically, before anything optional
+    psnr = _psnr(final, fitter.target)
+    if render:
+        from .export import save_png
+
+        save_png(scene, outdir / f"{name}.trifit.png", engine=engine)
+    if reports:
+        from .report import build_report, write_json_report
+
+        write_json_report(outdir / f"{name}.trifit-report.json",
+                          build_report(fitter, engine, fitter.wall_s, final_image=final))
+    return psnr
+
+
+def _failure(img_path, scene_path, exc, t0) -> ImageResult:
+    err = str(exc) if isinstance(exc, TrifitError) else f"{type(exc).__name__}: {exc}"
+    return ImageResult(str(img_path), str(scene_path), "failed", error=err, seconds=time.perf_counter() - t0)
+
+
+def _fit_sequential(img_path, target, engine, stop, *, triangles, size, seed, loss, render, reports,
+                    progress, bar, record, outdir, names) -> None:
+    """The per-image path: a full Fitter (growth, respawn, coarse stage, any stop condition)."""
+    from .fitter import Fitter
+    from .imageio import load_image
+
+    name = names[img_path]
+    scene_path = outdir / f"{name}.trifit.json"
+    bar.set_postfix_str(img_path.name[:40])
+    t0 = time.perf_counter()
+    try:
+        if target is None:
+            target = load_image(img_path, size)
+        fitter = Fitter(target, triangles=triangles, size=size, seed=seed, engine=engine,
+                        source=str(img_path), loss=loss)
+        try:
+            def step(stats, _name=img_path.name):
+                bar.set_postfix_str(f"{_name[:30]} it {stats.iteration} psnr {stats.psnr:.2f}")
+
+            fitter.run(stop, callback=step if progress else None)
+            psnr = _save_outputs(fitter.scene, fitter, engine, name, outdir, render, reports)
+            r = ImageResult(str(img_path), str(scene_path), "done", psnr, fitter.iteration,
+                            time.perf_counter() - t0)
+        finally:
+            fitter.close()
+    except (TrifitError, MemoryError, ValueError, OSError) as exc:
+        r = _failure(img_path, scene_path, exc, t0)
+    record(r)
+
+
+def _fit_batched(members, engine, stop, *, triangles, size, seed, loss, render, reports,
+                 progress, bar, record, outdir, names) -> None:
+    """Equal-size images through one BatchFitter; each scene is written as soon as the group
+    ends. Should the batched fit itself fail, the group's images are fitted one by one instead."""
+    import logging
+
+    from .fitter import BatchFitter
+
+    opts = dict(triangles=triangles, size=size, seed=seed, loss=loss, render=render, reports=reports,
+                progress=progress, bar=bar, record=record, outdir=outdir, names=names)
+    bar.set_postfix_str(f"{len(members)} x {members[0][0].name[:30]} (batched)")
+    t0 = time.perf_counter()
+    try:
+        bf = BatchFitter([t for _, t in members], triangles=triangles, size=size, seeds=seed, engine=engine,
+                         sources=[str(p) for p, _ in members], loss=loss)
+        try:
+            bf.run(stop.iterations)
+            scenes = bf.scenes
+        finally:
+            bf.close()
+    except (TrifitError, MemoryError, ValueError) as exc:
+        logging.getLogger("trifit").warning("batched fit of %d images failed (%s); fitting them one by one",
+                                            len(members), exc)
+        for img_path, target in members:
+            _fit_sequential(img_path, target, engine, stop, **opts)
+        return
+    seconds = (time.perf_counter() - t0) / len(members)  # the group's time, shared evenly
+    for b, ((img_path, _), scene) in enumerate(zip(members, scenes)):
+        name = names[img_path]
+        scene_path = outdir / f"{name}.trifit.json"
+        try:
+            psnr = _save_outputs(scene, bf.member(b, scene), engine, name, outdir, render, reports)
+            r = ImageResult(str(img_path), str(scene_path), "done", psnr, bf.iteration, seconds)
+        except (TrifitError, MemoryError, ValueError, OSError) as exc:
+            r = _failure(img_path, scene_path, exc, t0)
+        record(r)
 
 
 def _psnr(image, target) -> float:

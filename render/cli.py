@@ -115,6 +115,9 @@ def build_parser() -> argparse.ArgumentParser:
     bt.add_argument("--reports", action="store_true",
                     help="also write a JSON report per image (NAME.trifit-report.json)")
     bt.add_argument("--force", action="store_true", help="refit images that already have a scene")
+    bt.add_argument("--sequential", action="store_true",
+                    help="fit the images one by one with the full fitter (growth, respawn, coarse stage) "
+                         "instead of batching equal-size images on the GPU when --iters is the only stop")
     bt.add_argument("--quiet", action="store_true", help="no progress bar")
 
     b = sub.add_parser("bench", help="measure the engine (see docs/PERFORMANCE.md)")
@@ -301,7 +304,9 @@ def cmd_batch(args) -> int:
         stop.iterations = 600
     result = run_batch(args.inputs, out, triangles=args.tris, size=args.size, stop=stop, seed=args.seed,
                        loss=args.loss, backend=args.backend, render=args.png, reports=args.reports,
-                       force=args.force, progress=not args.quiet)
+                       force=args.force, progress=not args.quiet,
+                       # batching needs an iteration count the user chose (see render/batch.py)
+                       sequential=args.sequential or args.iters is None)
     if not args.quiet or result.failed:
         print(f"trifit: batch: {result.done} fitted, {result.skipped} skipped (already done), "
               f"{len(result.failed)} failed; scenes -> {out}", file=sys.stderr)

@@ -111,18 +111,24 @@ def lr_vector(settings: FitSettings, n_tris: int) -> np.ndarray:
 
 
 class ReferenceFitLoop:
-    """The fit loop in float64 numpy: advance -> loss_and_grad -> Adam, one iteration at a time."""
+    """The fit loop in float64 numpy: advance -> loss_and_grad -> Adam, one iteration at a time.
+
+    Like the GPU loop it takes one target (H, W, 3) with raw (n_params,), or a stack (B, H, W, 3)
+    with raw (B, n_params) stepped in lockstep (then losses are (n, B) and states (B, n_params))."""
 
     def __init__(self, backend, target: np.ndarray, raw: np.ndarray, n_tris: int,
                  settings: FitSettings, schedule: Schedule, iteration: int = 0):
         self.backend = backend
-        self.target = np.asarray(target, dtype=np.float64)
-        self.target_shape = self.target.shape
+        target = np.asarray(target, dtype=np.float64)
+        self.batched = target.ndim == 4
+        self.target_shape = target.shape
+        self.targets = target if self.batched else target[None]
+        self.batch = self.targets.shape[0]
         self.n_tris = n_tris
         self.settings = settings
         self.schedule = schedule
         self.iter = iteration
-        self.raw = raw.astype(np.float64).copy()
+        self.raw = self._stack(raw).copy()
         self.m = np.zeros_like(self.raw)
         self.v = np.zeros_like(self.raw)
         self.sigma = schedule.at(max(iteration, 1))[0]
@@ -132,17 +138,26 @@ class ReferenceFitLoop:
     def set_optim(self, settings: FitSettings) -> None:
         self.settings = settings
 
+    def _stack(self, a) -> np.ndarray:
+        a = np.asarray(a, dtype=np.float64)
+        n = self.n_tris * 10 + 3
+        if a.size != self.batch * n:
+            raise ValueError(f"expected {self.batch} x {n} parameters, got shape {a.shape}")
+        return a.reshape(self.batch, n)
+
     def inject_fault(self) -> None:
-        self.raw[0] = np.nan
+        self.raw[0, 0] = np.nan
 
     def set_schedule(self, schedule: Schedule) -> None:
         self.schedule = schedule
 
     def set_state(self, raw, m, v) -> None:
-        self.raw, self.m, self.v = raw.astype(np.float64), m.astype(np.float64), v.astype(np.float64)
+        self.raw, self.m, self.v = (self._stack(a).copy() for a in (raw, m, v))
 
     def get_state(self):
-        return self.raw.copy(), self.m.copy(), self.v.copy()
+        if self.batched:
+            return self.raw.copy(), self.m.copy(), self.v.copy()
+        return self.raw[0].copy(), self.m[0].copy(), self.v[0].copy()
 
     def run(self, n: int) -> np.ndarray:
         """Run n iterations in chunks of settings.chunk, with the GPU loop's rollback semantics."""
@@ -154,8 +169,8 @@ class ReferenceFitLoop:
             self._good[slot] = (self.get_state(), self.iter)
             losses = self._iterate(k)
             if not np.all(np.isfinite(losses)):
-                bad = self.iter - k + 1 + int(np.argmax(~np.isfinite(losses)))
-                good = slot if np.isfinite(losses[0]) else slot ^ 1
+                bad = self.iter - k + 1 + int(np.argmax(~np.all(np.isfinite(losses), axis=1)))
+                good = slot if np.all(np.isfinite(losses[0])) else slot ^ 1
                 (raw, m, v), self.iter = self._good[good]
                 self.set_state(raw, m, v)
                 self._turn = good ^ 1
@@ -163,39 +178,43 @@ class ReferenceFitLoop:
             self._turn = slot ^ 1
             out.append(losses)
             done += k
-        return np.concatenate(out) if out else np.empty(0)
+        losses = np.concatenate(out) if out else np.empty((0, self.batch))
+        return losses if self.batched else losses[:, 0]
 
     def _iterate(self, n: int) -> np.ndarray:
-        H, W = self.target.shape[:2]
+        H, W = self.targets.shape[1:3]
         s = self.settings
         lr = lr_vector(s, self.n_tris)
-        losses = np.empty(n)
+        is_logit = np.ones(self.n_tris * 10 + 3, dtype=bool)
+        is_logit[: self.n_tris * 10].reshape(self.n_tris, 10)[:, :6] = False
+        losses = np.empty((n, self.batch))
         for k in range(n):
             self.iter += 1
             self.sigma, lr_scale = self.schedule.at(self.iter)
-            tris, bg = values_from_raw(self.raw, self.n_tris)
-            scene = Scene(W, H, self.sigma, bg, tris)
-            with self.backend.host.phase("forward+backward"):
-                loss, gt, gb = reference.loss_and_grad(scene, self.target, s.loss)
-            g = np.concatenate([gt.ravel(), gb])
-            # chain rule through the sigmoid of every logit
-            vals = sigmoid(self.raw)
-            is_logit = np.ones_like(self.raw, dtype=bool)
-            is_logit[: self.n_tris * 10].reshape(self.n_tris, 10)[:, :6] = False
-            g = np.where(is_logit, g * vals * (1 - vals), g)
-            self.m = s.beta1 * self.m + (1 - s.beta1) * g
-            self.v = s.beta2 * self.v + (1 - s.beta2) * g * g
-            mhat = self.m / (1 - s.beta1 ** self.iter)
-            vhat = self.v / (1 - s.beta2 ** self.iter)
-            self.raw = self.raw - lr * lr_scale * mhat / (np.sqrt(vhat) + s.adam_eps)
-            # as loss_reduce.wgsl: a non-finite parameter is reported as a NaN loss (a NaN vertex
-            # is otherwise silently invisible: its distance compares false everywhere)
-            losses[k] = loss if np.all(np.isfinite(scene.triangles)) else np.nan
+            for b in range(self.batch):
+                tris, bg = values_from_raw(self.raw[b], self.n_tris)
+                scene = Scene(W, H, self.sigma, bg, tris)
+                with self.backend.host.phase("forward+backward"):
+                    loss, gt, gb = reference.loss_and_grad(scene, self.targets[b], s.loss)
+                g = np.concatenate([gt.ravel(), gb])
+                # chain rule through the sigmoid of every logit
+                vals = sigmoid(self.raw[b])
+                g = np.where(is_logit, g * vals * (1 - vals), g)
+                self.m[b] = s.beta1 * self.m[b] + (1 - s.beta1) * g
+                self.v[b] = s.beta2 * self.v[b] + (1 - s.beta2) * g * g
+                mhat = self.m[b] / (1 - s.beta1 ** self.iter)
+                vhat = self.v[b] / (1 - s.beta2 ** self.iter)
+                self.raw[b] = self.raw[b] - lr * lr_scale * mhat / (np.sqrt(vhat) + s.adam_eps)
+                # as loss_reduce.wgsl: a non-finite parameter is reported as a NaN loss (a NaN vertex
+                # is otherwise silently invisible: its distance compares false everywhere)
+                losses[k, b] = loss if np.all(np.isfinite(scene.triangles)) else np.nan
         return losses
 
     def current_values(self):
-        tris, bg = values_from_raw(self.raw, self.n_tris)
-        return tris, bg, self.sigma
+        vals = [values_from_raw(r, self.n_tris) for r in self.raw]
+        if not self.batched:
+            return vals[0][0], vals[0][1], self.sigma
+        return np.stack([t for t, _ in vals]), np.stack([b for _, b in vals]), self.sigma
 
     def gpu_image(self):
         return None

@@ -77,6 +77,56 @@ def psnr_from_mse(mse: float) -> float:
     return float("inf") if mse <= 0 else 10.0 * math.log10(1.0 / mse)
 
 
+def default_schedule(settings: FitSettings, short_side: int, sigma_fixed: float | None = None) -> Schedule:
+    """The sigma anneal and lr decay over ``settings.planned_iterations`` (sigma: fraction of the short side)."""
+    plan = max(1, settings.planned_iterations)
+    start, end = settings.sigma_start_px / short_side, settings.sigma_end_px / short_side
+    if sigma_fixed is not None:
+        start = end = sigma_fixed
+    return Schedule(start, end, settings.sigma_fraction * plan, plan, settings.lr_final)
+
+
+def error_map(target: np.ndarray, image: np.ndarray | None) -> np.ndarray:
+    ref = image if image is not None else target.mean(axis=(0, 1), keepdims=True)
+    err = np.sum((target - ref) ** 2, axis=2).astype(np.float64)
+    return err + 1e-6 * max(err.mean(), 1e-12)
+
+
+def new_triangles(target: np.ndarray, n: int, image: np.ndarray | None, rng: np.random.Generator,
+                  settings: FitSettings, radius_scale: float = 1.0, n_after: int | None = None) -> np.ndarray:
+    """n triangles centred where the error is largest (sampled), coloured from the target;
+    sized so that ``n_after`` triangles (default: the target count) would cover the frame ~1.5x."""
+    H, W = target.shape[:2]
+    err = error_map(target, image).ravel()
+    idx = rng.choice(err.size, size=n, p=err / err.sum())
+    cy, cx = (idx // W + rng.uniform(0, 1, n)) / H, (idx % W + rng.uniform(0, 1, n)) / W
+    base = math.sqrt(1.5 / max(n_after or settings.triangles, 1)) * radius_scale
+    r = base * rng.uniform(0.5, 1.5, n)
+    ang0 = rng.uniform(0, 2 * np.pi, n)
+    angles = ang0[:, None] + np.array([0, 2 * np.pi / 3, 4 * np.pi / 3])[None] + rng.uniform(-0.4, 0.4, (n, 3))
+    S = min(W, H)
+    vx = cx[:, None] + np.cos(angles) * r[:, None] * S / W
+    vy = cy[:, None] + np.sin(angles) * r[:, None] * S / H
+    verts = np.stack([vx, vy], axis=-1).reshape(n, 6)
+    px = np.clip((cx * W).astype(int), 0, W - 1)
+    py = np.clip((cy * H).astype(int), 0, H - 1)
+    rgb = target[py, px].astype(np.float64)
+    alpha = np.full((n, 1), settings.init_alpha if image is None else settings.insert_alpha)
+    tris = np.concatenate([verts, rgb, alpha], axis=1)
+    # larger triangles paint first (bottom), finer ones on top
+    order = np.argsort(-r, kind="stable")
+    return tris[order]
+
+
+def initial_raw(target: np.ndarray, n: int, rng: np.random.Generator, settings: FitSettings,
+                sigma_start: float) -> np.ndarray:
+    """Raw parameters of a first scene: ``n`` triangles (:func:`new_triangles`) over the mean colour."""
+    H, W = target.shape[:2]
+    bg = target.reshape(-1, 3).mean(axis=0).astype(np.float64)
+    scene = Scene(W, H, sigma_start, bg, new_triangles(target, n, None, rng, settings, n_after=n))
+    return raw_from_scene(scene)
+
+
 class Fitter:
     """Fit ``triangles`` soft triangles to ``target_image`` (path, PIL image or array).
 
@@ -119,12 +169,7 @@ class Fitter:
         return min(self.width, self.height)
 
     def _default_schedule(self) -> Schedule:
-        s = self.settings
-        plan = max(1, s.planned_iterations)
-        start, end = s.sigma_start_px / self.short_side, s.sigma_end_px / self.short_side
-        if self._sigma_fixed is not None:
-            start = end = self._sigma_fixed
-        return Schedule(start, end, s.sigma_fraction * plan, plan, s.lr_final)
+        return default_schedule(self.settings, self.short_side, self._sigma_fixed)
 
     def plan(self, total_iterations: int) -> None:
         """Fit the schedules (sigma anneal, lr decay, coarse stage, respawns) to this many iterations."""
@@ -162,9 +207,7 @@ class Fitter:
         return loop
 
     def _error_map(self, image: np.ndarray | None) -> np.ndarray:
-        ref = image if image is not None else self.target.mean(axis=(0, 1), keepdims=True)
-        err = np.sum((self.target - ref) ** 2, axis=2).astype(np.float64)
-        return err + 1e-6 * max(err.mean(), 1e-12)
+        return error_map(self.target, image)
 
     def _growth_target(self, iteration: int) -> int:
         """How many triangles the growth schedule wants at ``iteration``."""
@@ -178,33 +221,10 @@ class Fitter:
 
     def _new_triangles(self, n: int, image: np.ndarray | None, radius_scale: float = 1.0,
                        n_after: int | None = None) -> np.ndarray:
-        """n triangles centred where the error is largest (sampled), coloured from the target;
-        sized so that ``n_after`` triangles (default: the target count) would cover the frame ~1.5x."""
-        H, W = self.height, self.width
-        err = self._error_map(image).ravel()
-        idx = self._rng.choice(err.size, size=n, p=err / err.sum())
-        cy, cx = (idx // W + self._rng.uniform(0, 1, n)) / H, (idx % W + self._rng.uniform(0, 1, n)) / W
-        base = math.sqrt(1.5 / max(n_after or self.settings.triangles, 1)) * radius_scale
-        r = base * self._rng.uniform(0.5, 1.5, n)
-        ang0 = self._rng.uniform(0, 2 * np.pi, n)
-        angles = ang0[:, None] + np.array([0, 2 * np.pi / 3, 4 * np.pi / 3])[None] + self._rng.uniform(-0.4, 0.4, (n, 3))
-        S = self.short_side
-        vx = cx[:, None] + np.cos(angles) * r[:, None] * S / W
-        vy = cy[:, None] + np.sin(angles) * r[:, None] * S / H
-        verts = np.stack([vx, vy], axis=-1).reshape(n, 6)
-        px = np.clip((cx * W).astype(int), 0, W - 1)
-        py = np.clip((cy * H).astype(int), 0, H - 1)
-        rgb = self.target[py, px].astype(np.float64)
-        alpha = np.full((n, 1), self.settings.init_alpha if image is None else self.settings.insert_alpha)
-        tris = np.concatenate([verts, rgb, alpha], axis=1)
-        # larger triangles paint first (bottom), finer ones on top
-        order = np.argsort(-r, kind="stable")
-        return tris[order]
+        return new_triangles(self.target, n, image, self._rng, self.settings, radius_scale, n_after)
 
     def _initial_raw(self, n: int) -> np.ndarray:
-        bg = self.target.reshape(-1, 3).mean(axis=0).astype(np.float64)
-        scene = Scene(self.width, self.height, self._schedule.sigma_start, bg, self._new_triangles(n, None, n_after=n))
-        return raw_from_scene(scene)
+        return initial_raw(self.target, n, self._rng, self.settings, self._schedule.sigma_start)
 
     def _raw_from_init_scene(self, scene: Scene):
         if scene.n_triangles < 1:
@@ -515,3 +535,171 @@ class Fitter:
         release = getattr(self._loop, "release", None)
         if release is not None:
             release()
+
+
+# ---------------------------------------------------------------------- batched fits
+#: what the batched path always runs with: nothing changes the triangle count or the frame size
+BATCH_FIXED = {"growth_stages": 1, "respawn_every": 0, "coarse_fraction": 0.0}
+
+
+class BatchFitter:
+    """Fit ``triangles`` soft triangles to each of several equal-size images, in lockstep, through
+    one batched fit loop (one set of dispatches per iteration for the whole batch).
+
+    Each image is initialised as :class:`Fitter` initialises it (same helpers, its own seed's
+    random stream) and stepped with the same Adam and schedules. The batched path is simpler
+    than Fitter's: a **fixed triangle count** (no growth stages), **no respawn** and **no
+    coarse stage** (:data:`BATCH_FIXED` overrides those settings, and the scenes' meta records
+    it), one stop condition (an iteration count, :meth:`run`), and shared learning rates: a
+    NaN/inf loss in any image rolls the whole batch back and halves every image's learning
+    rates. A lost device is not recovered here (DeviceLostError propagates). So image ``b``
+    equals, to float tolerance, ``Fitter(targets[b], triangles, size, seeds[b], **BATCH_FIXED)``
+    run for the same iterations -- the other images never change its result.
+    """
+
+    def __init__(self, targets, triangles: int = 150, size: int = 176, seeds=0,
+                 engine: Engine | None = None, *, sources=None, **settings):
+        self.engine = engine or Engine("auto")
+        targets = [as_target(t, int(size)) for t in targets]
+        if not targets:
+            raise TrifitError("a batched fit needs at least one image")
+        shapes = {t.shape for t in targets}
+        if len(shapes) != 1:
+            raise TrifitError(f"a batched fit needs images of one working size, got {sorted(shapes)}")
+        B = len(targets)
+        seeds = [int(seeds)] * B if np.isscalar(seeds) else [int(s) for s in seeds]
+        if len(seeds) != B:
+            raise TrifitError(f"{len(seeds)} seeds for {B} images")
+        self.sources = list(sources) if sources is not None else [None] * B
+        if len(self.sources) != B:
+            raise TrifitError(f"{len(self.sources)} sources for {B} images")
+        settings = {**settings, **BATCH_FIXED}
+        self.settings = [FitSettings(triangles=int(triangles), size=int(size), seed=s, **settings) for s in seeds]
+        if not 1 <= self.settings[0].triangles <= MAX_TRIANGLES_FIT:
+            raise TrifitError(f"triangle count must be between 1 and {MAX_TRIANGLES_FIT}, got {triangles}")
+        self.targets = targets
+        self.height, self.width = targets[0].shape[:2]
+        self.n_triangles = self.settings[0].triangles
+        self.history = [History() for _ in range(B)]
+        self.wall_s = 0.0
+        self.faults = 0
+        self._schedule = default_schedule(self.settings[0], min(self.width, self.height))
+        raws = [initial_raw(t, self.n_triangles, np.random.default_rng(s.seed), s, self._schedule.sigma_start)
+                for t, s in zip(targets, self.settings)]
+        self._loop = self.engine.impl.fit_loop(np.stack(targets), np.stack(raws), self.n_triangles,
+                                               self.settings[0], self._schedule, 0)
+
+    def __len__(self) -> int:
+        return len(self.targets)
+
+    @property
+    def iteration(self) -> int:
+        return self._loop.iter
+
+    def plan(self, total_iterations: int) -> None:
+        """Fit the schedules (sigma anneal, lr decay) to this many iterations."""
+        for s in self.settings:
+            s.planned_iterations = max(1, int(total_iterations))
+        self._schedule = default_schedule(self.settings[0], min(self.width, self.height))
+        self._loop.set_schedule(self._schedule)
+
+    def run(self, iterations: int) -> np.ndarray:
+        """Plan for and run ``iterations`` more iterations; returns each image's last loss (B,)."""
+        self.plan(self.iteration + int(iterations))
+        return self.step(iterations)
+
+    def step(self, iterations: int) -> np.ndarray:
+        """Run ``iterations`` iterations (no re-planning); returns each image's last loss (B,)."""
+        n = int(iterations)
+        if n < 0:
+            raise ValueError("iterations must be >= 0")
+        t0 = time.perf_counter()
+        target_iter = self._loop.iter + n
+        consecutive = 0
+        while self._loop.iter < target_iter:
+            start = self._loop.iter + 1
+            try:
+                losses = self._loop.run(target_iter - self._loop.iter)
+            except NumericalFault as fault:
+                consecutive += 1
+                self.faults += 1
+                if consecutive > MAX_CONSECUTIVE_FAULTS:
+                    raise TrifitError(f"the batched fit keeps diverging ({fault}); giving up after "
+                                      f"{MAX_CONSECUTIVE_FAULTS} rollbacks") from None
+                for s in self.settings:
+                    for name in ("lr_vertex", "lr_colour", "lr_alpha", "lr_background"):
+                        setattr(s, name, getattr(s, name) * 0.5)
+                self._loop.set_optim(self.settings[0])
+                msg = f"{fault}; learning rates of the whole batch halved"
+                log.warning(msg)
+                warnings.warn(msg, RuntimeWarning, stacklevel=2)
+                for h in self.history:
+                    h.truncate(self._loop.iter)
+                continue
+            consecutive = 0
+            for b, h in enumerate(self.history):
+                h.add(start, losses[:, b])
+        self.wall_s += time.perf_counter() - t0
+        return np.array([h.losses[-1] if len(h) else float("nan") for h in self.history])
+
+    @property
+    def scenes(self) -> list[Scene]:
+        """Each image's current scene at the working size, with ``meta`` as :attr:`Fitter.scene`'s."""
+        tris, bg, sigma = self._loop.current_values()
+        out = []
+        for b, s in enumerate(self.settings):
+            meta = {
+                "software": f"trifit {__version__}",
+                "seed": s.seed,
+                "source": self.sources[b],
+                "iterations": self.iteration,
+                "backend": self.engine.backend,
+                "adapter": self.engine.adapter.get("name"),
+                "settings": s.as_dict(),
+                "batched": len(self),
+            }
+            out.append(Scene(self.width, self.height, float(sigma), np.clip(bg[b], 0, 1), tris[b].copy(),
+                             {"meta": meta}))
+        return out
+
+    def member(self, b: int, scene: Scene | None = None) -> "BatchMember":
+        """A Fitter-like view of image ``b`` (for render.report.build_report)."""
+        return BatchMember(self, b, scene)
+
+    def timings(self, recent: int | None = None) -> dict:
+        tail = slice(-recent, None) if recent else slice(None)
+        gpu = {k: float(np.median(s[tail])) for k, s in self._loop.gpu_phase_samples().items() if s}
+        host = {k: float(np.median(s[tail])) for k, s in self.engine.impl.host.samples.items() if s}
+        return {"gpu_ms": gpu, "host_ms": host, "counters": self.engine.counters(),
+                "pool": self.engine.pool_stats()}
+
+    def close(self) -> None:
+        release = getattr(self._loop, "release", None)
+        if release is not None:
+            release()
+
+
+class BatchMember:
+    """One image of a :class:`BatchFitter`, with the attributes a report reads off a Fitter."""
+
+    def __init__(self, batch: BatchFitter, b: int, scene: Scene | None = None):
+        self.batch, self.b = batch, b
+        self.engine = batch.engine
+        self.target = batch.targets[b]
+        self.width, self.height = batch.width, batch.height
+        self.settings = batch.settings[b]
+        self.source = batch.sources[b]
+        self.history = batch.history[b]
+        self.n_triangles = batch.n_triangles
+        self.iteration = batch.iteration
+        self.wall_s = batch.wall_s  # the batch's time: the images ran together
+        self.coarse_until = 0
+        self.respawned = 0
+        self._scene = scene
+
+    @property
+    def scene(self) -> Scene:
+        return self._scene if self._scene is not None else self.batch.scenes[self.b]
+
+    def timings(self, recent: int | None = None) -> dict:
+        return self.batch.timings(recent)

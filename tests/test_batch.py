@@ -120,3 +120,16 @@ def test_inputs_and_names(tmp_path, images):
     names = output_names([images / "x.png", images / "x.jpg", images / "y.png"])
     assert sorted(names.values()) == ["x_jpg", "x_png", "y"]
     assert main(["batch", str(tmp_path / "nothing-*.png"), "-o", str(tmp_path / "o"), "--quiet"]) == 2
+
+
+def test_batched_and_sequential_paths(tmp_path, images, gpu_ctx):
+    """--iters on the GPU batches equal-size images (a and b: 12x16); --sequential fits one by one."""
+    (images / "broken.png").unlink()
+    out, seq = tmp_path / "out", tmp_path / "seq"
+    assert main(["batch", str(images), "-o", str(out), "--backend", "gpu", *FIT]) == 0
+    assert main(["batch", str(images), "-o", str(seq), "--backend", "gpu", "--sequential", *FIT]) == 0
+    a = Scene.load(out / "a.trifit.json")
+    assert a.meta["batched"] == 2 and Scene.load(out / "c.trifit.json").meta["batched"] == 1
+    assert a.meta["settings"]["growth_stages"] == 1 and a.meta["iterations"] == 5
+    assert "batched" not in Scene.load(seq / "a.trifit.json").meta
+    assert _scenes(out) == _scenes(seq) == ["a.trifit.json", "b.trifit.json", "c.trifit.json"]
