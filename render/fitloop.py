@@ -43,7 +43,9 @@ class FitSettings:
     planned_iterations: int = 600 # the schedules below are fractions of this plan (re-planned by
                                   # Fitter.run from --iters or from the measured speed and --time-limit)
     sigma_fraction: float = 0.75  # sigma anneals over this fraction of the plan
-    coarse_fraction: float = 0.3  # the first fraction of the plan runs at half the working size
+    coarse_fraction: float = 0.3  # the first fraction of the plan runs at half the working size;
+    coarse_max_fraction: float = 0.85  # time-limited fits whose plan is short (a slow adapter) spend
+                                       # up to this much there: 4x cheaper iterations buy more of them
     coarse_min_size: int = 64     # ... when the half size is at least this
     respawn_every: int = 50       # every this many iterations, triangles that stopped contributing
     respawn_alpha: float = 0.02   # (opacity below this, or under 1 px^2 on the frame) are re-placed

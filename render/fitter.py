@@ -152,6 +152,7 @@ class Fitter:
         self._host_snapshot = None  # (raw, m, v, iteration): survives a lost device
         self._rng = np.random.default_rng(self.settings.seed)
         self._sigma_fixed: float | None = None  # set_sigma() pins sigma (fraction of the short side)
+        self._time_budgeted = False  # a time limit plans the fit (replan_for_time)
         self._schedule = self._default_schedule()
         self._coarse_target = self._half_size_target()
         if init_scene is not None:
@@ -182,7 +183,18 @@ class Fitter:
         """Iteration at which the coarse (half-size) stage ends; 0 when there is none."""
         if self._coarse_target is None:
             return 0
-        return int(self.settings.coarse_fraction * self.settings.planned_iterations)
+        return int(self._coarse_share(self.settings.planned_iterations) * self.settings.planned_iterations)
+
+    def _coarse_share(self, plan: int) -> float:
+        """Fraction of the plan at half size: coarse_fraction, rising to coarse_max_fraction for
+        time-limited fits whose plan is short (<= 500 iterations; unchanged from 2000 up).
+        Measured on lavapipe, 12 s, 150 triangles: astronaut 21.28 -> 21.82 dB, chelsea 28.14 ->
+        28.50 dB at 0.85 (0.93: 21.52 / 28.34); at a fixed iteration count it does not help."""
+        s = self.settings
+        if not self._time_budgeted or s.coarse_fraction <= 0:
+            return s.coarse_fraction
+        short = min(max((2000 - plan) / 1500, 0.0), 1.0)
+        return s.coarse_fraction + (max(s.coarse_max_fraction, s.coarse_fraction) - s.coarse_fraction) * short
 
     def _half_size_target(self) -> np.ndarray | None:
         s = self.settings
@@ -412,13 +424,21 @@ class Fitter:
         done = self.iteration - start_iter
         if done <= 0 or elapsed <= 0:
             return
-        # full-size iterations cost ~4x coarse ones: judge the speed from the recent stage
-        rate = done / elapsed
-        if self._loop_is_coarse():
-            rate /= 3.0
-        predicted = self.iteration + int(rate * max(limit - elapsed, 0.0))
-        if abs(predicted - self.settings.planned_iterations) > 0.05 * self.settings.planned_iterations:
-            self.plan(max(predicted, self.iteration + 1))
+        self._time_budgeted = True
+        # seconds per iteration at full size; a half-size one costs about a quarter (pixels)
+        t_iter = elapsed / done
+        coarse_ratio = 0.25 if self._coarse_target is not None else 1.0
+        t_full = t_iter / coarse_ratio if self._loop_is_coarse() else t_iter
+        left = max(limit - elapsed, 0.0)
+        it = self.iteration
+        plan = self.settings.planned_iterations
+        for _ in range(8):  # the coarse share depends on the plan: a few fixed-point steps
+            c_end = int(self._coarse_share(plan) * plan) if self._coarse_target is not None else 0
+            coarse_left = max(0, c_end - it)
+            t_left = left - coarse_left * t_full * coarse_ratio
+            plan = it + coarse_left + max(0, int(t_left / t_full))
+        if abs(plan - self.settings.planned_iterations) > 0.05 * self.settings.planned_iterations:
+            self.plan(max(plan, self.iteration + 1))
 
     # ------------------------------------------------------------------ live changes
     def set_sigma(self, sigma_px: float | None) -> None:

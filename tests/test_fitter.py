@@ -149,3 +149,14 @@ def test_growth_stages_add_triangles_on_schedule(ref_engine):
     assert f.n_triangles == 9 and f.scene.n_triangles == 9
     f.step(4)
     assert f.n_triangles == 9 and f.iteration == 8
+
+
+def test_time_limited_short_plans_spend_more_at_half_size(ref_engine):
+    t = np.random.default_rng(0).uniform(0, 1, (128, 128, 3))
+    f = Fitter(t, triangles=3, size=128, seed=0, engine=ref_engine, respawn_every=0, growth_stages=1)
+    f.plan(400)
+    assert f.coarse_until == int(0.3 * 400)          # fixed iteration count: the default share
+    f._time_budgeted = True                            # what replan_for_time sets
+    assert f.coarse_until == int(0.85 * 400)         # short time-limited plan: up to 0.85
+    f.plan(3000)
+    assert f.coarse_until == int(0.3 * 3000)         # long plans keep the default
