@@ -1,0 +1,39 @@
+"""`trifit bench` and `trifit bench --quality` run end to end at CI size and write their JSON
+(the full tables are measured on the device; docs/PERFORMANCE.md, docs/QUALITY.md)."""
+
+import json
+
+import pytest
+
+from render.cli import main
+
+pytestmark = pytest.mark.gpu
+
+
+def test_bench_quick_writes_every_section(tmp_path, gpu_ctx):
+    out = tmp_path / "bench.json"
+    assert main(["bench", "--quick", "--repeats", "1", "--json", str(out)]) == 0
+    d = json.loads(out.read_text())
+    assert d["backend"] == "gpu" and d["adapter"]["name"]
+    names = [c["name"] for c in d["cells"]]
+    assert any(n.startswith("forward ") for n in names) and any(n.startswith("fit iteration") for n in names)
+    for c in d["cells"]:
+        assert c["min_ms"] <= c["median_ms"] <= c["max_ms"] and c["median_ms"] > 0
+    assert d["crossover"] and all(r["winner"] in ("gpu", "reference") for r in d["crossover"])
+    b = d["baseline"][0]
+    assert b["speedup"] == pytest.approx(b["naive_forward_ms"] / b["tiled_forward_ms"])
+
+
+def test_bench_quality_scores_the_saved_scene(tmp_path, gpu_ctx):
+    from resources import sample_path
+
+    out = tmp_path / "q.json"
+    assert main(["bench", "--quality", "--tris", "4", "--seeds", "2", "--iters", "6", "--size", "24",
+                 "--images", sample_path("chelsea.png"), "--out", str(tmp_path / "scenes"),
+                 "--json", str(out)]) == 0
+    d = json.loads(out.read_text())
+    assert len(d["rows"]) == 2 and {r["seed"] for r in d["rows"]} == {0, 1}
+    assert all(r["iterations"] == 6 and 5 < r["psnr"] < 60 for r in d["rows"])
+    s = d["summary"][0]
+    assert s["psnr"]["min"] <= s["psnr"]["mean"] <= s["psnr"]["max"] and s["seeds"] == 2
+    assert len(list((tmp_path / "scenes").glob("*.json"))) == 2
