@@ -57,20 +57,21 @@ def fit_and_score(engine: Engine, image_path: str, tris: int, seed: int, size: i
     return row
 
 
+def _stat(rows: list[dict], key: str) -> dict | None:
+    vals = [r[key] for r in rows if r[key] is not None]
+    if not vals:
+        return None
+    return {"mean": float(np.mean(vals)), "min": float(np.min(vals)), "max": float(np.max(vals))}
+
+
 def summarise(rows: list[dict]) -> list[dict]:
+    """Mean and min-max over seeds, per (image, triangle count)."""
     groups: dict[tuple, list[dict]] = {}
     for r in rows:
         groups.setdefault((r["image"], r["triangles"]), []).append(r)
-    out = []
-    for (image, tris), rs in groups.items():
-        def stat(key):
-            vals = [r[key] for r in rs if r[key] is not None]
-            if not vals:
-                return None
-            return {"mean": float(np.mean(vals)), "min": float(np.min(vals)), "max": float(np.max(vals))}
-        out.append({"image": image, "triangles": tris, "seeds": len(rs), "psnr": stat("psnr"),
-                    "ssim": stat("ssim"), "wall_s": stat("wall_s"), "iterations": stat("iterations")})
-    return out
+    return [{"image": image, "triangles": tris, "seeds": len(rs),
+             **{key: _stat(rs, key) for key in ("psnr", "ssim", "wall_s", "iterations")}}
+            for (image, tris), rs in groups.items()]
 
 
 def run_quality(args) -> int:

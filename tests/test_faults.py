@@ -7,7 +7,7 @@ import textwrap
 import numpy as np
 import pytest
 
-from render import AdapterError, Engine, Fitter, Scene
+from render import AdapterError, Fitter, Scene
 from render.gpu.workspace import Shape, check_limits
 
 

@@ -6,7 +6,7 @@ import json
 import numpy as np
 import pytest
 
-from render import Engine, Fitter, Scene, StopConditions
+from render import Fitter, Scene, StopConditions
 from render import reference as R
 
 

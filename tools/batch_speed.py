@@ -10,7 +10,6 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import numpy as np  # noqa: E402
 
 from render import Engine, Fitter, load_image  # noqa: E402
 from render.fitter import BatchFitter  # noqa: E402
