@@ -37,3 +37,32 @@ def ref_engine():
     from render import Engine
 
     return Engine("reference")
+
+
+# ---------------------------------------------------------------------- GUI tests (Qt imported lazily)
+GUI_SIZE = 48        # working size: lavapipe runs ~100 iterations/s at this size
+GUI_TRIANGLES = 20
+
+
+@pytest.fixture(scope="module")
+def warm_engine(gpu_engine):
+    """The shared GPU engine, warmed up (kernels compiled, wgpu's poll thread started) before any
+    GUI test counts threads."""
+    import render
+    from resources import sample_path
+
+    warm = render.Fitter(sample_path("astronaut.png"), triangles=GUI_TRIANGLES, size=GUI_SIZE, engine=gpu_engine)
+    warm.step(2)
+    warm.close()
+    return gpu_engine
+
+
+@pytest.fixture
+def gui_settings(tmp_path):
+    """QSettings in a temp file, preset to the small GUI test size and triangle count."""
+    from PySide6 import QtCore
+
+    s = QtCore.QSettings(str(tmp_path / "trifit.ini"), QtCore.QSettings.Format.IniFormat)
+    s.setValue("params/size", GUI_SIZE)
+    s.setValue("params/triangles", GUI_TRIANGLES)
+    return s

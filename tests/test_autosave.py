@@ -44,27 +44,20 @@ from resources import sample_path  # noqa: E402
 pytestmark = pytest.mark.gui
 
 REPO = Path(__file__).resolve().parents[1]
-SIZE = 48          # working size and count small enough for lavapipe on two slow cores
-TRIANGLES = 20
+from conftest import GUI_SIZE as SIZE, GUI_TRIANGLES as TRIANGLES  # noqa: E402
 INTERVAL_S = 0.5   # autosave period for the tests (the app's default is 30 s)
 WAIT_MS = 20_000
 
 
 # ---------------------------------------------------------------------- fixtures and helpers
 @pytest.fixture(scope="module")
-def engine(gpu_engine):
-    warm = render.Fitter(sample_path("chelsea.png"), triangles=TRIANGLES, size=SIZE, engine=gpu_engine)
-    warm.step(2)
-    warm.close()
-    return gpu_engine
+def engine(warm_engine):
+    return warm_engine
 
 
 @pytest.fixture
-def settings(tmp_path):
-    s = QtCore.QSettings(str(tmp_path / "trifit.ini"), QtCore.QSettings.Format.IniFormat)
-    s.setValue("params/size", SIZE)
-    s.setValue("params/triangles", TRIANGLES)
-    return s
+def settings(gui_settings):
+    return gui_settings
 
 
 @pytest.fixture(autouse=True)

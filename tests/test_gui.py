@@ -34,27 +34,19 @@ from resources import sample_path  # noqa: E402
 
 pytestmark = pytest.mark.gui
 
-SIZE = 48          # working size: lavapipe runs ~100 iterations/s at this size
-TRIANGLES = 20
+from conftest import GUI_SIZE as SIZE, GUI_TRIANGLES as TRIANGLES  # noqa: E402
 WAIT_MS = 20_000   # generous: a cold lavapipe compiles the shaders on the first step
 
 
 # ---------------------------------------------------------------------- fixtures
 @pytest.fixture(scope="module")
-def engine(gpu_engine):
-    """The shared GPU engine (tests/conftest.py: under CI=true a missing adapter fails), warmed up:
-    kernels compiled and wgpu's poll thread started before any thread is counted."""
-    warm = render.Fitter(sample_path("astronaut.png"), triangles=TRIANGLES, size=SIZE, engine=gpu_engine)
-    warm.step(2)
-    warm.close()
-    return gpu_engine
+def engine(warm_engine):
+    return warm_engine
 
 
 @pytest.fixture
-def settings(tmp_path):
-    s = QtCore.QSettings(str(tmp_path / "trifit.ini"), QtCore.QSettings.Format.IniFormat)
-    s.setValue("params/size", SIZE)
-    s.setValue("params/triangles", TRIANGLES)
+def settings(gui_settings):
+    s = gui_settings
     s.setValue("geometry", None)
     s.remove("geometry")
     return s
