@@ -21,27 +21,15 @@ fn main(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_index) li: 
     let mask_base = slot * frame.mask_words;
     let sbase = b * frame.scene_stride;
     let reach = frame.cull_k * sigma_px(b, frame);
-    // pixel-centre extent of this tile, clipped to the frame
-    let lo = vec2f(f32(wid.x * TILE) + 0.5, f32(wid.y * TILE) + 0.5);
-    let hi = vec2f(f32(min(wid.x * TILE + TILE, frame.width) - 1u) + 0.5,
-                   f32(min(wid.y * TILE + TILE, frame.height) - 1u) + 0.5);
+    let ext = tile_extent(wid.xy, frame);
     if (li == 0u) { running = 0u; }
     let rounds = (frame.n_tris + WG - 1u) / WG;
     for (var r = 0u; r < rounds; r++) {
         let i = r * WG + li;
         if (li < 8u) { atomicStore(&words[li], 0u); }
         var hit = 0u;
-        if (i < frame.n_tris) {
-            let t = load_tri(sbase + i * 10u, frame);
-            let bmin = min(t.p0, min(t.p1, t.p2)) - vec2f(reach);
-            let bmax = max(t.p0, max(t.p1, t.p2)) + vec2f(reach);
-            if (all(bmax >= lo) && all(bmin <= hi)) {
-                // The signed distance is 1-Lipschitz: no pixel of the tile comes within `reach` of
-                // the triangle when its centre is farther than reach + the half diagonal.
-                let c = 0.5 * (lo + hi);
-                let half_diag = length(0.5 * (hi - lo));
-                if (signed_distance(c, t) >= -(reach + half_diag)) { hit = 1u; }
-            }
+        if (i < frame.n_tris && touches_tile(load_tri(sbase + i * 10u, frame), ext[0], ext[1], reach)) {
+            hit = 1u;
         }
         scan[li] = hit;
         workgroupBarrier();

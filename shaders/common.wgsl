@@ -131,6 +131,25 @@ fn near_bbox(p: vec2f, t: TriPx, reach: f32) -> bool {
     return all(p >= lo) && all(p <= hi);
 }
 
+// Pixel-centre extent [lo, hi] of tile `tile`, clipped to the frame.
+fn tile_extent(tile: vec2u, frame: Frame) -> array<vec2f, 2> {
+    let lo = vec2f(f32(tile.x * TILE) + 0.5, f32(tile.y * TILE) + 0.5);
+    let hi = vec2f(f32(min(tile.x * TILE + TILE, frame.width) - 1u) + 0.5,
+                   f32(min(tile.y * TILE + TILE, frame.height) - 1u) + 0.5);
+    return array<vec2f, 2>(lo, hi);
+}
+
+// Can any pixel centre of the tile [lo, hi] come within `reach` (>= 0) of the triangle?
+// Bounding box first, then the signed distance at the tile centre: the signed distance is
+// 1-Lipschitz, so no pixel comes within reach when the centre is farther than reach + half diagonal.
+fn touches_tile(t: TriPx, lo: vec2f, hi: vec2f, reach: f32) -> bool {
+    let bmin = min(t.p0, min(t.p1, t.p2)) - vec2f(reach);
+    let bmax = max(t.p0, max(t.p1, t.p2)) + vec2f(reach);
+    if (!(all(bmax >= lo) && all(bmin <= hi))) { return false; }
+    let c = 0.5 * (lo + hi);
+    return signed_distance(c, t) >= -(reach + length(0.5 * (hi - lo)));
+}
+
 // Pixel handled by thread `li` of the tile `tile` (tiles row-major, tiles_x across).
 fn tile_pixel(tile: vec2u, li: u32) -> vec2u {
     return vec2u(tile.x * TILE + li % TILE, tile.y * TILE + li / TILE);

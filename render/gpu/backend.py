@@ -97,10 +97,8 @@ class GpuBackend:
             with self.timer.span(cpass, "naive_forward"):
                 ws.encode_naive_forward(cpass)
         else:
-            with self.timer.span(cpass, "bin"):
-                ws.encode_bin(cpass)
-            with self.timer.span(cpass, "forward"):
-                ws.encode_forward(cpass)
+            with self.timer.span(cpass, "render"):
+                ws.encode_render(cpass)
         cpass.end()
         size = B * height * width * 3 * 4
         staging, _ = ws.copy_out(enc, "image", size)
@@ -170,6 +168,9 @@ class GpuBackend:
         for _ in range(repeats):
             if naive:
                 ws.encode_naive_forward(cpass)
+                continue
+            if not backward:
+                ws.encode_render(cpass)
                 continue
             ws.encode_bin(cpass)
             ws.encode_forward(cpass)

@@ -13,7 +13,7 @@ import importlib.resources
 import threading
 
 _lock = threading.Lock()
-_RASTER_KERNELS = ("bin.wgsl", "forward.wgsl", "backward.wgsl", "naive_forward.wgsl")
+_RASTER_KERNELS = ("bin.wgsl", "forward.wgsl", "backward.wgsl", "naive_forward.wgsl", "render.wgsl")
 _pipelines: dict[tuple, object] = {}
 
 

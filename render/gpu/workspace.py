@@ -234,6 +234,10 @@ class Workspace:
         self._dispatch(cpass, "forward.wgsl", ["frame", "scene", "tile_count", "tile_list", "image",
                                                "target", "dldc", "loss_partial", "ckpt"], self.tile_groups)
 
+    def encode_render(self, cpass) -> None:
+        """Render only: binning fused into the forward (shaders/render.wgsl), one dispatch."""
+        self._dispatch(cpass, "render.wgsl", ["frame", "scene", "image"], self.tile_groups)
+
     def encode_naive_forward(self, cpass) -> None:
         """The baseline kernel (shaders/naive_forward.wgsl): every pixel walks every triangle."""
         s = self.shape

@@ -1,0 +1,80 @@
+// Render-only forward with binning fused in: each workgroup bins its own tile in workgroup memory
+// instead of reading a list from the bin pass -- one dispatch per render, no list round trip. It
+// walks the triangles in rounds of 256 from the top: test the round against the tile
+// (touches_tile), compact the hits in order (prefix scan) straight into the staging area, then
+// composite them front to back with the forward's early stop. Used by render calls; the loss path
+// (forward.wgsl) keeps the bin pass, whose lists the backward needs.
+// Dispatch: (tiles_x, tiles_y, batch).
+
+@group(0) @binding(0) var<uniform> frame: Frame;
+@group(0) @binding(2) var<storage, read_write> image: array<f32>;
+
+var<workgroup> staged: array<TriPx, 256>;
+var<workgroup> scan: array<u32, 256>;
+var<workgroup> n_done: atomic<u32>;
+var<workgroup> all_done: u32;
+
+@compute @workgroup_size(256)
+fn main(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_index) li: u32) {
+    let b = wid.z;
+    let pix = tile_pixel(wid.xy, li);
+    let in_frame = pix.x < frame.width && pix.y < frame.height;
+    let p = vec2f(pix) + vec2f(0.5);
+    let sbase = b * frame.scene_stride;
+    let sig = sigma_px(b, frame);
+    let reach = frame.cull_k * sig;
+    let ext = tile_extent(wid.xy, frame);
+    if (li == 0u) { atomicStore(&n_done, 0u); all_done = 0u; }
+
+    var acc = vec3f(0.0);
+    var trans = 1.0;
+    var done = !in_frame;
+    if (done) { atomicAdd(&n_done, 1u); }
+    for (var r = (frame.n_tris + WG - 1u) / WG; r > 0u; r--) {
+        let i = (r - 1u) * WG + li;
+        var hit = 0u;
+        var t: TriPx;
+        if (i < frame.n_tris) {
+            t = load_tri(sbase + i * 10u, frame);
+            if (touches_tile(t, ext[0], ext[1], reach)) { hit = 1u; }
+        }
+        workgroupBarrier();  // the previous round's walk is done with `staged`
+        scan[li] = hit;
+        workgroupBarrier();
+        for (var off = 1u; off < WG; off = off * 2u) {  // Hillis-Steele inclusive scan
+            var add = 0u;
+            if (li >= off) { add = scan[li - off]; }
+            workgroupBarrier();
+            scan[li] = scan[li] + add;
+            workgroupBarrier();
+        }
+        if (hit == 1u) { staged[scan[li] - 1u] = t; }
+        let n = workgroupUniformLoad(&scan[WG - 1u]);
+        if (!done) {
+            for (var k = n; k > 0u; k--) {
+                let s = staged[k - 1u];
+                if (!near_bbox(p, s, reach)) { continue; }
+                let d = signed_distance(p, s);
+                if (d < -reach) { continue; }
+                let alpha = s.rgba.a * sigmoid(d / sig);
+                acc += trans * alpha * s.rgba.rgb;
+                trans *= 1.0 - alpha;
+                if (trans < frame.stop_t) {
+                    done = true;
+                    atomicAdd(&n_done, 1u);
+                    break;
+                }
+            }
+        }
+        workgroupBarrier();
+        if (li == 0u) { all_done = select(0u, 1u, atomicLoad(&n_done) == WG); }
+        if (workgroupUniformLoad(&all_done) == 1u) { break; }
+    }
+    if (in_frame) {
+        let c = acc + trans * background(b, frame);
+        let o = ((b * frame.height + pix.y) * frame.width + pix.x) * 3u;
+        image[o] = c.r;
+        image[o + 1u] = c.g;
+        image[o + 2u] = c.b;
+    }
+}
