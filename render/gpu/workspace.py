@@ -9,7 +9,7 @@ Pass order for one loss-and-gradient evaluation (all inside one compute pass):
 from __future__ import annotations
 
 import struct
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 import numpy as np
 import wgpu
@@ -117,16 +117,6 @@ _USAGES = {
 }
 
 
-def triangle_capacity(n: int) -> int:
-    """Triangles the buffers are sized for: the smallest 2^k or 1.5 * 2^k >= n (at least 16).
-    Every triangle-dependent buffer moves between these classes together, so a live change of the
-    count within a class reuses the whole workspace, and a long session with many counts touches
-    few distinct buffer sizes (tools/soak.py)."""
-    n = max(16, int(n))
-    p = 1 << (n - 1).bit_length()
-    return p if p // 4 * 3 < n else p // 4 * 3
-
-
 def check_limits(ctx: GpuContext, shape: Shape, ring_len: int = 1) -> None:
     """Refuse, before allocating, a problem the adapter cannot hold."""
     max_binding = ctx.limits.get("max-storage-buffer-binding-size", 1 << 27)
@@ -148,9 +138,7 @@ class Workspace:
 
     def __init__(self, ctx: GpuContext, pool: BufferPool, shape: Shape, ring_len: int = 1,
                  subgroups: bool | None = None):
-        # buffers for a capacity of triangles; the frame (strides, counts) uses the real shape
-        self.capacity = replace(shape, n_tris=triangle_capacity(shape.n_tris))
-        check_limits(ctx, self.capacity, ring_len)
+        check_limits(ctx, shape, ring_len)
         self.ctx = ctx
         self.device = ctx.device
         self.pool = pool
@@ -158,7 +146,7 @@ class Workspace:
         self.ring_len = ring_len
         self.subgroups = ctx.has_subgroups if subgroups is None else (subgroups and ctx.has_subgroups)
         self.buffers: dict[str, object] = {}
-        for name, size in self.capacity.buffer_sizes(ring_len).items():
+        for name, size in shape.buffer_sizes(ring_len).items():
             self.buffers[name] = pool.acquire(_USAGES.get(name, STORAGE), size, label=name)
         self._staging: dict[tuple[str, int], object] = {}
         self._bind_groups: dict[str, tuple[object, object]] = {}
