@@ -221,8 +221,5 @@ class ReferenceFitLoop:
     def gpu_image(self):
         return None
 
-    def last_render(self):
-        return None  # the fitter renders with the engine (the reference backend has no pool)
-
     def gpu_phase_samples(self) -> dict[str, list[float]]:
         return {}

@@ -354,22 +354,6 @@ class Fitter:
         if every > 0 and it % every == 0 and it < self.settings.respawn_until * self.settings.planned_iterations:
             self._respawn()
 
-    def _current_image(self, tris, bg, sigma) -> np.ndarray:
-        """The current render at the working size, for the error map of new triangles: the fit
-        loop's last forward when it has one (no extra render, no extra workspace -- a soak showed
-        those cached render workspaces stepping the pool's bytes up), else an engine render."""
-        image = self._loop.last_render()
-        if image is None:
-            return self.engine.render(Scene(self.width, self.height, sigma, np.clip(bg, 0, 1), tris),
-                                      self.width, self.height)
-        if image.shape[:2] != (self.height, self.width):  # coarse stage: the half-size render
-            from PIL import Image
-
-            channels = [Image.fromarray(np.ascontiguousarray(image[..., c]), "F").resize(
-                (self.width, self.height), Image.Resampling.BILINEAR) for c in range(3)]
-            image = np.stack([np.asarray(ch) for ch in channels], axis=-1)
-        return np.clip(image, 0.0, 1.0)
-
     def _respawn(self) -> int:
         """Re-place triangles that stopped contributing where the error is largest; returns how many."""
         tris, bg, sigma = self._loop.current_values()
@@ -378,7 +362,7 @@ class Fitter:
             return 0
         raw, m, v = self._loop.get_state()
         T = self.n_triangles
-        image = self._current_image(tris, bg, sigma)
+        image = self.engine.render(Scene(self.width, self.height, sigma, np.clip(bg, 0, 1), tris), self.width, self.height)
         new = self._new_triangles(len(dead), image, radius_scale=self.settings.insert_radius)
         new[:, 6:10] = logit(new[:, 6:10])
         keep = np.setdiff1d(np.arange(T), dead)
@@ -501,7 +485,8 @@ class Fitter:
         """Add triangles on top, where the current render is furthest from the target."""
         parts = self._split_state()
         tris, bg, sigma = self._loop.current_values()
-        image = self._current_image(tris, bg, sigma)
+        image = self.engine.render(Scene(self.width, self.height, sigma, np.clip(bg, 0, 1), tris),
+                                   self.width, self.height)
         new = self._new_triangles(n - self.n_triangles, image, radius_scale=self.settings.insert_radius, n_after=n)
         new[:, 6:10] = logit(new[:, 6:10])
         parts = [(np.concatenate([tri, new if k == 0 else np.zeros_like(new)]), rest)

@@ -74,7 +74,6 @@ class GpuFitLoop:
                        for k, n in (("params", B * n_params), ("moments", 2 * B * n_params))} for _ in range(2)]
         self.snap_iter = [iteration, iteration]
         self._dispatches = None
-        self._ran = False  # the image buffer holds this loop's forward only after an iteration
         self.snap_turn = 0
         enc = self.device.create_command_encoder()
         self._encode_snapshot(enc, 1)
@@ -163,21 +162,6 @@ class GpuFitLoop:
         T = self.n_tris
         tris, bg, sigma = rec[:, : T * 10].reshape(B, T, 10), rec[:, T * 10 : T * 10 + 3], float(rec[0, T * 10 + 3])
         return (tris, bg, sigma) if self.batched else (tris[0], bg[0], sigma)
-
-    def last_render(self):
-        """The last forward's image as (H, W, 3) float32 ((B, H, W, 3) for a stack), read back
-        from the device; None before this loop has run an iteration (the buffer is not yet its)."""
-        if not self._ran:
-            return None
-        B, W, H = self.batch, self.shape.width, self.shape.height
-        size = B * H * W * 3 * 4
-        enc = self.device.create_command_encoder()
-        st, _ = self.ws.copy_out(enc, "image", size)
-        self.device.queue.submit([enc.finish()])
-        self.backend.counters.submissions += 1
-        img = Workspace.read(st, size).reshape(B, H, W, 3)
-        self.backend.counters.readback_bytes += size
-        return img if self.batched else img[0]
 
     def gpu_image(self):
         """(buffer, width, height): the last forward's float32 rgb image, on the device."""
@@ -272,7 +256,6 @@ class GpuFitLoop:
                 back = self._rollback(losses, slot)
                 raise NumericalFault(f"non-finite loss at iteration {bad}; rolled back to iteration {back}", bad)
             self.snap_turn = slot ^ 1
-            self._ran = True
             out.append(losses)
             self.iter += k
             done += k
