@@ -60,7 +60,7 @@ class ReferenceBackend:
         self.adapter = {"name": "numpy float64 reference", "backend": "cpu", "type": "CPU",
                         "vendor": "", "driver": f"numpy {np.__version__}"}
 
-    def render_batch(self, tris, bg, sigma, width, height):
+    def render_batch(self, tris, bg, sigma, width, height, naive=False, transient=False):
         out = np.empty((len(tris), height, width, 3), dtype=np.float64)
         for b in range(len(tris)):
             with self.host.phase("forward"):
@@ -178,11 +178,12 @@ class Engine:
         W, H = _size(scene, width, height)
         return self.render_many([scene], W, H)[0]
 
-    def render_many(self, scenes: Sequence[Scene], width: int, height: int) -> np.ndarray:
-        """Render a batch of scenes with the same triangle count in one call: (B, H, W, 3)."""
+    def render_many(self, scenes: Sequence[Scene], width: int, height: int, *, transient: bool = False) -> np.ndarray:
+        """Render a batch of scenes with the same triangle count in one call: (B, H, W, 3).
+        ``transient=True``: do not keep this shape's buffers cached (one-off shapes)."""
         tris, bg, sigma = _stack(scenes)
         W, H = _size(scenes[0], width, height)
-        out = self.impl.render_batch(tris, bg, sigma, W, H)
+        out = self.impl.render_batch(tris, bg, sigma, W, H, transient=transient)
         return np.clip(out, 0.0, 1.0).astype(np.float32)
 
     def loss_and_grad(self, scene: Scene, target: np.ndarray, loss: str = "mse"):

@@ -354,6 +354,13 @@ class Fitter:
         if every > 0 and it % every == 0 and it < self.settings.respawn_until * self.settings.planned_iterations:
             self._respawn()
 
+    def _render_now(self, tris, bg, sigma) -> np.ndarray:
+        """The current scene at the working size, for a growth or respawn error map. Transient:
+        the triangle count changes from event to event, and a cached render workspace per count
+        holds buffers the pool could otherwise hand to the next rebuilt loop."""
+        scene = Scene(self.width, self.height, sigma, np.clip(bg, 0, 1), tris)
+        return self.engine.render_many([scene], self.width, self.height, transient=True)[0]
+
     def _respawn(self) -> int:
         """Re-place triangles that stopped contributing where the error is largest; returns how many."""
         tris, bg, sigma = self._loop.current_values()
@@ -362,7 +369,7 @@ class Fitter:
             return 0
         raw, m, v = self._loop.get_state()
         T = self.n_triangles
-        image = self.engine.render(Scene(self.width, self.height, sigma, np.clip(bg, 0, 1), tris), self.width, self.height)
+        image = self._render_now(tris, bg, sigma)
         new = self._new_triangles(len(dead), image, radius_scale=self.settings.insert_radius)
         new[:, 6:10] = logit(new[:, 6:10])
         keep = np.setdiff1d(np.arange(T), dead)
@@ -485,8 +492,7 @@ class Fitter:
         """Add triangles on top, where the current render is furthest from the target."""
         parts = self._split_state()
         tris, bg, sigma = self._loop.current_values()
-        image = self.engine.render(Scene(self.width, self.height, sigma, np.clip(bg, 0, 1), tris),
-                                   self.width, self.height)
+        image = self._render_now(tris, bg, sigma)
         new = self._new_triangles(n - self.n_triangles, image, radius_scale=self.settings.insert_radius, n_after=n)
         new[:, 6:10] = logit(new[:, 6:10])
         parts = [(np.concatenate([tri, new if k == 0 else np.zeros_like(new)]), rest)

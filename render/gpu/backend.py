@@ -81,12 +81,20 @@ class GpuBackend:
         return GpuFitLoop(self, *args, **kwargs)
 
     # ------------------------------------------------------------------ calls
-    def render_batch(self, tris, bg, sigma, width: int, height: int, naive: bool = False) -> np.ndarray:
-        """(B, H, W, 3) renders; ``naive=True`` uses the baseline kernel (no binning) instead."""
+    def render_batch(self, tris, bg, sigma, width: int, height: int, naive: bool = False,
+                     transient: bool = False) -> np.ndarray:
+        """(B, H, W, 3) renders; ``naive=True`` uses the baseline kernel (no binning) instead;
+        ``transient=True`` gives the workspace's buffers back to the pool at once instead of
+        caching it (one-off renders of ever-changing shapes, e.g. the fitter's growth events)."""
         tris, bg, sigma = _check_batch(tris, bg, sigma)
         B, T = tris.shape[:2]
+        shape = Shape(B, width, height, T, self.segmented)
         with self.host.phase("alloc"):
-            ws = self.workspace(Shape(B, width, height, T, self.segmented))
+            if transient and (shape, self.subgroups) not in self._workspaces:
+                ws = Workspace(self.ctx, self.pool, shape, subgroups=self.subgroups)
+                ws.write("state", np.zeros(4, dtype=np.uint32))
+            else:
+                ws, transient = self.workspace(shape), False
         with self.host.phase("pack"):
             packed = pack_scenes(tris, bg, sigma)
         with self.host.phase("upload"):
@@ -104,6 +112,8 @@ class GpuBackend:
         staging, _ = ws.copy_out(enc, "image", size)
         self.timer.resolve(enc)
         img = self._submit_and_read(enc, [(staging, size)])[0]
+        if transient:
+            ws.release()
         return img.reshape(B, height, width, 3)
 
     def loss_and_grad_batch(self, tris, bg, sigma, targets, loss: str = "mse"):
