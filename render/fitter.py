@@ -127,6 +127,21 @@ def initial_raw(target: np.ndarray, n: int, rng: np.random.Generator, settings: 
     return raw_from_scene(scene)
 
 
+
+def loop_timings(loop, engine: Engine, recent: int | None = None) -> dict:
+    """Timings of a fit loop and its engine: median GPU ms per pass, host phases, counters, pool."""
+    tail = slice(-recent, None) if recent else slice(None)
+    gpu = {k: float(np.median(s[tail])) for k, s in loop.gpu_phase_samples().items() if s}
+    host = {k: float(np.median(s[tail])) for k, s in engine.impl.host.samples.items() if s}
+    return {"gpu_ms": gpu, "host_ms": host, "counters": engine.counters(), "pool": engine.pool_stats()}
+
+
+def release_loop(loop) -> None:
+    """Give a fit loop's device buffers back to the pool (the reference loop holds none)."""
+    release = getattr(loop, "release", None)
+    if release is not None:
+        release()
+
 class Fitter:
     """Fit ``triangles`` soft triangles to ``target_image`` (path, PIL image or array).
 
@@ -518,9 +533,7 @@ class Fitter:
 
     def _rebuild(self, raw, m, v, n: int) -> None:
         it = self._loop.iter
-        release = getattr(self._loop, "release", None)
-        if release is not None:
-            release()
+        release_loop(self._loop)
         self.n_triangles = n
         self._loop = self._make_loop(raw, n, it, state=(raw, m, v))
 
@@ -551,16 +564,10 @@ class Fitter:
     def timings(self, recent: int | None = None) -> dict:
         """Median per-pass GPU ms (sampled iterations), host phases, counters and pool use;
         ``recent=N`` takes the medians over the last N samples only (for live plots)."""
-        tail = slice(-recent, None) if recent else slice(None)
-        gpu = {k: float(np.median(s[tail])) for k, s in self._loop.gpu_phase_samples().items() if s}
-        host = {k: float(np.median(s[tail])) for k, s in self.engine.impl.host.samples.items() if s}
-        return {"gpu_ms": gpu, "host_ms": host, "counters": self.engine.counters(),
-                "pool": self.engine.pool_stats()}
+        return loop_timings(self._loop, self.engine, recent)
 
     def close(self) -> None:
-        release = getattr(self._loop, "release", None)
-        if release is not None:
-            release()
+        release_loop(self._loop)
 
 
 # ---------------------------------------------------------------------- batched fits
@@ -693,16 +700,12 @@ class BatchFitter:
         return BatchMember(self, b, scene)
 
     def timings(self, recent: int | None = None) -> dict:
-        tail = slice(-recent, None) if recent else slice(None)
-        gpu = {k: float(np.median(s[tail])) for k, s in self._loop.gpu_phase_samples().items() if s}
-        host = {k: float(np.median(s[tail])) for k, s in self.engine.impl.host.samples.items() if s}
-        return {"gpu_ms": gpu, "host_ms": host, "counters": self.engine.counters(),
-                "pool": self.engine.pool_stats()}
+        """Median per-pass GPU ms (sampled iterations), host phases, counters and pool use;
+        ``recent=N`` takes the medians over the last N samples only (for live plots)."""
+        return loop_timings(self._loop, self.engine, recent)
 
     def close(self) -> None:
-        release = getattr(self._loop, "release", None)
-        if release is not None:
-            release()
+        release_loop(self._loop)
 
 
 class BatchMember:
