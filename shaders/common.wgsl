@@ -131,6 +131,15 @@ fn near_bbox(p: vec2f, t: TriPx, reach: f32) -> bool {
     return all(p >= lo) && all(p <= hi);
 }
 
+// Opacity of triangle t at pixel p, a * sigmoid(d / sigma), or exactly 0 where its coverage is
+// culled: more than `reach` (>= 0) outside, found by the bounding box before the exact distance.
+fn culled_alpha(p: vec2f, t: TriPx, sig: f32, reach: f32) -> f32 {
+    if (!near_bbox(p, t, reach)) { return 0.0; }
+    let d = signed_distance(p, t);
+    if (d < -reach) { return 0.0; }
+    return t.rgba.a * sigmoid(d / sig);
+}
+
 // Pixel-centre extent [lo, hi] of tile `tile`, clipped to the frame.
 fn tile_extent(tile: vec2u, frame: Frame) -> array<vec2f, 2> {
     let lo = vec2f(f32(tile.x * TILE) + 0.5, f32(tile.y * TILE) + 0.5);

@@ -67,10 +67,8 @@ fn main(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_index) li: 
                     }
                 }
                 let t = staged[k - 1u];
-                if (!near_bbox(p, t, -reach)) { continue; }  // far outside: skip the exact distance
-                let d = signed_distance(p, t);
-                if (d < reach) { continue; }
-                let alpha = t.rgba.a * sigmoid(d / sig);
+                let alpha = culled_alpha(p, t, sig, -reach);
+                if (alpha == 0.0) { continue; }  // culled (or fully transparent): nothing changes
                 acc += trans * alpha * t.rgba.rgb;
                 trans *= 1.0 - alpha;
                 if (trans < frame.stop_t) {

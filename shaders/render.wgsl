@@ -53,10 +53,8 @@ fn main(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_index) li: 
         if (!done) {
             for (var k = n; k > 0u; k--) {
                 let s = staged[k - 1u];
-                if (!near_bbox(p, s, reach)) { continue; }
-                let d = signed_distance(p, s);
-                if (d < -reach) { continue; }
-                let alpha = s.rgba.a * sigmoid(d / sig);
+                let alpha = culled_alpha(p, s, sig, reach);
+                if (alpha == 0.0) { continue; }  // culled (or fully transparent): nothing changes
                 acc += trans * alpha * s.rgba.rgb;
                 trans *= 1.0 - alpha;
                 if (trans < frame.stop_t) {
