@@ -98,7 +98,8 @@ def _scene_of(tris, bg, sigma, width, height) -> Scene:
                  np.asarray(tris, np.float64))
 
 
-def _make_backend(backend: str, subgroups: bool | None, segmented: bool | None = None):
+def _make_backend(backend: str, subgroups: bool | None, segmented: bool | None = None,
+                  pixels_per_thread: int | None = None):
     if backend not in BACKENDS:
         raise ValueError(f"unknown backend {backend!r}; choose one of {', '.join(BACKENDS)}")
     if backend == "reference":
@@ -106,9 +107,9 @@ def _make_backend(backend: str, subgroups: bool | None, segmented: bool | None =
     from .gpu.backend import GpuBackend
 
     if backend == "gpu":
-        return GpuBackend(subgroups=subgroups, segmented=segmented)
+        return GpuBackend(subgroups=subgroups, segmented=segmented, pixels_per_thread=pixels_per_thread)
     try:
-        gpu = GpuBackend(subgroups=subgroups, segmented=segmented)
+        gpu = GpuBackend(subgroups=subgroups, segmented=segmented, pixels_per_thread=pixels_per_thread)
     except AdapterError as exc:
         log.warning("no GPU adapter (%s); using the reference backend", exc)
         return ReferenceBackend()
@@ -122,10 +123,12 @@ def _make_backend(backend: str, subgroups: bool | None, segmented: bool | None =
 class Engine:
     """Render scenes and differentiate losses, on the GPU or with the float64 reference."""
 
-    def __init__(self, backend: str = "auto", *, subgroups: bool | None = None, segmented: bool | None = None):
-        """``subgroups`` / ``segmented`` force a kernel variant (None: what suits the adapter)."""
+    def __init__(self, backend: str = "auto", *, subgroups: bool | None = None, segmented: bool | None = None,
+                 pixels_per_thread: int | None = None):
+        """``subgroups`` / ``segmented`` / ``pixels_per_thread`` (backward: 1, 2 or 4) force a kernel
+        variant (None: what suits the adapter)."""
         self.requested = backend
-        self.impl = _make_backend(backend, subgroups, segmented)
+        self.impl = _make_backend(backend, subgroups, segmented, pixels_per_thread)
         log.info("engine backend: %s on %s", self.backend, self.description)
 
     # ------------------------------------------------------------------ info
@@ -154,7 +157,8 @@ class Engine:
         from .gpu.device import get_context
 
         old = self.impl
-        self.impl = GpuBackend(get_context(force_new=True), subgroups=old.subgroups, segmented=old.segmented)
+        self.impl = GpuBackend(get_context(force_new=True), subgroups=old.subgroups, segmented=old.segmented,
+                               pixels_per_thread=old.pixels_per_thread)
         self.impl.counters = old.counters
         log.warning("GPU device recreated: %s", self.description)
 

@@ -1,11 +1,17 @@
-// Backward: one thread per pixel, one workgroup per tile, O(T) per pixel. Each pixel walks its
-// tile's list top-down like the forward, carrying the transmittance above the current triangle
-// exactly and un-compositing the canvas beneath it by division,
+// Backward: one workgroup per tile, O(T) per pixel. Each pixel walks its tile's list top-down
+// like the forward, carrying the transmittance above the current triangle exactly and
+// un-compositing the canvas beneath it by division,
 //     C_{i-1} = (C_i - alpha_i rgb_i) / (1 - alpha_i),
 // falling back to re-compositing from the background when 1 - alpha_i is too small for the
 // division to be accurate. Per-triangle gradients are summed over the tile in a fixed order
 // (stash10/gather, KB triangles per barrier pair) and written to the tile's own slot: no float
 // atomics, so results are reproducible.
+// Pixels per thread: PPT (prepended by render/gpu/shaders.py, with THREADS = WG / PPT). Thread li
+// walks pixels li, li + THREADS, ... of the tile and adds their gradients before the workgroup
+// sum, so one sum serves PPT pixels. GPUs use 1; CPU adapters use more, where a workgroup sum
+// and a barrier cost far more than the arithmetic (docs/PERFORMANCE.md, round 7). The pixels are
+// separate named variables, not an array: an array of per-pixel state is indexed dynamically and
+// spills to memory (round 5).
 // Segments: a tile's list is cut into segments of seg_len entries counted from the top, and each
 // segment is its own workgroup (more parallelism for small frames). A segment starts from the
 // transmittance T and accumulated colour A the forward recorded at its top boundary:
@@ -28,22 +34,106 @@ const BACKWARD_STOP: f32 = 1e-30;
 const STAGE: u32 = 128u;  // triangles staged in workgroup memory per round
 var<workgroup> staged: array<TriPx, STAGE>;
 var<workgroup> staged_id: array<u32, STAGE>;
-var<workgroup> pending_id: array<u32, KB>;  // triangle of each stashed slot
-var<workgroup> n_done: atomic<u32>;
+var<workgroup> n_done: atomic<u32>;  // pixels whose walk has ended
 var<workgroup> all_done: u32;
 
+// One pixel's walk: its centre, the canvas beneath the entries walked so far, dL/dC there and
+// the transmittance above the current entry.
+struct Pixel {
+    p: vec2f,
+    cur: vec3f,
+    G: vec3f,
+    trans: f32,
+    live: bool,
+}
+
+// The ten gradient values of one triangle: d/d(x0, y0, x1, y1), d/d(x2, y2, r, g), d/d(b, a).
+struct Grad10 {
+    a: vec4f,
+    b: vec4f,
+    c: vec2f,
+}
+
+fn add_grad(x: Grad10, y: Grad10) -> Grad10 {
+    return Grad10(x.a + y.a, x.b + y.b, x.c + y.c);
+}
+
+// Per-dispatch constants of one workgroup's walk.
+struct Walk {
+    b: u32,
+    list_base: u32,
+    sig: f32,
+    reach: f32,  // <= 0: entries farther outside than this are culled, as in the forward
+    wh: vec2f,
+}
+
 // The canvas beneath list entry `m`: composite list entries 0..m-1 over the background.
-fn composite_below(b: u32, list_base: u32, m: u32, p: vec2f, sig: f32) -> vec3f {
-    var c = background(b, frame);
+fn composite_below(w: Walk, m: u32, p: vec2f) -> vec3f {
+    var c = background(w.b, frame);
     for (var q = 0u; q < m; q++) {
-        let t = load_tri(b * frame.scene_stride + tile_list[list_base + q] * 10u, frame);
-        let alpha = t.rgba.a * sigmoid(signed_distance(p, t) / sig);
+        let t = load_tri(w.b * frame.scene_stride + tile_list[w.list_base + q] * 10u, frame);
+        let alpha = t.rgba.a * sigmoid(signed_distance(p, t) / w.sig);
         c = c * (1.0 - alpha) + t.rgba.rgb * alpha;
     }
     return c;
 }
 
-@compute @workgroup_size(256)
+// Pixel `pi` (0..255) of this workgroup's tile, positioned at the top of segment `seg`.
+fn start_pixel(tile: vec2u, pi: u32, b: u32, slot: u32, seg: u32) -> Pixel {
+    let pix = tile_pixel(tile, pi);
+    var s: Pixel;
+    s.p = vec2f(pix) + vec2f(0.5);
+    s.cur = vec3f(0.0);
+    s.G = vec3f(0.0);
+    s.trans = 1.0;
+    let in_frame = pix.x < frame.width && pix.y < frame.height;
+    if (in_frame) {
+        let o = ((b * frame.height + pix.y) * frame.width + pix.x) * 3u;
+        s.cur = vec3f(image[o], image[o + 1u], image[o + 2u]);
+        s.G = vec3f(dldc[o], dldc[o + 1u], dldc[o + 2u]);
+        if (seg > 0u) {
+            let c = ckpt[((slot * frame.n_seg) + seg) * WG + pi];
+            s.trans = c.x;
+            s.cur = (s.cur - c.yzw) / max(s.trans, 1e-37);
+        }
+    }
+    s.live = in_frame && s.trans >= BACKWARD_STOP;
+    if (!s.live) { atomicAdd(&n_done, 1u); }
+    return s;
+}
+
+// Steps pixel `s` down past list entry `m` (triangle t) and returns t's gradient at that pixel.
+fn walk_entry(s: ptr<function, Pixel>, t: TriPx, m: u32, w: Walk) -> Grad10 {
+    var g = Grad10(vec4f(0.0), vec4f(0.0), vec2f(0.0));
+    if (!(*s).live || !near_bbox((*s).p, t, -w.reach)) { return g; }
+    let dg = signed_distance_grad((*s).p, t);
+    if (dg.d < w.reach) { return g; }
+    let cov = sigmoid(dg.d / w.sig);
+    let alpha = t.rgba.a * cov;
+    let om = 1.0 - alpha;
+    var below: vec3f;
+    if (om >= frame.recompute_below) {
+        below = ((*s).cur - alpha * t.rgba.rgb) / om;
+    } else {
+        below = composite_below(w, m, (*s).p);
+    }
+    let trans = (*s).trans;
+    let g_alpha = trans * dot((*s).G, t.rgba.rgb - below);
+    let g_rgb = trans * alpha * (*s).G;
+    let g_d = g_alpha * t.rgba.a * cov * (1.0 - cov) / w.sig;
+    g.a = g_d * vec4f(dg.g0 * w.wh, dg.g1 * w.wh);
+    g.b = vec4f(g_d * dg.g2 * w.wh, g_rgb.rg);
+    g.c = vec2f(g_rgb.b, g_alpha * cov);
+    (*s).trans = trans * om;
+    (*s).cur = below;
+    if ((*s).trans < BACKWARD_STOP) {
+        (*s).live = false;
+        atomicAdd(&n_done, 1u);
+    }
+    return g;
+}
+
+@compute @workgroup_size(THREADS)
 fn main(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_index) li: u32, sg: SgIn) {
     let b = wid.z / frame.n_seg;
     let seg = wid.z % frame.n_seg;
@@ -55,83 +145,51 @@ fn main(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_index) li: 
     if (seg > bottom_seg && frame.n_seg > 1u) { return; }  // uniform: the tile's list is shorter
     let seg_hi = count - min(count, seg * seg_len);
     let seg_lo = seg_hi - min(seg_hi, seg_len);
-    let pix = tile_pixel(wid.xy, li);
-    let in_frame = pix.x < frame.width && pix.y < frame.height;
-    let p = vec2f(pix) + vec2f(0.5);
     let sbase = b * frame.scene_stride;
     let sig = sigma_px(b, frame);
-    let reach = -frame.cull_k * sig;  // as the forward: negligible coverage is skipped
-    let list_base = slot * frame.n_tris;
+    let w = Walk(b, slot * frame.n_tris, sig, -frame.cull_k * sig,
+                 vec2f(f32(frame.width), f32(frame.height)));
     let part_base = slot * (frame.n_tris + 1u) * 10u;
-    let wh = vec2f(f32(frame.width), f32(frame.height));
 
-    var cur = vec3f(0.0);
-    var G = vec3f(0.0);
-    var trans = 1.0;
-    if (in_frame) {
-        let o = ((b * frame.height + pix.y) * frame.width + pix.x) * 3u;
-        cur = vec3f(image[o], image[o + 1u], image[o + 2u]);
-        G = vec3f(dldc[o], dldc[o + 1u], dldc[o + 2u]);
-        if (seg > 0u) {
-            let c = ckpt[((slot * frame.n_seg) + seg) * WG + li];
-            trans = c.x;
-            cur = (cur - c.yzw) / max(trans, 1e-37);
-        }
+    // zero the counter before any pixel counts itself (workgroup memory is not reliably
+    // zero-initialised on every driver: lavapipe reuses it across workgroups)
+    if (li == 0u) { atomicStore(&n_done, 0u); }
+    workgroupBarrier();
+    var s0 = start_pixel(wid.xy, li, b, slot, seg);
+    var s1: Pixel;
+    var s2: Pixel;
+    var s3: Pixel;
+    if (PPT > 1u) { s1 = start_pixel(wid.xy, li + THREADS, b, slot, seg); }
+    if (PPT > 2u) {
+        s2 = start_pixel(wid.xy, li + 2u * THREADS, b, slot, seg);
+        s3 = start_pixel(wid.xy, li + 3u * THREADS, b, slot, seg);
     }
-    if (li == 0u) { atomicStore(&n_done, 0u); all_done = 0u; }
-    var live = in_frame && trans >= BACKWARD_STOP;
-    if (!live) { atomicAdd(&n_done, 1u); }
     var end = seg_hi;
     loop {
         if (end <= seg_lo) { break; }
         let start = select(seg_lo, end - STAGE, end - seg_lo > STAGE);
         let n = end - start;
         workgroupBarrier();
-        if (li < n) {
-            let id = tile_list[list_base + start + li];
-            staged[li] = load_tri(sbase + id * 10u, frame);
-            staged_id[li] = id;
+        for (var q = li; q < n; q += THREADS) {
+            let id = tile_list[w.list_base + start + q];
+            staged[q] = load_tri(sbase + id * 10u, frame);
+            staged_id[q] = id;
         }
         workgroupBarrier();
         var j = 0u;  // slots stashed since the last flush
         for (var k = n; k > 0u; k--) {
             let t = staged[k - 1u];
-            var g = array<f32, 10>();  // explicit: naga does not re-zero a loop-body var each iteration
-            if (live && near_bbox(p, t, -reach)) {
-                let dg = signed_distance_grad(p, t);
-                if (dg.d >= reach) {
-                    let cov = sigmoid(dg.d / sig);
-                    let alpha = t.rgba.a * cov;
-                    let om = 1.0 - alpha;
-                    var below: vec3f;
-                    if (om >= frame.recompute_below) {
-                        below = (cur - alpha * t.rgba.rgb) / om;
-                    } else {
-                        below = composite_below(b, list_base, start + k - 1u, p, sig);
-                    }
-                    let g_alpha = trans * dot(G, t.rgba.rgb - below);
-                    let g_rgb = trans * alpha * G;
-                    let g_d = g_alpha * t.rgba.a * cov * (1.0 - cov) / sig;
-                    let v0 = g_d * dg.g0 * wh;
-                    let v1 = g_d * dg.g1 * wh;
-                    let v2 = g_d * dg.g2 * wh;
-                    g = array<f32, 10>(v0.x, v0.y, v1.x, v1.y, v2.x, v2.y,
-                                       g_rgb.r, g_rgb.g, g_rgb.b, g_alpha * cov);
-                    trans *= om;
-                    cur = below;
-                    if (trans < BACKWARD_STOP) {
-                        live = false;
-                        atomicAdd(&n_done, 1u);
-                    }
-                }
-            }
+            let m = start + k - 1u;
+            var g = walk_entry(&s0, t, m, w);
+            if (PPT > 1u) { g = add_grad(g, walk_entry(&s1, t, m, w)); }
+            if (PPT > 2u) { g = add_grad(g, add_grad(walk_entry(&s2, t, m, w), walk_entry(&s3, t, m, w))); }
             stash10(g, li, sg, j);
-            if (li == 0u) { pending_id[j] = staged_id[k - 1u]; }
             j += 1u;
             if (j == KB || k == 1u) {  // uniform: flush the stashed slots
                 workgroupBarrier();
-                if (li < 10u * j) {
-                    partial[part_base + pending_id[li / 10u] * 10u + li % 10u] = gather(li, sg);
+                // slot q holds staged entry k - 1 + (j - 1 - q): entries are stashed top-down
+                for (var q = li; q < 10u * j; q += THREADS) {
+                    partial[part_base + staged_id[k + j - 2u - q / 10u] * 10u + q % 10u] = gather(q, sg);
                 }
                 workgroupBarrier();
                 j = 0u;
@@ -144,18 +202,16 @@ fn main(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_index) li: 
     }
     // Entries below an early stop are hidden: their gradients are zero (the reduce reads every
     // listed entry, so write them).
-    for (var q = seg_lo + li; q < end; q += WG) {
-        let id = tile_list[list_base + q];
+    for (var q = seg_lo + li; q < end; q += THREADS) {
+        let id = tile_list[w.list_base + q];
         for (var c = 0u; c < 10u; c++) { partial[part_base + id * 10u + c] = 0.0; }
     }
     // Background: dL/dbg = T_0 G, with T_0 the transmittance of the whole list (bottom segment).
     if (seg != bottom_seg) { return; }
-    var gb: array<f32, 10>;
-    let v = trans * G;
-    gb[0] = v.r;
-    gb[1] = v.g;
-    gb[2] = v.b;
-    stash10(gb, li, sg, 0u);
+    var v = s0.trans * s0.G;
+    if (PPT > 1u) { v += s1.trans * s1.G; }
+    if (PPT > 2u) { v += s2.trans * s2.G + s3.trans * s3.G; }
+    stash10(Grad10(vec4f(v, 0.0), vec4f(0.0), vec2f(0.0)), li, sg, 0u);
     workgroupBarrier();
     if (li < 10u) { partial[part_base + frame.n_tris * 10u + li] = gather(li, sg); }
 }

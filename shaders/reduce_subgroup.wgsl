@@ -9,19 +9,27 @@ struct SgIn {
     @builtin(num_subgroups) count: u32,
 }
 
-// MAX_SUBGROUPS (256 / the probed subgroup size) is prepended by render/gpu/shaders.py.
-var<workgroup> red: array<f32, KB * 10u * MAX_SUBGROUPS>;
+// MAX_SUBGROUPS (THREADS / the probed subgroup size) is prepended by render/gpu/shaders.py.
+// Layout: [slot, quarter (values 0-3, 4-7, 8-9), subgroup].
+var<workgroup> red: array<vec4f, KB * 3u * MAX_SUBGROUPS>;
 
-fn stash10(g: array<f32, 10>, li: u32, sg: SgIn, j: u32) {
-    for (var c = 0u; c < 10u; c++) {
-        let s = subgroupAdd(g[c]);
-        if (sg.lane == 0u) { red[(j * 10u + c) * MAX_SUBGROUPS + sg.id] = s; }
+fn stash10(g: Grad10, li: u32, sg: SgIn, j: u32) {
+    let a = subgroupAdd(g.a);
+    let b = subgroupAdd(g.b);
+    let c = subgroupAdd(g.c);
+    if (sg.lane == 0u) {
+        let o = j * 3u * MAX_SUBGROUPS + sg.id;
+        red[o] = a;
+        red[o + MAX_SUBGROUPS] = b;
+        red[o + 2u * MAX_SUBGROUPS] = vec4f(c, 0.0, 0.0);
     }
 }
 
-// Call after a barrier, from threads li < 10 * slots: the total of value li % 10 of slot li / 10.
-fn gather(li: u32, sg: SgIn) -> f32 {
+// Call after a barrier, for q < 10 * slots: the total of value q % 10 of slot q / 10.
+fn gather(q: u32, sg: SgIn) -> f32 {
+    let c = q % 10u;
+    let base = ((q / 10u) * 3u + c / 4u) * MAX_SUBGROUPS;
     var total = 0.0;
-    for (var s = 0u; s < sg.count; s++) { total += red[li * MAX_SUBGROUPS + s]; }
+    for (var s = 0u; s < sg.count; s++) { total += red[base + s][c % 4u]; }
     return total;
 }

@@ -1,27 +1,28 @@
 // The portable fallback of reduce_subgroup.wgsl (adapters without subgroup operations):
 // stash10() sums the ten values over the workgroup at once with a fixed tree in workgroup memory
-// (eight halving steps) and parks the totals under slot j; gather() reads them back.
+// (halving steps over THREADS) and parks the totals under slot j; gather() reads them back.
 
 struct SgIn {
     @builtin(local_invocation_id) unused: vec3u,
 }
 
-var<workgroup> red: array<f32, 2560>;  // 10 x 256
+var<workgroup> red: array<f32, 10u * THREADS>;  // [value, thread]
 var<workgroup> res: array<f32, KB * 10u>;
 
-fn stash10(g: array<f32, 10>, li: u32, sg: SgIn, j: u32) {
+fn stash10(g: Grad10, li: u32, sg: SgIn, j: u32) {
     workgroupBarrier();  // the previous call's readers are done with `red`
-    for (var c = 0u; c < 10u; c++) { red[c * WG + li] = g[c]; }
+    let v = array<f32, 10>(g.a.x, g.a.y, g.a.z, g.a.w, g.b.x, g.b.y, g.b.z, g.b.w, g.c.x, g.c.y);
+    for (var c = 0u; c < 10u; c++) { red[c * THREADS + li] = v[c]; }
     workgroupBarrier();
-    for (var off = WG / 2u; off > 0u; off = off / 2u) {
+    for (var off = THREADS / 2u; off > 0u; off = off / 2u) {
         if (li < off) {
-            for (var c = 0u; c < 10u; c++) { red[c * WG + li] += red[c * WG + li + off]; }
+            for (var c = 0u; c < 10u; c++) { red[c * THREADS + li] += red[c * THREADS + li + off]; }
         }
         workgroupBarrier();
     }
-    if (li < 10u) { res[j * 10u + li] = red[li * WG]; }
+    if (li < 10u) { res[j * 10u + li] = red[li * THREADS]; }
 }
 
-fn gather(li: u32, sg: SgIn) -> f32 {
-    return res[li];
+fn gather(q: u32, sg: SgIn) -> f32 {
+    return res[q];
 }

@@ -25,6 +25,7 @@ fn main(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_index) li: 
     let reach = frame.cull_k * sig;
     let ext = tile_extent(wid.xy, frame);
     if (li == 0u) { atomicStore(&n_done, 0u); all_done = 0u; }
+    workgroupBarrier();  // zeroed before any pixel counts itself
 
     var acc = vec3f(0.0);
     var trans = 1.0;

@@ -40,20 +40,22 @@ def _rel(a, b):
     return float(np.linalg.norm(a - b) / max(np.linalg.norm(b), 1e-30))
 
 
-VARIANTS = {  # kernel variants: (subgroup reduction, segmented backward)
-    "subgroups": (True, False),
-    "workgroup-tree": (False, False),
-    "segmented": (True, True),
+VARIANTS = {  # kernel variants: (subgroup reduction, segmented backward, backward pixels per thread)
+    "subgroups": (True, False, 1),
+    "workgroup-tree": (False, False, 1),
+    "segmented": (True, True, 1),
+    "4-pixels-per-thread": (True, False, 4),
+    "2-pixels-per-thread-tree-segmented": (False, True, 2),
 }
 
 
 @pytest.mark.parametrize("variant", list(VARIANTS))
 @pytest.mark.parametrize("n, W, H, sp", SCENES)
 def test_matches_reference(gpu_ctx, n, W, H, sp, variant):
-    subgroups, segmented = VARIANTS[variant]
+    subgroups, segmented, ppt = VARIANTS[variant]
     if subgroups and not gpu_ctx.has_subgroups:
         subgroups = False  # the adapter lacks the feature: the portable variant stands in
-    eng = Engine("gpu", subgroups=subgroups, segmented=segmented)
+    eng = Engine("gpu", subgroups=subgroups, segmented=segmented, pixels_per_thread=ppt)
     scene = _scene(n, W, H, seed=n + W, sigma_px=sp)
     img = eng.render(scene)
     ref = R.render(scene)
@@ -69,9 +71,9 @@ def test_matches_reference(gpu_ctx, n, W, H, sp, variant):
             assert _rel(ours[name], want) <= GRAD_TOL, (name, loss)
 
 
-@pytest.mark.parametrize("segmented", [False, True])
-def test_opaque_stacks_use_the_recompositing_path(gpu_ctx, segmented):
-    gpu_engine = Engine("gpu", segmented=segmented)
+@pytest.mark.parametrize("segmented, ppt", [(False, 1), (True, 1), (False, 4)])
+def test_opaque_stacks_use_the_recompositing_path(gpu_ctx, segmented, ppt):
+    gpu_engine = Engine("gpu", segmented=segmented, pixels_per_thread=ppt)
     # opacity 1 makes 1 - alpha ~ 0 inside: division is unusable, the backward must re-composite
     scene = Scene.random(60, 32, 32, seed=4, sigma_px=0.7, opacity=(0.97, 1.0))
     target = np.random.default_rng(1).uniform(0, 1, (32, 32, 3))

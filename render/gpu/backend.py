@@ -20,6 +20,8 @@ from .timing import Counters, GpuTimer, HostPhases
 from .workspace import Shape, Workspace
 
 _MAX_CACHED_WORKSPACES = 4
+#: backward pixels per thread on CPU adapters (docs/PERFORMANCE.md, round 7)
+CPU_PIXELS_PER_THREAD = 4
 
 
 def pack_scenes(tris: np.ndarray, bg: np.ndarray, sigma: np.ndarray) -> np.ndarray:
@@ -36,7 +38,7 @@ class GpuBackend:
     name = "gpu"
 
     def __init__(self, ctx: GpuContext | None = None, subgroups: bool | None = None,
-                 segmented: bool | None = None):
+                 segmented: bool | None = None, pixels_per_thread: int | None = None):
         self.ctx = ctx or get_context()
         self.device = self.ctx.device
         cap = min(self.ctx.limits.get("max-storage-buffer-binding-size", 1 << 27),
@@ -44,7 +46,11 @@ class GpuBackend:
         self.pool = BufferPool(self.device, max_buffer_bytes=cap)
         self.subgroups = subgroups
         # CPU adapters (lavapipe) have parallelism to spare: segmenting the backward only adds work there
-        self.segmented = self.ctx.info.get("type") != "CPU" if segmented is None else segmented
+        cpu = self.ctx.info.get("type") == "CPU"
+        self.segmented = not cpu if segmented is None else segmented
+        # ... and workgroup sums and barriers cost more than arithmetic there: one sum per 4 pixels
+        self.pixels_per_thread = (CPU_PIXELS_PER_THREAD if cpu else 1) if pixels_per_thread is None \
+            else int(pixels_per_thread)
         self.counters = Counters()
         self.host = HostPhases()
         self.timer = GpuTimer(self.ctx, self.pool)
@@ -88,7 +94,7 @@ class GpuBackend:
         caching it (one-off renders of ever-changing shapes, e.g. the fitter's growth events)."""
         tris, bg, sigma = _check_batch(tris, bg, sigma)
         B, T = tris.shape[:2]
-        shape = Shape(B, width, height, T, self.segmented)
+        shape = Shape(B, width, height, T, self.segmented, self.pixels_per_thread)
         with self.host.phase("alloc"):
             if transient and (shape, self.subgroups) not in self._workspaces:
                 ws = Workspace(self.ctx, self.pool, shape, subgroups=self.subgroups)
@@ -125,7 +131,7 @@ class GpuBackend:
             raise BatchError(f"targets must be (B={B}, H, W, 3), got {targets.shape}")
         H, W = targets.shape[1:3]
         with self.host.phase("alloc"):
-            ws = self.workspace(Shape(B, W, H, T, self.segmented))
+            ws = self.workspace(Shape(B, W, H, T, self.segmented, self.pixels_per_thread))
         with self.host.phase("pack"):
             packed = pack_scenes(tris, bg, sigma)
             tgt = np.ascontiguousarray(targets)
@@ -169,7 +175,7 @@ class GpuBackend:
         tris, bg, sigma = _check_batch(tris, bg, sigma)
         B, T = tris.shape[:2]
         H, W = np.asarray(targets).shape[1:3]
-        ws = self.workspace(Shape(B, W, H, T, self.segmented))
+        ws = self.workspace(Shape(B, W, H, T, self.segmented, self.pixels_per_thread))
         ws.set_frame(loss if backward else None)
         ws.write("scene", pack_scenes(tris, bg, sigma))
         ws.write("target", np.ascontiguousarray(targets, dtype=np.float32))

@@ -42,7 +42,7 @@ class GpuFitLoop:
         B, H, W = targets.shape[:3]
         self.batch = B
         self.target_shape = target.shape
-        self.shape = Shape(B, W, H, n_tris, backend.segmented)
+        self.shape = Shape(B, W, H, n_tris, backend.segmented, backend.pixels_per_thread)
         pool = backend.pool
         self.ws = Workspace(backend.ctx, pool, self.shape, ring_len=RING, subgroups=backend.subgroups)
         n_params = n_tris * 10 + 3

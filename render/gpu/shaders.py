@@ -22,27 +22,32 @@ def source(name: str) -> str:
     return importlib.resources.files("shaders").joinpath(name).read_text(encoding="utf-8")
 
 
-def max_subgroups(subgroup_size: int) -> int:
-    """Subgroup slots per workgroup the backward reserves: 256 / the probed subgroup size (4, the
-    smallest WebGPU allows, when unknown). Over-reserving costs occupancy (docs/PERFORMANCE.md)."""
-    return 256 // subgroup_size if subgroup_size >= 4 else 64
+def max_subgroups(subgroup_size: int, threads: int = 256) -> int:
+    """Subgroup slots per workgroup the backward reserves: threads / the probed subgroup size (4,
+    the smallest WebGPU allows, when unknown). Over-reserving costs occupancy (docs/PERFORMANCE.md)."""
+    return max(1, threads // (subgroup_size if subgroup_size >= 4 else 4))
 
 
-def backward_batch(workgroup_storage: int, subgroups: bool, subgroup_size: int = 0) -> int:
+def backward_batch(workgroup_storage: int, subgroups: bool, subgroup_size: int = 0, ppt: int = 1) -> int:
     """KB: triangles whose workgroup sums share one barrier pair in the backward kernel, as many
     (up to 16) as the adapter's workgroup memory holds next to the staged triangles."""
+    threads = 256 // ppt
     fixed = 128 * 48 + 128 * 4 + 16  # staged TriPx records and ids, counters
-    per_slot = (10 * max_subgroups(subgroup_size) * 4 if subgroups else 10 * 4) + 4
+    per_slot = 3 * 16 * max_subgroups(subgroup_size, threads) if subgroups else 10 * 4
     if not subgroups:
-        fixed += 10 * 256 * 4
+        fixed += 10 * threads * 4
     return int(max(1, min(16, (workgroup_storage - fixed) // per_slot)))
 
 
-def kernel_source(name: str, subgroups: bool, kb: int = 1, subgroup_size: int = 0) -> str:
+def kernel_source(name: str, subgroups: bool, kb: int = 1, subgroup_size: int = 0, ppt: int = 1) -> str:
     parts = [source("common.wgsl")]
     if name == "backward.wgsl":
+        threads = 256 // ppt
         parts.append(f"const KB: u32 = {int(kb)}u;  // triangles per barrier pair (render/gpu/shaders.py)")
-        parts.append(f"const MAX_SUBGROUPS: u32 = {max_subgroups(subgroup_size)}u;  // 256 / probed subgroup size")
+        parts.append(f"const PPT: u32 = {int(ppt)}u;  // pixels per thread")
+        parts.append(f"const THREADS: u32 = {threads}u;  // WG / PPT")
+        parts.append(f"const MAX_SUBGROUPS: u32 = {max_subgroups(subgroup_size, threads)}u;  "
+                     "// THREADS / probed subgroup size")
     if name in _RASTER_KERNELS:
         parts.append(source("scene_access.wgsl"))
     if name == "backward.wgsl":
@@ -54,15 +59,19 @@ def kernel_source(name: str, subgroups: bool, kb: int = 1, subgroup_size: int = 
 
 
 def pipeline(device, name: str, entry: str = "main", subgroups: bool = False, workgroup_storage: int = 16384,
-             subgroup_size: int = 0):
+             subgroup_size: int = 0, ppt: int = 1):
+    """``ppt``: the backward's pixels per thread (1, 2 or 4); other kernels ignore it."""
     is_backward = name == "backward.wgsl"
-    kb = backward_batch(workgroup_storage, subgroups, subgroup_size) if is_backward else 1
-    key = (device, name, entry, subgroups and is_backward, kb, subgroup_size)  # the device itself: ids get reused
+    if ppt not in (1, 2, 4):
+        raise ValueError(f"pixels per thread must be 1, 2 or 4, got {ppt}")
+    ppt = ppt if is_backward else 1
+    kb = backward_batch(workgroup_storage, subgroups, subgroup_size, ppt) if is_backward else 1
+    key = (device, name, entry, subgroups and is_backward, kb, subgroup_size, ppt)  # the device itself: ids get reused
     with _lock:
         found = _pipelines.get(key)
         if found is not None:
             return found
-    module = device.create_shader_module(label=name, code=kernel_source(name, subgroups, kb, subgroup_size))
+    module = device.create_shader_module(label=name, code=kernel_source(name, subgroups, kb, subgroup_size, ppt))
     pl = device.create_compute_pipeline(
         label=f"{name}:{entry}", layout="auto", compute={"module": module, "entry_point": entry}
     )

@@ -51,6 +51,7 @@ class Shape:
     height: int
     n_tris: int
     segmented: bool = True  # split tile lists into backward segments (off on CPU adapters)
+    ppt: int = 1  # backward pixels per thread (more on CPU adapters: shaders/backward.wgsl)
 
     @property
     def n_seg(self) -> int:
@@ -195,7 +196,7 @@ class Workspace:
             return found
         pl = shaders.pipeline(self.device, kernel, entry, self.subgroups,
                               self.ctx.limits.get("max-compute-workgroup-storage-size", 16384),
-                              self.ctx.subgroup_size)
+                              self.ctx.subgroup_size, self.shape.ppt)
         bufs = {**self.buffers, **(extra or {})}
         entries = [{"binding": i, "resource": {"buffer": bufs[n]}} for i, n in enumerate(names)]
         bg = self.device.create_bind_group(layout=pl.get_bind_group_layout(0), entries=entries)
