@@ -8,6 +8,7 @@ import pytest
 
 from render import Fitter, Scene, StopConditions
 from render import reference as R
+from render import fitter as fitter_mod
 
 
 def _target(W=40, H=30, seed=0):
@@ -160,3 +161,25 @@ def test_time_limited_short_plans_spend_more_at_half_size(ref_engine):
     assert f.coarse_until == int(0.85 * 400)         # short time-limited plan: up to 0.85
     f.plan(3000)
     assert f.coarse_until == int(0.3 * 3000)         # long plans keep the default
+
+
+def test_time_plan_measures_each_stage_on_its_own(ref_engine):
+    # a synthetic clock: half-size iterations cost 0.1 s, full-size ones 0.5 s (not 4x: fixed costs)
+    t = np.random.default_rng(0).uniform(0, 1, (128, 128, 3))
+    f = Fitter(t, triangles=3, size=128, seed=0, engine=ref_engine, respawn_every=0, growth_stages=1)
+    f.plan(40)
+    f.step(10)
+    assert f._loop_is_coarse()
+    f.replan_for_time(0, 1.0, 60.0)
+    plan, c_end = f.settings.planned_iterations, f.coarse_until
+    predicted = 1.0 + (c_end - 10) * 0.1 + (plan - c_end) * 0.1 / fitter_mod.COARSE_COST_GUESS
+    assert predicted == pytest.approx(60.0, abs=1.0)  # the plan ends with the time limit
+    f.step(c_end - 10)
+    elapsed = 1.0 + (c_end - 10) * 0.1
+    f.replan_for_time(0, elapsed, 60.0)               # the chunk that ended the coarse stage
+    f.step(20)
+    assert not f._loop_is_coarse()
+    elapsed += 20 * 0.5
+    f.replan_for_time(0, elapsed, 60.0)
+    # the full-size speed is what was measured since the switch, not the average over the fit
+    assert f.settings.planned_iterations == pytest.approx(f.iteration + (60.0 - elapsed) / 0.5, abs=2)
