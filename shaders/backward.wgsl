@@ -67,15 +67,34 @@ struct Walk {
     wh: vec2f,
 }
 
-// The canvas beneath list entry `m`: composite list entries 0..m-1 over the background.
-fn composite_below(w: Walk, m: u32, p: vec2f) -> vec3f {
-    var c = background(w.b, frame);
+// The canvas beneath list entry `m` at up to four pixels (PPT of them): composite list entries
+// 0..m-1 over the background. One shared loop: on CPU adapters the loop costs a pass even where no
+// pixel needs it, so it runs once per thread and entry, not once per pixel (round 8).
+struct Below4 {
+    c0: vec3f,
+    c1: vec3f,
+    c2: vec3f,
+    c3: vec3f,
+}
+
+fn over(c: vec3f, p: vec2f, t: TriPx, sig: f32) -> vec3f {
+    let alpha = t.rgba.a * sigmoid(signed_distance(p, t) / sig);
+    return c * (1.0 - alpha) + t.rgba.rgb * alpha;
+}
+
+fn composite_below(w: Walk, m: u32, p0: vec2f, p1: vec2f, p2: vec2f, p3: vec2f) -> Below4 {
+    let bg = background(w.b, frame);
+    var r = Below4(bg, bg, bg, bg);
     for (var q = 0u; q < m; q++) {
         let t = load_tri(w.b * frame.scene_stride + tile_list[w.list_base + q] * 10u, frame);
-        let alpha = t.rgba.a * sigmoid(signed_distance(p, t) / w.sig);
-        c = c * (1.0 - alpha) + t.rgba.rgb * alpha;
+        r.c0 = over(r.c0, p0, t, w.sig);
+        if (PPT > 1u) { r.c1 = over(r.c1, p1, t, w.sig); }
+        if (PPT > 2u) {
+            r.c2 = over(r.c2, p2, t, w.sig);
+            r.c3 = over(r.c3, p3, t, w.sig);
+        }
     }
-    return c;
+    return r;
 }
 
 // Pixel `pi` (0..255) of this workgroup's tile, positioned at the top of segment `seg`.
@@ -102,30 +121,47 @@ fn start_pixel(tile: vec2u, pi: u32, b: u32, slot: u32, seg: u32) -> Pixel {
     return s;
 }
 
-// Steps pixel `s` down past list entry `m` (triangle t) and returns t's gradient at that pixel.
-fn walk_entry(s: ptr<function, Pixel>, t: TriPx, m: u32, w: Walk) -> Grad10 {
+// One list entry (triangle t) at one pixel, first half: its coverage and the canvas beneath it
+// by division, or `recompose` set where 1 - alpha is too small for the division to be accurate
+// (the caller then fills `below` from composite_below).
+struct Hit {
+    dg: DistGrad,
+    cov: f32,
+    alpha: f32,
+    below: vec3f,
+    hit: bool,        // within reach of a live pixel: the entry changes the walk
+    recompose: bool,
+}
+
+fn entry_hit(s: Pixel, t: TriPx, w: Walk) -> Hit {
+    var h: Hit;
+    h.hit = false;
+    h.recompose = false;
+    if (!s.live || !near_bbox(s.p, t, -w.reach)) { return h; }
+    h.dg = signed_distance_grad(s.p, t);
+    if (h.dg.d < w.reach) { return h; }
+    h.hit = true;
+    h.cov = sigmoid(h.dg.d / w.sig);
+    h.alpha = t.rgba.a * h.cov;
+    let om = 1.0 - h.alpha;
+    h.recompose = om < frame.recompute_below;
+    h.below = (s.cur - h.alpha * t.rgba.rgb) / max(om, 1e-30);
+    return h;
+}
+
+// Second half: t's gradient at the pixel, and the walk stepped down past t.
+fn entry_grad(s: ptr<function, Pixel>, t: TriPx, h: Hit, w: Walk) -> Grad10 {
     var g = Grad10(vec4f(0.0), vec4f(0.0), vec2f(0.0));
-    if (!(*s).live || !near_bbox((*s).p, t, -w.reach)) { return g; }
-    let dg = signed_distance_grad((*s).p, t);
-    if (dg.d < w.reach) { return g; }
-    let cov = sigmoid(dg.d / w.sig);
-    let alpha = t.rgba.a * cov;
-    let om = 1.0 - alpha;
-    var below: vec3f;
-    if (om >= frame.recompute_below) {
-        below = ((*s).cur - alpha * t.rgba.rgb) / om;
-    } else {
-        below = composite_below(w, m, (*s).p);
-    }
+    if (!h.hit) { return g; }
     let trans = (*s).trans;
-    let g_alpha = trans * dot((*s).G, t.rgba.rgb - below);
-    let g_rgb = trans * alpha * (*s).G;
-    let g_d = g_alpha * t.rgba.a * cov * (1.0 - cov) / w.sig;
-    g.a = g_d * vec4f(dg.g0 * w.wh, dg.g1 * w.wh);
-    g.b = vec4f(g_d * dg.g2 * w.wh, g_rgb.rg);
-    g.c = vec2f(g_rgb.b, g_alpha * cov);
-    (*s).trans = trans * om;
-    (*s).cur = below;
+    let g_alpha = trans * dot((*s).G, t.rgba.rgb - h.below);
+    let g_rgb = trans * h.alpha * (*s).G;
+    let g_d = g_alpha * t.rgba.a * h.cov * (1.0 - h.cov) / w.sig;
+    g.a = g_d * vec4f(h.dg.g0 * w.wh, h.dg.g1 * w.wh);
+    g.b = vec4f(g_d * h.dg.g2 * w.wh, g_rgb.rg);
+    g.c = vec2f(g_rgb.b, g_alpha * h.cov);
+    (*s).trans = trans * (1.0 - h.alpha);
+    (*s).cur = h.below;
     if ((*s).trans < BACKWARD_STOP) {
         (*s).live = false;
         atomicAdd(&n_done, 1u);
@@ -180,9 +216,27 @@ fn main(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_index) li: 
         for (var k = n; k > 0u; k--) {
             let t = staged[k - 1u];
             let m = start + k - 1u;
-            var g = walk_entry(&s0, t, m, w);
-            if (PPT > 1u) { g = add_grad(g, walk_entry(&s1, t, m, w)); }
-            if (PPT > 2u) { g = add_grad(g, add_grad(walk_entry(&s2, t, m, w), walk_entry(&s3, t, m, w))); }
+            var h0 = entry_hit(s0, t, w);
+            var h1 = Hit();  // explicit: naga does not re-zero a loop-body var each iteration
+            var h2 = Hit();
+            var h3 = Hit();
+            var recompose = h0.recompose;
+            if (PPT > 1u) { h1 = entry_hit(s1, t, w); recompose = recompose || h1.recompose; }
+            if (PPT > 2u) {
+                h2 = entry_hit(s2, t, w);
+                h3 = entry_hit(s3, t, w);
+                recompose = recompose || h2.recompose || h3.recompose;
+            }
+            if (recompose) {
+                let c = composite_below(w, m, s0.p, s1.p, s2.p, s3.p);
+                if (h0.recompose) { h0.below = c.c0; }
+                if (h1.recompose) { h1.below = c.c1; }
+                if (h2.recompose) { h2.below = c.c2; }
+                if (h3.recompose) { h3.below = c.c3; }
+            }
+            var g = entry_grad(&s0, t, h0, w);
+            if (PPT > 1u) { g = add_grad(g, entry_grad(&s1, t, h1, w)); }
+            if (PPT > 2u) { g = add_grad(g, add_grad(entry_grad(&s2, t, h2, w), entry_grad(&s3, t, h3, w))); }
             stash10(g, li, sg, j);
             j += 1u;
             if (j == KB || k == 1u) {  // uniform: flush the stashed slots
