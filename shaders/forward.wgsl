@@ -9,6 +9,8 @@
 // backward segment begins (every seg_len list entries from the top), so the segments' backward
 // workgroups can start there in parallel.
 // Dispatch: (tiles_x, tiles_y, batch).
+// Pixels per thread: PPT, as in the backward (THREADS = WG / PPT threads; thread li has pixels
+// li, li + THREADS, ...): on CPU adapters one read of a staged triangle then serves PPT pixels.
 
 @group(0) @binding(0) var<uniform> frame: Frame;
 @group(0) @binding(2) var<storage, read> tile_count: array<u32>;
@@ -19,100 +21,145 @@
 @group(0) @binding(7) var<storage, read_write> loss_partial: array<f32>;
 @group(0) @binding(8) var<storage, read_write> ckpt: array<vec4f>;  // [slot, segment, pixel]: (T, acc)
 
-var<workgroup> loss_red: array<f32, 256>;
+var<workgroup> loss_red: array<f32, THREADS>;
 
 var<workgroup> staged: array<TriPx, 256>;
-var<workgroup> n_done: atomic<u32>;
+var<workgroup> n_done: atomic<u32>;  // pixels whose walk has ended
 var<workgroup> all_done: u32;
 
-@compute @workgroup_size(256)
+// One pixel's front-to-back walk.
+struct Pixel {
+    pix: vec2u,
+    p: vec2f,
+    acc: vec3f,       // colour accumulated so far
+    trans: f32,       // transmittance above the next entry
+    done: bool,
+    next_seg: u32,    // the next backward-segment boundary to record
+    ckpt_base: u32,
+}
+
+fn start_pixel(tile: vec2u, pi: u32, slot: u32) -> Pixel {
+    var s: Pixel;
+    s.pix = tile_pixel(tile, pi);
+    s.p = vec2f(s.pix) + vec2f(0.5);
+    s.acc = vec3f(0.0);
+    s.trans = 1.0;
+    s.done = !(s.pix.x < frame.width && s.pix.y < frame.height);
+    s.next_seg = 1u;
+    s.ckpt_base = (slot * frame.n_seg) * WG + pi;
+    if (s.done) { atomicAdd(&n_done, 1u); }
+    return s;
+}
+
+// Composites list entry `pos` (triangle t, of `count`) under pixel s.
+fn composite_entry(s: ptr<function, Pixel>, t: TriPx, pos: u32, count: u32, record: bool, sig: f32, reach: f32) {
+    if ((*s).done) { return; }
+    if (record) {
+        // entering segment next_seg: list position pos == count - next_seg * seg_len - 1
+        let ns = (*s).next_seg;
+        if (ns < frame.n_seg && count - 1u - pos == ns * frame.seg_len) {
+            ckpt[(*s).ckpt_base + ns * WG] = vec4f((*s).trans, (*s).acc);
+            (*s).next_seg = ns + 1u;
+        }
+    }
+    let alpha = culled_alpha((*s).p, t, sig, reach);
+    if (alpha == 0.0) { return; }  // culled (or fully transparent): nothing changes
+    (*s).acc += (*s).trans * alpha * t.rgba.rgb;
+    (*s).trans *= 1.0 - alpha;
+    if ((*s).trans < frame.stop_t) {
+        (*s).done = true;
+        atomicAdd(&n_done, 1u);
+    }
+}
+
+// Writes pixel s (and with the loss, dL/dC and its checkpoints); returns its loss contribution.
+fn finish_pixel(s: Pixel, b: u32, record: bool) -> f32 {
+    if (record) {  // segments below an early stop start fully hidden (or never exist)
+        for (var q = s.next_seg; q < frame.n_seg; q++) { ckpt[s.ckpt_base + q * WG] = vec4f(s.trans, s.acc); }
+    }
+    if (!(s.pix.x < frame.width && s.pix.y < frame.height)) { return 0.0; }
+    let c = s.acc + s.trans * background(b, frame);
+    let o = ((b * frame.height + s.pix.y) * frame.width + s.pix.x) * 3u;
+    image[o] = c.r;
+    image[o + 1u] = c.g;
+    image[o + 2u] = c.b;
+    if (frame.with_loss == 0u) { return 0.0; }
+    let diff = c - vec3f(target_img[o], target_img[o + 1u], target_img[o + 2u]);
+    var g: vec3f;
+    var contrib: f32;
+    if (frame.loss_kind == 0u) {
+        contrib = dot(diff, diff);
+        g = 2.0 * diff * frame.inv_values;
+    } else {
+        contrib = abs(diff.r) + abs(diff.g) + abs(diff.b);
+        g = sign(diff) * frame.inv_values;
+    }
+    dldc[o] = g.r;
+    dldc[o + 1u] = g.g;
+    dldc[o + 2u] = g.b;
+    return contrib;
+}
+
+@compute @workgroup_size(THREADS)
 fn main(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_index) li: u32) {
     let b = wid.z;
     let slot = b * frame.n_tiles + wid.y * frame.tiles_x + wid.x;
-    let pix = tile_pixel(wid.xy, li);
-    let in_frame = pix.x < frame.width && pix.y < frame.height;
-    let p = vec2f(pix) + vec2f(0.5);
     let sbase = b * frame.scene_stride;
     let sig = sigma_px(b, frame);
-    let reach = -frame.cull_k * sig;  // coverage below sigmoid(-cull_k) is skipped (< 1e-9)
+    let reach = frame.cull_k * sig;  // coverage below sigmoid(-cull_k) is skipped (< 1e-9)
     let count = tile_count[slot];
     let list_base = slot * frame.n_tris;
+    let record = frame.with_loss != 0u && frame.n_seg > 1u;
     if (li == 0u) { atomicStore(&n_done, 0u); all_done = 0u; }
     workgroupBarrier();  // zeroed before any pixel counts itself
 
-    var acc = vec3f(0.0);
-    var trans = 1.0;
-    var done = !in_frame;
-    let record = frame.with_loss != 0u && frame.n_seg > 1u;
-    let ckpt_base = (slot * frame.n_seg) * WG + li;
-    var next_seg = 1u;  // the next segment boundary to record
-    if (done) { atomicAdd(&n_done, 1u); }
+    var s0 = start_pixel(wid.xy, li, slot);
+    var s1: Pixel;
+    var s2: Pixel;
+    var s3: Pixel;
+    if (PPT > 1u) { s1 = start_pixel(wid.xy, li + THREADS, slot); }
+    if (PPT > 2u) {
+        s2 = start_pixel(wid.xy, li + 2u * THREADS, slot);
+        s3 = start_pixel(wid.xy, li + 3u * THREADS, slot);
+    }
     var end = count;  // walk batches from the top of the list down
     loop {
         if (end == 0u) { break; }
         let start = select(0u, end - WG, end > WG);
         let n = end - start;
         workgroupBarrier();
-        if (li < n) {
-            staged[li] = load_tri(sbase + tile_list[list_base + start + li] * 10u, frame);
+        for (var q = li; q < n; q += THREADS) {
+            staged[q] = load_tri(sbase + tile_list[list_base + start + q] * 10u, frame);
         }
         workgroupBarrier();
-        if (!done) {
-            for (var k = n; k > 0u; k--) {
-                if (record) {
-                    // entering segment next_seg: list position start + k - 1 == count - next_seg * seg_len - 1
-                    let pos = start + k - 1u;
-                    if (next_seg < frame.n_seg && count - 1u - pos == next_seg * frame.seg_len) {
-                        ckpt[ckpt_base + next_seg * WG] = vec4f(trans, acc);
-                        next_seg += 1u;
-                    }
-                }
-                let t = staged[k - 1u];
-                let alpha = culled_alpha(p, t, sig, -reach);
-                if (alpha == 0.0) { continue; }  // culled (or fully transparent): nothing changes
-                acc += trans * alpha * t.rgba.rgb;
-                trans *= 1.0 - alpha;
-                if (trans < frame.stop_t) {
-                    done = true;
-                    atomicAdd(&n_done, 1u);
-                    break;
-                }
+        for (var k = n; k > 0u; k--) {
+            let t = staged[k - 1u];
+            let pos = start + k - 1u;
+            composite_entry(&s0, t, pos, count, record, sig, reach);
+            var all_hidden = s0.done;
+            if (PPT > 1u) {
+                composite_entry(&s1, t, pos, count, record, sig, reach);
+                all_hidden = all_hidden && s1.done;
             }
+            if (PPT > 2u) {
+                composite_entry(&s2, t, pos, count, record, sig, reach);
+                composite_entry(&s3, t, pos, count, record, sig, reach);
+                all_hidden = all_hidden && s2.done && s3.done;
+            }
+            if (all_hidden) { break; }  // this thread's pixels are all done
         }
         workgroupBarrier();
         if (li == 0u) { all_done = select(0u, 1u, atomicLoad(&n_done) == WG); }
         if (workgroupUniformLoad(&all_done) == 1u) { break; }
         end = start;
     }
-    if (record) {  // segments below an early stop start fully hidden (or never exist)
-        for (var q = next_seg; q < frame.n_seg; q++) { ckpt[ckpt_base + q * WG] = vec4f(trans, acc); }
-    }
-    var contrib = 0.0;
-    if (in_frame) {
-        let c = acc + trans * background(b, frame);
-        let o = ((b * frame.height + pix.y) * frame.width + pix.x) * 3u;
-        image[o] = c.r;
-        image[o + 1u] = c.g;
-        image[o + 2u] = c.b;
-        if (frame.with_loss != 0u) {
-            let diff = c - vec3f(target_img[o], target_img[o + 1u], target_img[o + 2u]);
-            var g: vec3f;
-            if (frame.loss_kind == 0u) {
-                contrib = dot(diff, diff);
-                g = 2.0 * diff * frame.inv_values;
-            } else {
-                contrib = abs(diff.r) + abs(diff.g) + abs(diff.b);
-                g = sign(diff) * frame.inv_values;
-            }
-            dldc[o] = g.r;
-            dldc[o + 1u] = g.g;
-            dldc[o + 2u] = g.b;
-        }
-    }
+    var contrib = finish_pixel(s0, b, record);
+    if (PPT > 1u) { contrib += finish_pixel(s1, b, record); }
+    if (PPT > 2u) { contrib += finish_pixel(s2, b, record) + finish_pixel(s3, b, record); }
     if (frame.with_loss != 0u) {  // uniform
         loss_red[li] = contrib;
         workgroupBarrier();
-        for (var off = WG / 2u; off > 0u; off = off / 2u) {
+        for (var off = THREADS / 2u; off > 0u; off = off / 2u) {
             if (li < off) { loss_red[li] += loss_red[li + off]; }
             workgroupBarrier();
         }

@@ -14,6 +14,7 @@ import threading
 
 _lock = threading.Lock()
 _RASTER_KERNELS = ("bin.wgsl", "forward.wgsl", "backward.wgsl", "naive_forward.wgsl", "render.wgsl")
+_PPT_KERNELS = ("forward.wgsl", "backward.wgsl")  # kernels with several pixels per thread
 _pipelines: dict[tuple, object] = {}
 
 
@@ -41,11 +42,12 @@ def backward_batch(workgroup_storage: int, subgroups: bool, subgroup_size: int =
 
 def kernel_source(name: str, subgroups: bool, kb: int = 1, subgroup_size: int = 0, ppt: int = 1) -> str:
     parts = [source("common.wgsl")]
-    if name == "backward.wgsl":
-        threads = 256 // ppt
-        parts.append(f"const KB: u32 = {int(kb)}u;  // triangles per barrier pair (render/gpu/shaders.py)")
+    threads = 256 // ppt
+    if name in _PPT_KERNELS:
         parts.append(f"const PPT: u32 = {int(ppt)}u;  // pixels per thread")
         parts.append(f"const THREADS: u32 = {threads}u;  // WG / PPT")
+    if name == "backward.wgsl":
+        parts.append(f"const KB: u32 = {int(kb)}u;  // triangles per barrier pair (render/gpu/shaders.py)")
         parts.append(f"const MAX_SUBGROUPS: u32 = {max_subgroups(subgroup_size, threads)}u;  "
                      "// THREADS / probed subgroup size")
     if name in _RASTER_KERNELS:
@@ -60,11 +62,11 @@ def kernel_source(name: str, subgroups: bool, kb: int = 1, subgroup_size: int = 
 
 def pipeline(device, name: str, entry: str = "main", subgroups: bool = False, workgroup_storage: int = 16384,
              subgroup_size: int = 0, ppt: int = 1):
-    """``ppt``: the backward's pixels per thread (1, 2 or 4); other kernels ignore it."""
+    """``ppt``: pixels per thread of the forward and backward kernels (1, 2 or 4); others ignore it."""
     is_backward = name == "backward.wgsl"
     if ppt not in (1, 2, 4):
         raise ValueError(f"pixels per thread must be 1, 2 or 4, got {ppt}")
-    ppt = ppt if is_backward else 1
+    ppt = ppt if name in _PPT_KERNELS else 1
     kb = backward_batch(workgroup_storage, subgroups, subgroup_size, ppt) if is_backward else 1
     key = (device, name, entry, subgroups and is_backward, kb, subgroup_size, ppt)  # the device itself: ids get reused
     with _lock:
