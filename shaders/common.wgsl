@@ -45,10 +45,9 @@ fn sigmoid(x: f32) -> f32 {
     return 1.0 / (1.0 + exp(-x));
 }
 
-// Distance from p to segment a-b: returns (distance, t, r.x, r.y) with r = p - (a + t (b - a)).
-fn seg_dist(p: vec2f, a: vec2f, b: vec2f) -> vec4f {
-    let e = b - a;
-    let w = p - a;
+// Distance from a point to segment a -> a + e, given w = point - a: returns (distance, t, r.x, r.y)
+// with r = w - t e (t in [0, 1] the nearest point's parameter).
+fn seg_dist(w: vec2f, e: vec2f) -> vec4f {
     let ee = dot(e, e);
     var t = 0.0;
     if (ee > 0.0) {
@@ -58,29 +57,45 @@ fn seg_dist(p: vec2f, a: vec2f, b: vec2f) -> vec4f {
     return vec4f(length(r), t, r.x, r.y);
 }
 
+// Squared distance from a point to segment a -> a + e, given w = point - a (as seg_dist).
+fn seg_dist2(w: vec2f, e: vec2f) -> f32 {
+    let ee = dot(e, e);
+    let t = select(0.0, clamp(dot(w, e) / ee, 0.0, 1.0), ee > 0.0);
+    let r = w - t * e;
+    return dot(r, r);
+}
+
 // Two edge distances closer than this are a tie (rounding-level differences, pixel units).
 fn tie_margin(d: f32) -> f32 {
     return 1e-4 + 1e-5 * d;
 }
 
-fn edge_cross(p: vec2f, a: vec2f, b: vec2f) -> f32 {
-    let e = b - a;
-    let w = p - a;
+// e x w: which side of edge a -> a + e the point a + w lies on.
+fn cross2(e: vec2f, w: vec2f) -> f32 {
     return e.x * w.y - e.y * w.x;
 }
 
+// Inside test from the three edges (e_k = next vertex - vertex k, w_k = p - vertex k).
+fn inside_edges(t: TriPx, e0: vec2f, e1: vec2f, e2: vec2f, w0: vec2f, w1: vec2f, w2: vec2f) -> bool {
+    return t.orient != 0.0
+        && cross2(e0, w0) * t.orient > 0.0
+        && cross2(e1, w1) * t.orient > 0.0
+        && cross2(e2, w2) * t.orient > 0.0;
+}
+
 // Exact signed distance (positive inside). Inside, the nearest edge line and the nearest edge
-// segment are at the same distance, so the nearest segment serves both sides.
+// segment are at the same distance, so the nearest segment serves both sides. The edge vectors
+// are formed once and the square root taken once, of the smallest squared distance (sqrt is
+// monotonic, so this is the same number as the smallest of three distances).
 fn signed_distance(p: vec2f, t: TriPx) -> f32 {
-    let d0 = seg_dist(p, t.p0, t.p1).x;
-    let d1 = seg_dist(p, t.p1, t.p2).x;
-    let d2 = seg_dist(p, t.p2, t.p0).x;
-    let d = min(d0, min(d1, d2));
-    let inside = t.orient != 0.0
-        && edge_cross(p, t.p0, t.p1) * t.orient > 0.0
-        && edge_cross(p, t.p1, t.p2) * t.orient > 0.0
-        && edge_cross(p, t.p2, t.p0) * t.orient > 0.0;
-    return select(-d, d, inside);
+    let e0 = t.p1 - t.p0;
+    let e1 = t.p2 - t.p1;
+    let e2 = t.p0 - t.p2;
+    let w0 = p - t.p0;
+    let w1 = p - t.p1;
+    let w2 = p - t.p2;
+    let d = sqrt(min(seg_dist2(w0, e0), min(seg_dist2(w1, e1), seg_dist2(w2, e2))));
+    return select(-d, d, inside_edges(t, e0, e1, e2, w0, w1, w2));
 }
 
 // Signed distance and its gradient with respect to the six vertex coordinates (pixel units).
@@ -92,20 +107,22 @@ struct DistGrad {
 }
 
 fn signed_distance_grad(p: vec2f, t: TriPx) -> DistGrad {
-    let s0 = seg_dist(p, t.p0, t.p1);
-    let s1 = seg_dist(p, t.p1, t.p2);
-    let s2 = seg_dist(p, t.p2, t.p0);
+    let e0 = t.p1 - t.p0;
+    let e1 = t.p2 - t.p1;
+    let e2 = t.p0 - t.p2;
+    let w0 = p - t.p0;
+    let w1 = p - t.p1;
+    let w2 = p - t.p2;
+    let s0 = seg_dist(w0, e0);
+    let s1 = seg_dist(w1, e1);
+    let s2 = seg_dist(w2, e2);
     // nearest edge; near-ties (within rounding) go to the lowest index, as in the reference, so
     // both engines hand a degenerate triangle's gradient to the same vertices
     var best = s0;
     var k = 0u;
     if (s1.x < best.x - tie_margin(best.x)) { best = s1; k = 1u; }
     if (s2.x < best.x - tie_margin(best.x)) { best = s2; k = 2u; }
-    let inside = t.orient != 0.0
-        && edge_cross(p, t.p0, t.p1) * t.orient > 0.0
-        && edge_cross(p, t.p1, t.p2) * t.orient > 0.0
-        && edge_cross(p, t.p2, t.p0) * t.orient > 0.0;
-    let sgn = select(-1.0, 1.0, inside);
+    let sgn = select(-1.0, 1.0, inside_edges(t, e0, e1, e2, w0, w1, w2));
     var n = vec2f(0.0);
     if (best.x > 0.0) {
         n = best.zw / best.x * sgn;
