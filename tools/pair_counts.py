@@ -1,0 +1,67 @@
+"""How many (pixel, triangle) pairs each kernel evaluates, for the bench's scene family or a
+scene file: the naive kernel walks every triangle at every pixel; the tiled kernels walk their
+tile's list (binning rule of shaders/bin.wgsl: bounding box grown by the cull reach, then the
+signed distance at the tile centre within reach + half the tile diagonal); "within reach" counts
+the pairs whose coverage is not culled. Pure numpy (the reference's distance), no GPU.
+
+    python tools/pair_counts.py [--side 128] [--tris 64] [--batch 1] [--scene FILE]
+"""
+
+import argparse
+import sys
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from render import Scene  # noqa: E402
+from render import reference as R  # noqa: E402
+from render.gpu.workspace import TILE, cull_sigmas  # noqa: E402
+
+
+def counts(scene: Scene) -> dict:
+    W, H = scene.width, scene.height
+    tris = np.asarray(scene.triangles, dtype=np.float64)
+    verts = R._vertices_px(tris, W, H)
+    reach = cull_sigmas(len(tris)) * scene.sigma * min(W, H)
+    tx, ty = (W + TILE - 1) // TILE, (H + TILE - 1) // TILE
+    listed = 0
+    for j in range(ty):
+        for i in range(tx):
+            lo = np.array([i * TILE + 0.5, j * TILE + 0.5])
+            hi = np.array([min(i * TILE + TILE, W) - 0.5, min(j * TILE + TILE, H) - 0.5])
+            bmin, bmax = verts.min(axis=1) - reach, verts.max(axis=1) + reach
+            box = np.all(bmax >= lo, axis=1) & np.all(bmin <= hi, axis=1)
+            c = 0.5 * (lo + hi)
+            d = R.signed_distance(verts, np.array([c[0]]), np.array([c[1]]), False)
+            d = (d[0] if isinstance(d, tuple) else d)[:, 0]
+            n_tile = int(np.sum(box & (d >= -(reach + np.linalg.norm(0.5 * (hi - lo))))))
+            listed += n_tile * int((hi[0] - lo[0] + 1) * (hi[1] - lo[1] + 1))
+    px, py = R._pixel_centres(W, H)
+    d = R.signed_distance(verts, px, py, False)
+    d = d[0] if isinstance(d, tuple) else d
+    return {"naive": W * H * len(tris), "tiled": listed, "within_reach": int(np.sum(d >= -reach)),
+            "reach_px": reach}
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("--side", type=int, default=128)
+    p.add_argument("--tris", type=int, default=64)
+    p.add_argument("--batch", type=int, default=1)
+    p.add_argument("--scene")
+    a = p.parse_args()
+    scenes = [Scene.load(a.scene)] if a.scene else [Scene.random(a.tris, a.side, a.side, seed=b) for b in range(a.batch)]
+    tot = {"naive": 0, "tiled": 0, "within_reach": 0}
+    for s in scenes:
+        c = counts(s)
+        for k in tot:
+            tot[k] += c[k]
+    n = tot["naive"]
+    print(f"pairs: naive {n}, tiled lists {tot['tiled']} ({tot['tiled'] / n:.2f} of naive), within reach "
+          f"{tot['within_reach']} ({tot['within_reach'] / n:.2f}); reach {c['reach_px']:.1f} px, tiles {TILE}x{TILE}")
+
+
+if __name__ == "__main__":
+    main()
