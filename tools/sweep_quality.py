@@ -1,7 +1,8 @@
 """Tuning sweep for the fit (issue #5): one change at a time against the defaults, on the bundled
-samples at 176 px with 150 triangles, at fixed iteration budgets. Prints one line per run.
+samples at 176 px with 150 triangles, at fixed iteration budgets (or a time limit per fit).
+Prints one line per run.
 
-    python tools/sweep_quality.py [--iters 300,1000] [--seeds 0]
+    python tools/sweep_quality.py [--iters 300,1000 | --time-limit 12] [--seeds 0] [--variants a,b]
 """
 
 import argparse
@@ -39,6 +40,14 @@ VARIANTS = {
                                 "sigma_end_px": 0.3, "init_alpha": 0.8},
     "growth 10 +both": {"growth_stages": 10, "lr_colour": 0.1, "lr_alpha": 0.1, "sigma_start_px": 4.0,
                         "sigma_end_px": 0.3},
+    "coarse max 0.7": {"coarse_max_fraction": 0.7},
+    "coarse max 0.6": {"coarse_max_fraction": 0.6},
+    "coarse max 0.5": {"coarse_max_fraction": 0.5},
+    "sigma end 0.4": {"sigma_end_px": 0.4},
+    "sigma end 0.6": {"sigma_end_px": 0.6},
+    "growth until 0.35": {"growth_until": 0.35},
+    "coarse 0.85 fixed": {"coarse_fraction": 0.85},
+    "coarse 0.92 fixed": {"coarse_fraction": 0.92, "coarse_max_fraction": 0.92},
 }
 
 
@@ -48,17 +57,21 @@ def main():
     p.add_argument("--seeds", default="0")
     p.add_argument("--variants", default=",".join(VARIANTS))
     p.add_argument("--tris", type=int, default=150)
+    p.add_argument("--time-limit", type=float, help="seconds per fit instead of --iters")
+    p.add_argument("--images", default="astronaut.png,chelsea.png")
     a = p.parse_args()
     eng = Engine("gpu")
     print(f"# sweep on {eng.description}, {time.strftime('%Y-%m-%d')}", flush=True)
-    for iters in [int(v) for v in a.iters.split(",")]:
+    budgets = [None] if a.time_limit else [int(v) for v in a.iters.split(",")]
+    for iters in budgets:
+        stop = StopConditions(time_limit=a.time_limit) if iters is None else StopConditions(iterations=iters)
         for name in a.variants.split(","):
-            for image in ("astronaut.png", "chelsea.png"):
+            for image in a.images.split(","):
+                path = sample_path(image) if "/" not in image else image
                 for seed in [int(s) for s in a.seeds.split(",")]:
-                    r = fit_and_score(eng, sample_path(image), a.tris, seed, 176, StopConditions(iterations=iters),
-                                      **VARIANTS[name])
-                    print(f"{iters:5d} {name:20s} {image:14s} s{seed} PSNR {r['psnr']:.2f} {r['wall_s']:.2f}s "
-                          f"respawned {r['respawned']}", flush=True)
+                    r = fit_and_score(eng, path, a.tris, seed, 176, stop, **VARIANTS[name])
+                    print(f"{r['iterations']:5d} {name:20s} {Path(image).name:14s} s{seed} PSNR {r['psnr']:.2f} "
+                          f"{r['wall_s']:.2f}s respawned {r['respawned']}", flush=True)
 
 
 if __name__ == "__main__":
