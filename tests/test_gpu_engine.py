@@ -146,3 +146,25 @@ def test_naive_baseline_kernel_matches_reference(gpu_engine):
     s = _scene(40, 30, 22, seed=3, sigma_px=1.2)
     img = gpu_engine.impl.render_batch(s.triangles[None], s.background[None], [s.sigma], 30, 22, naive=True)[0]
     assert np.abs(img - R.render(s)).max() <= FWD_TOL
+
+
+def test_culling_stays_within_the_forward_tolerance(gpu_engine):
+    # T opaque white triangles just beyond the cull reach of one pixel centre (black background):
+    # the GPU skips every one there, the reference does not. The reach rule (ln(T / 1e-5) sigma)
+    # bounds what they add up to; a shorter reach would put them closer and fail this.
+    from render.gpu.workspace import cull_sigmas
+
+    T, W, H, sigma_px = 400, 48, 48, 0.5
+    dist = 1.02 * cull_sigmas(T) * sigma_px         # just beyond the reach, pixel units
+    p = np.array([24.5, 24.5])
+    angles = np.linspace(0, 2 * np.pi, T, endpoint=False)
+    u = np.stack([np.cos(angles), np.sin(angles)], 1)
+    v = np.stack([-u[:, 1], u[:, 0]], 1)
+    tip = p + u * dist                               # the vertex nearest p
+    verts = np.stack([tip, tip + u * 0.5 + v * 0.2, tip + u * 0.5 - v * 0.2], 1) / [W, H]
+    tris = np.concatenate([verts.reshape(T, 6), np.ones((T, 4))], 1)
+    scene = Scene(W, H, sigma_px / min(W, H), np.zeros(3), tris)
+    ref = R.render(scene)
+    img = gpu_engine.render(scene)
+    assert ref[24, 24].max() > 1e-6                 # they do add up to something at that pixel
+    assert np.abs(img - ref).max() <= FWD_TOL
