@@ -52,7 +52,10 @@ def main():
     p.add_argument("--batch", type=int, default=1)
     p.add_argument("--scene")
     a = p.parse_args()
-    scenes = [Scene.load(a.scene)] if a.scene else [Scene.random(a.tris, a.side, a.side, seed=b) for b in range(a.batch)]
+    if a.scene:
+        scenes = [Scene.load(a.scene)]
+    else:
+        scenes = [Scene.random(a.tris, a.side, a.side, seed=b) for b in range(a.batch)]
     tot = {"naive": 0, "tiled": 0, "within_reach": 0}
     for s in scenes:
         c = counts(s)
