@@ -2,7 +2,11 @@
 samples at 176 px with 150 triangles, at fixed iteration budgets (or a time limit per fit).
 Prints one line per run.
 
-    python tools/sweep_quality.py [--iters 300,1000 | --time-limit 12] [--seeds 0] [--variants a,b]
+    python tools/sweep_quality.py [--iters 300,1000 | --time-limit 12 | --budgeted-plan 975]
+                                  [--seeds 0] [--variants a,b]
+
+--budgeted-plan N runs N iterations planned as a time-limited fit would plan them (the coarse share
+of a short time budget) but deterministically, so variants compare without the time limit's spread.
 """
 
 import argparse
@@ -46,6 +50,8 @@ VARIANTS = {
     "sigma end 0.4": {"sigma_end_px": 0.4},
     "sigma end 0.6": {"sigma_end_px": 0.6},
     "growth until 0.35": {"growth_until": 0.35},
+    "sigma over 1.0": {"sigma_fraction": 1.0},
+    "sigma over 1.0 end 0.6": {"sigma_fraction": 1.0, "sigma_end_px": 0.6},
     "coarse 0.85 fixed": {"coarse_fraction": 0.85},
     "coarse 0.92 fixed": {"coarse_fraction": 0.92, "coarse_max_fraction": 0.92},
 }
@@ -59,7 +65,10 @@ def main():
     p.add_argument("--tris", type=int, default=150)
     p.add_argument("--time-limit", type=float, help="seconds per fit instead of --iters")
     p.add_argument("--images", default="astronaut.png,chelsea.png")
+    p.add_argument("--budgeted-plan", type=int, help="N iterations planned like a time-limited fit")
     a = p.parse_args()
+    if a.budgeted_plan:
+        return budgeted(a)
     eng = Engine("gpu")
     print(f"# sweep on {eng.description}, {time.strftime('%Y-%m-%d')}", flush=True)
     budgets = [None] if a.time_limit else [int(v) for v in a.iters.split(",")]
@@ -72,6 +81,30 @@ def main():
                     r = fit_and_score(eng, path, a.tris, seed, 176, stop, **VARIANTS[name])
                     print(f"{r['iterations']:5d} {name:20s} {Path(image).name:14s} s{seed} PSNR {r['psnr']:.2f} "
                           f"{r['wall_s']:.2f}s respawned {r['respawned']}", flush=True)
+
+
+def budgeted(a):
+    import numpy as np
+
+    from render import Fitter, Scene, load_image
+    from render.quality import score
+
+    eng = Engine("gpu")
+    print(f"# budgeted plan of {a.budgeted_plan} on {eng.description}, {time.strftime('%Y-%m-%d')}", flush=True)
+    for name in a.variants.split(","):
+        for image in a.images.split(","):
+            path = sample_path(image) if "/" not in image else image
+            target = load_image(path, 176)
+            psnrs = []
+            for seed in [int(s) for s in a.seeds.split(",")]:
+                f = Fitter(target, triangles=a.tris, size=176, seed=seed, engine=eng, **VARIANTS[name])
+                f._time_budgeted = True  # what replan_for_time sets: the short-budget coarse share
+                f.plan(a.budgeted_plan)
+                f.step(a.budgeted_plan)
+                psnrs.append(score(Scene.from_json(f.scene.to_json()), target.astype(np.float64))["psnr"])
+                f.close()
+            print(f"{name:24s} {Path(image).name:14s} seeds {a.seeds}: PSNR mean {np.mean(psnrs):.2f} "
+                  f"({min(psnrs):.2f}-{max(psnrs):.2f})", flush=True)
 
 
 if __name__ == "__main__":
