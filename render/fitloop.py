@@ -39,7 +39,7 @@ class FitSettings:
     beta1: float = 0.9
     beta2: float = 0.999
     adam_eps: float = 1e-8
-    chunk: int = 25               # iterations encoded per GPU submission
+    chunk: int = 100              # iterations encoded per GPU submission, at most
     planned_iterations: int = 600 # the schedules below are fractions of this plan (re-planned by
                                   # Fitter.run from --iters or from the measured speed and --time-limit)
     sigma_fraction: float = 0.75  # sigma anneals over this fraction of the plan

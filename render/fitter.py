@@ -142,6 +142,10 @@ def release_loop(loop) -> None:
     if release is not None:
         release()
 
+#: Fitter.run's steps: about this long, from FIRST_RUN_STEP iterations up to MAX_RUN_STEP
+RUN_STEP_S = 0.1
+FIRST_RUN_STEP = 8
+MAX_RUN_STEP = 256
 #: a half-size iteration's cost as a fraction of a full-size one, until both are measured
 #: (lavapipe, 176 px, 150 triangles: 14 / 35 ms)
 COARSE_COST_GUESS = 0.4
@@ -414,26 +418,38 @@ class Fitter:
     def run(self, stop: StopConditions, callback=None, chunk: int | None = None) -> StepStats:
         """Step until a stop condition holds; ``callback(stats)`` after each chunk (return False to stop).
 
+        ``chunk``: iterations per step; by default sized from the measured speed so a step takes
+        about RUN_STEP_S, at most one submission (settings.chunk): a few iterations on lavapipe,
+        a whole submission on a discrete GPU, so a time limit ends within ~0.1 s.
         The schedules are planned to end with the fit: on ``stop.iterations`` when given, else,
         with a time limit, on the iteration count the measured speed predicts (re-estimated
         after every chunk)."""
         if not stop.any():
             raise ValueError("give at least one stop condition")
-        chunk = chunk or max(self.settings.chunk, 1)
+        fixed = chunk
+        cap = max(1, min(self.settings.chunk, MAX_RUN_STEP))  # at most one submission per step
         start_iter, t0 = self.iteration, time.perf_counter()
         if stop.iterations is not None:
             self.plan(start_iter + stop.iterations)
         elif stop.time_limit is not None:
-            self.plan(start_iter + max(chunk * 4, 100))  # a first guess, corrected from the speed
+            self.plan(start_iter + 100)  # a first guess, corrected from the speed
         best, best_at = float("inf"), self.iteration
         stats = None
+        last = None  # (iterations, seconds) of the previous step
         while True:
-            n = chunk
+            if fixed:
+                n = fixed
+            elif last is None or last[0] <= 0:
+                n = min(FIRST_RUN_STEP, cap)
+            else:  # sized from the previous step's speed (a stage change shows at once)
+                n = int(min(max(RUN_STEP_S * last[0] / max(last[1], 1e-9), 1), cap))
             if stop.iterations is not None:
                 n = min(n, stop.iterations - (self.iteration - start_iter))
                 if n <= 0:
                     break
+            before, t_step = self.iteration, time.perf_counter()
             stats = self.step(n)
+            last = (self.iteration - before, time.perf_counter() - t_step)
             elapsed = time.perf_counter() - t0
             if callback is not None and callback(stats) is False:
                 break
