@@ -142,6 +142,8 @@ def release_loop(loop) -> None:
     if release is not None:
         release()
 
+#: iterations per submission of a BatchFitter (B images each)
+BATCH_SUBMISSION = 25
 #: Fitter.run's steps: about this long, from FIRST_RUN_STEP iterations up to MAX_RUN_STEP
 RUN_STEP_S = 0.1
 FIRST_RUN_STEP = 8
@@ -651,7 +653,9 @@ class BatchFitter:
         self.sources = list(sources) if sources is not None else [None] * B
         if len(self.sources) != B:
             raise TrifitError(f"{len(self.sources)} sources for {B} images")
-        settings = {**settings, **BATCH_FIXED}
+        # run(n) is one call with no time-based steps: keep each submission to 25 iterations of
+        # the whole batch, so one submission stays short on slow adapters
+        settings = {"chunk": BATCH_SUBMISSION, **settings, **BATCH_FIXED}
         self.settings = [FitSettings(triangles=int(triangles), size=int(size), seed=s, **settings) for s in seeds]
         if not 1 <= self.settings[0].triangles <= MAX_TRIANGLES_FIT:
             raise TrifitError(f"triangle count must be between 1 and {MAX_TRIANGLES_FIT}, got {triangles}")
