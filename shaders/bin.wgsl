@@ -1,6 +1,9 @@
 // Binning: for each (tile, image) one workgroup lists, in compositing order, the triangles whose
 // cull-expanded bounding box touches the tile, and sets their bits in the tile's membership mask.
-// Order-preserving compaction (flag, workgroup prefix sum, scatter), 256 triangles per round.
+// Order-preserving compaction (flag, workgroup prefix sum, scatter), WG = 256 triangles per round.
+// Each of the THREADS = WG / PPT threads tests PPT consecutive triangles of a round, so the prefix
+// sum runs over THREADS counts: on CPU adapters (PPT 4) a barrier then wakes a quarter of the SIMD
+// batches (docs/PERFORMANCE.md, round 10).
 // Dispatch: (tiles_x, tiles_y, batch).
 
 @group(0) @binding(0) var<uniform> frame: Frame;
@@ -8,11 +11,11 @@
 @group(0) @binding(3) var<storage, read_write> tile_list: array<u32>;
 @group(0) @binding(4) var<storage, read_write> tile_mask: array<u32>;
 
-var<workgroup> scan: array<u32, 256>;
+var<workgroup> scan: array<u32, THREADS>;
 var<workgroup> words: array<atomic<u32>, 8>;
 var<workgroup> running: u32;
 
-@compute @workgroup_size(256)
+@compute @workgroup_size(THREADS)
 fn main(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_index) li: u32) {
     let b = wid.z;
     let tile_index = wid.y * frame.tiles_x + wid.x;
@@ -25,33 +28,41 @@ fn main(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_index) li: 
     if (li == 0u) { running = 0u; }
     let rounds = (frame.n_tris + WG - 1u) / WG;
     for (var r = 0u; r < rounds; r++) {
-        let i = r * WG + li;
+        let first = r * WG + li * PPT;  // this thread's triangles: first .. first + PPT - 1
         if (li < 8u) { atomicStore(&words[li], 0u); }
-        var hit = 0u;
-        if (i < frame.n_tris && touches_tile(load_tri(sbase + i * 10u, frame), ext[0], ext[1], reach)) {
-            hit = 1u;
+        var hits = 0u;  // bit q: triangle first + q touches the tile
+        for (var q = 0u; q < PPT; q++) {
+            let i = first + q;
+            if (i < frame.n_tris && touches_tile(load_tri(sbase + i * 10u, frame), ext[0], ext[1], reach)) {
+                hits |= 1u << q;
+            }
         }
-        scan[li] = hit;
+        let mine = countOneBits(hits);
+        scan[li] = mine;
         workgroupBarrier();
-        // Hillis-Steele inclusive scan over 256 flags
-        for (var off = 1u; off < WG; off = off * 2u) {
+        // Hillis-Steele inclusive scan over the threads' counts
+        for (var off = 1u; off < THREADS; off = off * 2u) {
             var add = 0u;
             if (li >= off) { add = scan[li - off]; }
             workgroupBarrier();
             scan[li] = scan[li] + add;
             workgroupBarrier();
         }
-        let base = running;
-        if (hit == 1u) {
-            tile_list[list_base + base + scan[li] - 1u] = i;
-            atomicOr(&words[li / 32u], 1u << (li % 32u));
+        var at = running + scan[li] - mine;  // this thread's first list position
+        for (var q = 0u; q < PPT; q++) {
+            if ((hits & (1u << q)) != 0u) {
+                tile_list[list_base + at] = first + q;
+                at += 1u;
+                let k = li * PPT + q;  // index within the round
+                atomicOr(&words[k / 32u], 1u << (k % 32u));
+            }
         }
         workgroupBarrier();
         let w = r * 8u + li;
         if (li < 8u && w < frame.mask_words) {
             tile_mask[mask_base + w] = atomicLoad(&words[li]);
         }
-        if (li == 0u) { running = base + scan[WG - 1u]; }
+        if (li == 0u) { running = running + scan[THREADS - 1u]; }
         workgroupBarrier();
     }
     if (li == 0u) { tile_count[slot] = running; }

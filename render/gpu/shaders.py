@@ -14,7 +14,7 @@ import threading
 
 _lock = threading.Lock()
 _RASTER_KERNELS = ("bin.wgsl", "forward.wgsl", "backward.wgsl", "naive_forward.wgsl", "render.wgsl")
-_PPT_KERNELS = ("forward.wgsl", "backward.wgsl")  # kernels with several pixels per thread
+_PPT_KERNELS = ("bin.wgsl", "forward.wgsl", "backward.wgsl")  # several pixels (bin: triangles) per thread
 _pipelines: dict[tuple, object] = {}
 
 
@@ -62,7 +62,8 @@ def kernel_source(name: str, subgroups: bool, kb: int = 1, subgroup_size: int = 
 
 def pipeline(device, name: str, entry: str = "main", subgroups: bool = False, workgroup_storage: int = 16384,
              subgroup_size: int = 0, ppt: int = 1):
-    """``ppt``: pixels per thread of the forward and backward kernels (1, 2 or 4); others ignore it."""
+    """``ppt``: pixels per thread of the forward and backward kernels, triangles per thread of the
+    bin kernel (1, 2 or 4); others ignore it."""
     is_backward = name == "backward.wgsl"
     if ppt not in (1, 2, 4):
         raise ValueError(f"pixels per thread must be 1, 2 or 4, got {ppt}")
