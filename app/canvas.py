@@ -80,6 +80,14 @@ def layout_panes(mode: ViewMode, canvas_w: float, canvas_h: float, img_w: int, i
     return a, b
 
 
+def _clear_colour(fmt: str) -> tuple[float, float, float, float]:
+    """display.wgsl's BACKGROUND (sRGB-encoded values), linearised for an sRGB output texture."""
+    c = [0.13, 0.13, 0.14]
+    if fmt.endswith("-srgb"):
+        c = [v / 12.92 if v <= 0.04045 else ((v + 0.055) / 1.055) ** 2.4 for v in c]
+    return (c[0], c[1], c[2], 1.0)
+
+
 def preferred_present_method() -> str:
     """'screen' (zero copy) where rendercanvas can hand wgpu a native window; 'bitmap' elsewhere.
 
@@ -179,7 +187,8 @@ class FitCanvas(QRenderWidget):
             {"binding": 2, "visibility": fragment, "texture": {"sample_type": wgpu.TextureSampleType.float}},
             {"binding": 3, "visibility": fragment, "sampler": {"type": wgpu.SamplerBindingType.filtering}},
         ])
-        self._pipelines: dict[str, object] = {}   # by output format: the screen's, and rgba8 for snapshots
+        self._pipelines: dict[tuple, object] = {}  # by (output format, view mode): the screen's, rgba8 for snapshots
+        self._display_module = None
         self._pipeline_for(self.texture_format)
         unpack_module = device.create_shader_module(code=shader_source("unpack.wgsl"), label="unpack.wgsl")
         self._unpack_pipeline = device.create_compute_pipeline(
@@ -198,18 +207,27 @@ class FitCanvas(QRenderWidget):
         self.request_draw(self._draw)
 
     # ------------------------------------------------------------------ GPU objects
-    def _pipeline_for(self, fmt: str):
-        pipeline = self._pipelines.get(fmt)
+    def _pipeline_for(self, fmt: str, mode: int | None = None, pane: int = 1):
+        """The display pipeline for an output format, view mode and pane (pipeline constants of
+        display.wgsl: the mode, pane and sRGB branches are resolved when the pipeline is built)."""
+        mode = int(self.state.mode if mode is None else mode)
+        key = (fmt, mode, pane)
+        pipeline = self._pipelines.get(key)
         if pipeline is None:
-            module = self.device.create_shader_module(code=shader_source("display.wgsl"), label="display.wgsl")
+            if self._display_module is None:
+                self._display_module = self.device.create_shader_module(code=shader_source("display.wgsl"),
+                                                                        label="display.wgsl")
+            module = self._display_module
+            constants = {"MODE": mode, "PANE": pane, "SRGB_OUT": 1 if fmt.endswith("-srgb") else 0}
             pipeline = self.device.create_render_pipeline(
-                label=f"display-{fmt}",
+                label=f"display-{fmt}-mode{mode}-pane{pane}",
                 layout=self.device.create_pipeline_layout(bind_group_layouts=[self._display_layout]),
                 vertex={"module": module, "entry_point": "vs_main"},
                 primitive={"topology": wgpu.PrimitiveTopology.triangle_list},
-                fragment={"module": module, "entry_point": "fs_main", "targets": [{"format": fmt}]},
+                fragment={"module": module, "entry_point": "fs_main", "targets": [{"format": fmt}],
+                          "constants": constants},
             )
-            self._pipelines[fmt] = pipeline
+            self._pipelines[key] = pipeline
         return pipeline
 
     def _make_target_texture(self, width: int, height: int) -> None:
@@ -314,11 +332,15 @@ class FitCanvas(QRenderWidget):
         return self.clock.fps()
 
     # ------------------------------------------------------------------ drawing
+    def _pane_rects(self, width: int, height: int) -> tuple[Rect, Rect]:
+        img_w, img_h = self.state.image_size or (1, 1)
+        return layout_panes(self.state.mode, width, height, img_w, img_h, gap=PANE_GAP_PX * self.get_pixel_ratio())
+
     def _view_bytes(self, width: int, height: int, srgb_output: bool) -> bytes:
         s = self.state
         img_w, img_h = s.image_size or (1, 1)
+        a, b = self._pane_rects(width, height)
         ratio = self.get_pixel_ratio()
-        a, b = layout_panes(s.mode, width, height, img_w, img_h, gap=PANE_GAP_PX * ratio)
         flags = (1 if s.render_valid else 0) | (2 if s.image_size else 0) | (4 if srgb_output else 0)
         return struct.pack(UNIFORM_FORMAT, *a, *b, float(img_w), float(img_h), int(s.mode), float(s.split),
                            flags, SPLIT_LINE_PX * ratio, 0.0, 0.0)
@@ -337,14 +359,20 @@ class FitCanvas(QRenderWidget):
                                        self._view_bytes(width, height, fmt.endswith("-srgb")))
         rpass = encoder.begin_render_pass(color_attachments=[{
             "view": view,
-            "clear_value": (0.13, 0.13, 0.14, 1.0),
+            "clear_value": _clear_colour(fmt),  # the gaps between and around the panes
             "load_op": wgpu.LoadOp.clear,
             "store_op": wgpu.StoreOp.store,
         }])
         if self._display_group is not None:
-            rpass.set_pipeline(self._pipeline_for(fmt))
             rpass.set_bind_group(0, self._display_group)
-            rpass.draw(3)
+            for pane, rect in enumerate(self._pane_rects(width, height), start=1):
+                x0, y0 = max(0.0, rect[0]), max(0.0, rect[1])
+                x1, y1 = min(float(width), rect[2]), min(float(height), rect[3])
+                if x1 - x0 < 1.0 or y1 - y0 < 1.0:
+                    continue  # an empty pane (the overlay's second) or one off the surface
+                rpass.set_pipeline(self._pipeline_for(fmt, pane=pane))
+                rpass.set_viewport(x0, y0, x1 - x0, y1 - y0, 0.0, 1.0)
+                rpass.draw(3)
         rpass.end()
 
     def _take_gpu_turn(self) -> bool:

@@ -1,6 +1,6 @@
 // Display pass of the trifit window: the fitter's live image (already unpacked on the device
 // into an rgba8 texture by unpack.wgsl) and the target, drawn into the canvas texture.
-// One full-screen triangle; the fragment shader decides per pixel which pane it is in.
+// One triangle per pane, clipped to the pane by the viewport.
 // Pane rectangles are computed on the host (app/canvas.py: layout_panes) in physical pixels.
 
 struct View {
@@ -13,6 +13,14 @@ struct View {
     line_px: f32,           // overlay split line width in physical pixels
     _pad: vec2<f32>,
 };
+
+// Pipeline constants (app/canvas.py makes one pipeline per output format and view mode): the
+// branches on them are resolved when the pipeline is built. On a CPU adapter (llvmpipe) every
+// branch of a shader runs, masked, for every pixel, so a mode chosen at run time cost all three
+// modes' texture samples and the sRGB conversion's pow() on every frame.
+override MODE: u32 = 0u;      // as View.mode
+override SRGB_OUT: u32 = 0u;  // 1: the output texture is sRGB (as View.flags bit 2)
+override PANE: u32 = 1u;      // which pane this draw call covers (its viewport)
 
 @group(0) @binding(0) var<uniform> view: View;
 @group(0) @binding(1) var rendered: texture_2d<f32>;
@@ -72,14 +80,14 @@ fn srgb_to_linear(c: vec3<f32>) -> vec3<f32> {
     return select(hi, lo, c <= vec3<f32>(0.04045));
 }
 
+// Each pane is drawn by its own draw call with the viewport set to the pane (PANE 1: pane_a,
+// 2: pane_b), so only pixels inside a pane are shaded and each samples what its pane shows; the
+// gaps keep the pass's clear colour.
 fn shade(p: vec2<f32>) -> vec3<f32> {
     let render_ok = (view.flags & 1u) != 0u;
     let target_ok = (view.flags & 2u) != 0u;
-    if (view.mode == 1u) {
+    if (MODE == 1u) {  // overlay: one pane, render left of the split, target right of it
         let r = view.pane_a;
-        if (!inside(p, r)) {
-            return BACKGROUND;
-        }
         let split_x = r.x + view.split * (r.z - r.x);
         if (abs(p.x - split_x) < 0.5 * view.line_px) {
             return SPLIT_LINE;
@@ -89,34 +97,28 @@ fn shade(p: vec2<f32>) -> vec3<f32> {
         }
         return select(EMPTY_PANE, sample_target(pane_uv(p, r)), target_ok);
     }
-    if (view.mode == 2u) {
-        if (inside(p, view.pane_a)) {
+    if (MODE == 2u) {  // render beside the error heatmap
+        if (PANE == 1u) {
             return select(EMPTY_PANE, sample_rendered(pane_uv(p, view.pane_a)), render_ok);
         }
-        if (inside(p, view.pane_b)) {
-            if (!(render_ok && target_ok)) {
-                return EMPTY_PANE;
-            }
-            let uv = pane_uv(p, view.pane_b);
-            let d = abs(sample_rendered(uv) - sample_target(uv));
-            return heat(ERROR_GAIN * (d.r + d.g + d.b) / 3.0);
+        if (!(render_ok && target_ok)) {
+            return EMPTY_PANE;
         }
-        return BACKGROUND;
+        let uv = pane_uv(p, view.pane_b);
+        let d = abs(sample_rendered(uv) - sample_target(uv));
+        return heat(ERROR_GAIN * (d.r + d.g + d.b) / 3.0);
     }
-    if (inside(p, view.pane_a)) {
+    if (PANE == 1u) {  // side by side: target, then render
         return select(EMPTY_PANE, sample_target(pane_uv(p, view.pane_a)), target_ok);
     }
-    if (inside(p, view.pane_b)) {
-        return select(EMPTY_PANE, sample_rendered(pane_uv(p, view.pane_b)), render_ok);
-    }
-    return BACKGROUND;
+    return select(EMPTY_PANE, sample_rendered(pane_uv(p, view.pane_b)), render_ok);
 }
 
 @fragment
 fn fs_main(@builtin(position) frag: vec4<f32>) -> @location(0) vec4<f32> {
     // The images hold display-referred (sRGB-encoded) values; an sRGB target would encode again.
     var c = shade(frag.xy);
-    if ((view.flags & 4u) != 0u) {
+    if (SRGB_OUT != 0u) {
         c = srgb_to_linear(c);
     }
     return vec4<f32>(c, 1.0);

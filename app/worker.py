@@ -31,7 +31,7 @@ from .gpu_gate import GpuGate
 
 log = logging.getLogger("trifit.app")
 
-CHUNK_TARGET_S = 0.025  # one chunk of iterations should take about this long (a preview frame follows each)
+CHUNK_TARGET_S = 0.015  # one chunk of iterations should take about this long (a preview frame follows each)
 MAX_CHUNK = 256         # the GPU fit loop's loss ring holds 256 iterations per submission
 TIMINGS_EVERY_S = 0.5   # how often per-pass timings and counters are sent to the plots
 REFERENCE_PREVIEW_EVERY_S = 0.5  # reference backend: host render of the preview, at most this often
