@@ -438,12 +438,10 @@ class FitWorker:
                 if f.settings.planned_iterations <= f.iteration:
                     f.plan(f.iteration + 100)  # a first guess, corrected from the speed
                 return
-            rate = done / elapsed
-            if f.iteration < f.coarse_until:
-                rate /= 3.0  # full-size iterations cost ~4x the coarse (half-size) ones
-            predicted = f.iteration + int(rate * max(rules.time_limit - elapsed, 0.0))
-            if abs(predicted - f.settings.planned_iterations) > 0.05 * f.settings.planned_iterations:
-                f.plan(max(predicted, f.iteration + 1))
+            # the fitter's own planner: each stage's speed measured on its own (a planner here that
+            # took the average speed flip-flopped the plan, and with it sigma, every chunk once the
+            # half-size stage was over)
+            f.replan_for_time(t.start_iteration, elapsed, rules.time_limit)
 
     def _do_load(self, cmd: _Load) -> None:
         p = cmd.params

@@ -183,3 +183,13 @@ def test_time_plan_measures_each_stage_on_its_own(ref_engine):
     f.replan_for_time(0, elapsed, 60.0)
     # the full-size speed is what was measured since the switch, not the average over the fit
     assert f.settings.planned_iterations == pytest.approx(f.iteration + (60.0 - elapsed) / 0.5, abs=2)
+    # steady: more full-size chunks at the same speed leave the plan (and with it sigma) alone --
+    # the GUI's own planner used to flip it every chunk once the half-size stage was over
+    plans = set()
+    for _ in range(6):
+        f.step(5)
+        elapsed += 5 * 0.5
+        f.replan_for_time(0, elapsed, 60.0)
+        plans.add(f.settings.planned_iterations)
+        assert f.coarse_until <= f.iteration
+    assert len(plans) == 1
