@@ -53,6 +53,8 @@ VARIANTS = {
     "sigma over 1.0": {"sigma_fraction": 1.0},
     "sigma over 1.0 end 0.6": {"sigma_fraction": 1.0, "sigma_end_px": 0.6},
     "coarse 0.85 fixed": {"coarse_fraction": 0.85},
+    "coarse 0.65 fixed": {"coarse_fraction": 0.65, "coarse_max_fraction": 0.65},
+    "coarse 0.5 fixed": {"coarse_fraction": 0.5, "coarse_max_fraction": 0.5},
     "coarse 0.92 fixed": {"coarse_fraction": 0.92, "coarse_max_fraction": 0.92},
 }
 
