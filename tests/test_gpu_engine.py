@@ -84,6 +84,11 @@ def test_opaque_stacks_use_the_recompositing_path(gpu_ctx, segmented, ppt):
         assert _rel(_groups(grad.triangles, grad.background)[name], want) <= GRAD_TOL, name
 
 
+def test_pixels_per_thread_is_checked(gpu_ctx):
+    with pytest.raises(ValueError, match="1, 2 or 4"):
+        Engine("gpu", pixels_per_thread=3)
+
+
 def test_bit_reproducible(gpu_engine):
     scene = Scene.random(500, 64, 48, seed=9)
     target = np.random.default_rng(2).uniform(0, 1, (48, 64, 3))

@@ -51,6 +51,8 @@ class GpuBackend:
         # ... and workgroup sums and barriers cost more than arithmetic there: one sum per 4 pixels
         self.pixels_per_thread = (CPU_PIXELS_PER_THREAD if cpu else 1) if pixels_per_thread is None \
             else int(pixels_per_thread)
+        if self.pixels_per_thread not in (1, 2, 4):
+            raise ValueError(f"pixels_per_thread must be 1, 2 or 4, got {pixels_per_thread}")
         self.counters = Counters()
         self.host = HostPhases()
         self.timer = GpuTimer(self.ctx, self.pool)
