@@ -78,6 +78,11 @@ class GpuFitLoop:
         enc = self.device.create_command_encoder()
         self._encode_snapshot(enc, 1)
         self.device.queue.submit([enc.finish()])
+        # Build the iteration's pipelines (and the render one that growth and respawn use) now,
+        # not inside the first step: a driver compiling shaders into a cold cache would spend a
+        # time-limited fit's first few hundred ms there.
+        self._iteration_dispatches()
+        self.ws.bind_group("render.wgsl", ["frame", "scene", "image"])
 
     # ------------------------------------------------------------------ state
     def _write_extra(self, name, arr) -> int:
