@@ -75,12 +75,26 @@ fn cross2(e: vec2f, w: vec2f) -> f32 {
     return e.x * w.y - e.y * w.x;
 }
 
-// Inside test from the three edges (e_k = next vertex - vertex k, w_k = p - vertex k).
-fn inside_edges(t: TriPx, e0: vec2f, e1: vec2f, e2: vec2f, w0: vec2f, w1: vec2f, w2: vec2f) -> bool {
+// The three edges of t seen from p: e_k = next vertex - vertex k, w_k = p - vertex k.
+struct Edges {
+    e0: vec2f,
+    e1: vec2f,
+    e2: vec2f,
+    w0: vec2f,
+    w1: vec2f,
+    w2: vec2f,
+}
+
+fn edges(p: vec2f, t: TriPx) -> Edges {
+    return Edges(t.p1 - t.p0, t.p2 - t.p1, t.p0 - t.p2, p - t.p0, p - t.p1, p - t.p2);
+}
+
+// Inside test from the three edges (strictly inside; a zero-area triangle has no inside).
+fn inside_edges(t: TriPx, g: Edges) -> bool {
     return t.orient != 0.0
-        && cross2(e0, w0) * t.orient > 0.0
-        && cross2(e1, w1) * t.orient > 0.0
-        && cross2(e2, w2) * t.orient > 0.0;
+        && cross2(g.e0, g.w0) * t.orient > 0.0
+        && cross2(g.e1, g.w1) * t.orient > 0.0
+        && cross2(g.e2, g.w2) * t.orient > 0.0;
 }
 
 // Exact signed distance (positive inside). Inside, the nearest edge line and the nearest edge
@@ -88,14 +102,9 @@ fn inside_edges(t: TriPx, e0: vec2f, e1: vec2f, e2: vec2f, w0: vec2f, w1: vec2f,
 // are formed once and the square root taken once, of the smallest squared distance (sqrt is
 // monotonic, so this is the same number as the smallest of three distances).
 fn signed_distance(p: vec2f, t: TriPx) -> f32 {
-    let e0 = t.p1 - t.p0;
-    let e1 = t.p2 - t.p1;
-    let e2 = t.p0 - t.p2;
-    let w0 = p - t.p0;
-    let w1 = p - t.p1;
-    let w2 = p - t.p2;
-    let d = sqrt(min(seg_dist2(w0, e0), min(seg_dist2(w1, e1), seg_dist2(w2, e2))));
-    return select(-d, d, inside_edges(t, e0, e1, e2, w0, w1, w2));
+    let g = edges(p, t);
+    let d = sqrt(min(seg_dist2(g.w0, g.e0), min(seg_dist2(g.w1, g.e1), seg_dist2(g.w2, g.e2))));
+    return select(-d, d, inside_edges(t, g));
 }
 
 // Signed distance and its gradient with respect to the six vertex coordinates (pixel units).
@@ -107,22 +116,17 @@ struct DistGrad {
 }
 
 fn signed_distance_grad(p: vec2f, t: TriPx) -> DistGrad {
-    let e0 = t.p1 - t.p0;
-    let e1 = t.p2 - t.p1;
-    let e2 = t.p0 - t.p2;
-    let w0 = p - t.p0;
-    let w1 = p - t.p1;
-    let w2 = p - t.p2;
-    let s0 = seg_dist(w0, e0);
-    let s1 = seg_dist(w1, e1);
-    let s2 = seg_dist(w2, e2);
+    let g = edges(p, t);
+    let s0 = seg_dist(g.w0, g.e0);
+    let s1 = seg_dist(g.w1, g.e1);
+    let s2 = seg_dist(g.w2, g.e2);
     // nearest edge; near-ties (within rounding) go to the lowest index, as in the reference, so
     // both engines hand a degenerate triangle's gradient to the same vertices
     var best = s0;
     var k = 0u;
     if (s1.x < best.x - tie_margin(best.x)) { best = s1; k = 1u; }
     if (s2.x < best.x - tie_margin(best.x)) { best = s2; k = 2u; }
-    let sgn = select(-1.0, 1.0, inside_edges(t, e0, e1, e2, w0, w1, w2));
+    let sgn = select(-1.0, 1.0, inside_edges(t, g));
     var n = vec2f(0.0);
     if (best.x > 0.0) {
         n = best.zw / best.x * sgn;
