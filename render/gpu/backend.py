@@ -14,6 +14,7 @@ from collections import OrderedDict
 import numpy as np
 
 from ..errors import BatchError
+from . import shaders
 from .device import GpuContext, get_context
 from .pool import BufferPool
 from .timing import Counters, GpuTimer, HostPhases
@@ -50,9 +51,7 @@ class GpuBackend:
         self.segmented = not cpu if segmented is None else segmented
         # ... and workgroup sums and barriers cost more than arithmetic there: one sum per 4 pixels
         self.pixels_per_thread = (CPU_PIXELS_PER_THREAD if cpu else 1) if pixels_per_thread is None \
-            else int(pixels_per_thread)
-        if self.pixels_per_thread not in (1, 2, 4):
-            raise ValueError(f"pixels_per_thread must be 1, 2 or 4, got {pixels_per_thread}")
+            else shaders.check_pixels_per_thread(pixels_per_thread)
         self.counters = Counters()
         self.host = HostPhases()
         self.timer = GpuTimer(self.ctx, self.pool)

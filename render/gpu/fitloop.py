@@ -82,7 +82,7 @@ class GpuFitLoop:
         # not inside the first step: a driver compiling shaders into a cold cache would spend a
         # time-limited fit's first few hundred ms there.
         self._iteration_dispatches()
-        self.ws.bind_group("render.wgsl", ["frame", "scene", "image"])
+        self.ws.pipeline("render.wgsl")
 
     # ------------------------------------------------------------------ state
     def _write_extra(self, name, arr) -> int:

@@ -60,14 +60,19 @@ def kernel_source(name: str, subgroups: bool, kb: int = 1, subgroup_size: int = 
     return "\n".join(parts)
 
 
+def check_pixels_per_thread(ppt) -> int:
+    """The pixels (bin: triangles) per thread the kernels are written for: 1, 2 or 4."""
+    if ppt not in (1, 2, 4):
+        raise ValueError(f"pixels_per_thread must be 1, 2 or 4, got {ppt}")
+    return int(ppt)
+
+
 def pipeline(device, name: str, entry: str = "main", subgroups: bool = False, workgroup_storage: int = 16384,
              subgroup_size: int = 0, ppt: int = 1):
     """``ppt``: pixels per thread of the forward and backward kernels, triangles per thread of the
     bin kernel (1, 2 or 4); others ignore it."""
     is_backward = name == "backward.wgsl"
-    if ppt not in (1, 2, 4):
-        raise ValueError(f"pixels per thread must be 1, 2 or 4, got {ppt}")
-    ppt = ppt if name in _PPT_KERNELS else 1
+    ppt = check_pixels_per_thread(ppt) if name in _PPT_KERNELS else 1
     kb = backward_batch(workgroup_storage, subgroups, subgroup_size, ppt) if is_backward else 1
     key = (device, name, entry, subgroups and is_backward, kb, subgroup_size, ppt)  # the device itself: ids get reused
     with _lock:

@@ -199,15 +199,19 @@ class Workspace:
         return self.write("frame", self.frame_bytes(loss))
 
     # ------------------------------------------------------------------ bind groups
+    def pipeline(self, kernel: str, entry: str = "main"):
+        """``kernel``'s pipeline in this workspace's variant (compiled once per device and variant)."""
+        return shaders.pipeline(self.device, kernel, entry, self.subgroups,
+                                self.ctx.limits.get("max-compute-workgroup-storage-size", 16384),
+                                self.ctx.subgroup_size, self.shape.ppt)
+
     def bind_group(self, kernel: str, names: list[str], entry: str = "main", extra: dict | None = None):
         """Pipeline and bind group for ``kernel`` with buffers bound in order; cached."""
         key = f"{kernel}:{entry}"
         found = self._bind_groups.get(key)
         if found is not None:
             return found
-        pl = shaders.pipeline(self.device, kernel, entry, self.subgroups,
-                              self.ctx.limits.get("max-compute-workgroup-storage-size", 16384),
-                              self.ctx.subgroup_size, self.shape.ppt)
+        pl = self.pipeline(kernel, entry)
         bufs = {**self.buffers, **(extra or {})}
         entries = [{"binding": i, "resource": {"buffer": bufs[n]}} for i, n in enumerate(names)]
         bg = self.device.create_bind_group(layout=pl.get_bind_group_layout(0), entries=entries)
