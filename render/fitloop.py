@@ -37,7 +37,7 @@ class FitSettings:
     lr_background: float = 0.05
     lr_final: float = 0.1         # cosine decay of every learning rate over the plan, to this fraction
     beta1: float = 0.9
-    beta2: float = 0.999
+    beta2: float = 0.99          # 0.999 remembers ~the whole of a short fit: 0.99 measured +0.1-0.4 dB (QUALITY.md)
     adam_eps: float = 1e-8
     chunk: int = 100              # iterations encoded per GPU submission, at most
     planned_iterations: int = 600 # the schedules below are fractions of this plan (re-planned by
@@ -56,6 +56,7 @@ class FitSettings:
     insert_alpha: float = 0.15    # triangles added later (growth, respawn, a larger count) start faint
     insert_radius: float = 0.6    # ... and small (x the first triangles' size), so adding one never
                                   # throws away what the fit has (a 60-triangle test: +0.8 dB at 300 it)
+    insert_shape: str = "residual"  # new triangles shaped to the residual around them (render/placement.py); "random"
     host_snapshot_every: int = 200  # parameters copied to the host this often (GPU): what a lost device resumes from
 
     def as_dict(self) -> dict:

@@ -26,6 +26,7 @@ log = logging.getLogger("trifit")
 MAX_CONSECUTIVE_FAULTS = 8
 from .fitloop import FitSettings, Schedule, logit, raw_from_scene
 from .imageio import as_target
+from .placement import error_map, initial_raw, new_triangles
 from .scene import Scene
 
 MAX_TRIANGLES_FIT = 20000
@@ -84,48 +85,6 @@ def default_schedule(settings: FitSettings, short_side: int, sigma_fixed: float 
     if sigma_fixed is not None:
         start = end = sigma_fixed
     return Schedule(start, end, settings.sigma_fraction * plan, plan, settings.lr_final)
-
-
-def error_map(target: np.ndarray, image: np.ndarray | None) -> np.ndarray:
-    ref = image if image is not None else target.mean(axis=(0, 1), keepdims=True)
-    err = np.sum((target - ref) ** 2, axis=2).astype(np.float64)
-    return err + 1e-6 * max(err.mean(), 1e-12)
-
-
-def new_triangles(target: np.ndarray, n: int, image: np.ndarray | None, rng: np.random.Generator,
-                  settings: FitSettings, radius_scale: float = 1.0, n_after: int | None = None) -> np.ndarray:
-    """n triangles centred where the error is largest (sampled), coloured from the target;
-    sized so that ``n_after`` triangles (default: the target count) would cover the frame ~1.5x."""
-    H, W = target.shape[:2]
-    err = error_map(target, image).ravel()
-    idx = rng.choice(err.size, size=n, p=err / err.sum())
-    cy, cx = (idx // W + rng.uniform(0, 1, n)) / H, (idx % W + rng.uniform(0, 1, n)) / W
-    base = math.sqrt(1.5 / max(n_after or settings.triangles, 1)) * radius_scale
-    r = base * rng.uniform(0.5, 1.5, n)
-    ang0 = rng.uniform(0, 2 * np.pi, n)
-    angles = ang0[:, None] + np.array([0, 2 * np.pi / 3, 4 * np.pi / 3])[None] + rng.uniform(-0.4, 0.4, (n, 3))
-    S = min(W, H)
-    vx = cx[:, None] + np.cos(angles) * r[:, None] * S / W
-    vy = cy[:, None] + np.sin(angles) * r[:, None] * S / H
-    verts = np.stack([vx, vy], axis=-1).reshape(n, 6)
-    px = np.clip((cx * W).astype(int), 0, W - 1)
-    py = np.clip((cy * H).astype(int), 0, H - 1)
-    rgb = target[py, px].astype(np.float64)
-    alpha = np.full((n, 1), settings.init_alpha if image is None else settings.insert_alpha)
-    tris = np.concatenate([verts, rgb, alpha], axis=1)
-    # larger triangles paint first (bottom), finer ones on top
-    order = np.argsort(-r, kind="stable")
-    return tris[order]
-
-
-def initial_raw(target: np.ndarray, n: int, rng: np.random.Generator, settings: FitSettings,
-                sigma_start: float) -> np.ndarray:
-    """Raw parameters of a first scene: ``n`` triangles (:func:`new_triangles`) over the mean colour."""
-    H, W = target.shape[:2]
-    bg = target.reshape(-1, 3).mean(axis=0).astype(np.float64)
-    scene = Scene(W, H, sigma_start, bg, new_triangles(target, n, None, rng, settings, n_after=n))
-    return raw_from_scene(scene)
-
 
 
 def loop_timings(loop, engine: Engine, recent: int | None = None) -> dict:

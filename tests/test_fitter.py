@@ -34,12 +34,14 @@ def test_gpu_loop_follows_the_reference_loop(gpu_engine, ref_engine):
 @pytest.mark.gpu
 def test_fit_reduces_loss_and_is_deterministic(gpu_engine, tmp_path):
     t = _target(48, 36, seed=1)
+    flat = float(np.mean((t - t.mean(axis=(0, 1))) ** 2))  # the loss of the mean colour alone
     paths = []
     for k in range(2):
         f = Fitter(t, triangles=20, size=48, seed=7, engine=gpu_engine)
         first = f.step(25)
         last = f.step(75)
-        assert last.loss < 0.6 * f.history.losses[0]
+        # measured from the flat colour: the first triangles are shaped to the target (0.8x flat)
+        assert last.loss < 0.6 * flat and last.loss < 0.7 * f.history.losses[0]
         assert f.iteration == 100 and len(f.history) == 100 and first.iteration == 25
         p = tmp_path / f"s{k}.json"
         f.scene.save(p)

@@ -1,0 +1,65 @@
+"""Where new triangles go (render/placement.py): shaped to the residual around them."""
+
+import numpy as np
+import pytest
+
+from render import reference as R
+from render.fitloop import FitSettings
+from render.placement import new_triangles, shape_to_residual
+from render.scene import Scene
+
+
+def _bar_target(W=48, H=40):
+    """Grey with one red bar, 24 px long and 3 px high, across the middle."""
+    t = np.full((H, W, 3), 0.5)
+    t[19:22, 12:36] = (0.9, 0.1, 0.1)
+    return t
+
+
+def _corners_px(verts, W, H):
+    return verts.reshape(3, 2) * np.array([W, H])
+
+
+def test_a_triangle_on_a_bar_lies_along_it_in_its_colour():
+    t = _bar_target()
+    H, W = t.shape[:2]
+    residual = t - t.mean(axis=(0, 1), keepdims=True)
+    verts, rgb, rho = shape_to_residual(t, residual, 24.0, 20.5, r_px=12.0, angle=0.3)
+    p = _corners_px(verts, W, H)
+    extent = p.max(axis=0) - p.min(axis=0)
+    assert extent[0] > 4 * extent[1], f"not along the bar: extent {extent}"
+    assert 12 <= p[:, 0].mean() <= 36 and 19 <= p[:, 1].mean() <= 22
+    np.testing.assert_allclose(rgb, (0.9, 0.1, 0.1), atol=0.02)
+    assert 1.0 < rho < 12.0
+
+
+def test_a_flat_residual_gives_no_shape():
+    t = np.full((16, 16, 3), 0.3)
+    assert shape_to_residual(t, t - 0.3, 8.0, 8.0, r_px=4.0, angle=0.0) is None
+
+
+def _blobs(W=48, H=48, seed=0):
+    truth = Scene.random(8, W, H, seed=seed, sigma_px=1.0)
+    return np.clip(R.render(truth), 0, 1)
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_shaped_first_triangles_start_closer_than_random_ones(seed):
+    t = _blobs(seed=seed)
+    H, W = t.shape[:2]
+    mse = {}
+    for shape in ("residual", "random"):
+        s = FitSettings(triangles=12, insert_shape=shape)
+        tris = new_triangles(t, 12, None, np.random.default_rng(seed), s)
+        assert tris.shape == (12, 10) and np.all(np.isfinite(tris))
+        img = R.render(Scene(W, H, 1.0 / min(W, H), t.mean(axis=(0, 1)), tris))
+        mse[shape] = float(np.mean((img - t) ** 2))
+    assert mse["residual"] < mse["random"], mse
+
+
+def test_flat_targets_and_unknown_shapes():
+    flat = np.full((20, 30, 3), 0.25)
+    tris = new_triangles(flat, 5, None, np.random.default_rng(0), FitSettings(triangles=5))
+    assert tris.shape == (5, 10) and np.all(np.isfinite(tris))  # falls back to the random rule
+    with pytest.raises(ValueError, match="insert_shape"):
+        new_triangles(flat, 5, None, np.random.default_rng(0), FitSettings(insert_shape="blob"))
