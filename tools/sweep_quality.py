@@ -56,6 +56,13 @@ VARIANTS = {
     "coarse 0.65 fixed": {"coarse_fraction": 0.65, "coarse_max_fraction": 0.65},
     "coarse 0.5 fixed": {"coarse_fraction": 0.5, "coarse_max_fraction": 0.5},
     "coarse 0.92 fixed": {"coarse_fraction": 0.92, "coarse_max_fraction": 0.92},
+    # since the defaults became insert_shape "residual" and beta2 0.99:
+    "old defaults": {"insert_shape": "random", "beta2": 0.999},
+    "random shape": {"insert_shape": "random"},
+    "beta2 0.999": {"beta2": 0.999},
+    "beta2 0.995": {"beta2": 0.995},
+    "insert alpha 0.3": {"insert_alpha": 0.3},
+    "insert radius 0.8": {"insert_radius": 0.8},
 }
 
 
