@@ -25,6 +25,8 @@ _CORNERS = np.array([0.0, 2 * np.pi / 3, 4 * np.pi / 3])
 _VAR_PER_R2 = 1.0 / 8.0
 # pixel variance added to a patch's second moments (and their floor): a triangle at least ~1.4 px wide
 _MIN_VAR_PX = 0.25
+# a window wider than 2x this many pixels is read every few pixels: its moments barely change
+_MAX_SAMPLES_PER_SIDE = 64
 
 
 def error_map(target: np.ndarray, image: np.ndarray | None) -> np.ndarray:
@@ -90,8 +92,10 @@ def shape_to_residual(target: np.ndarray, residual: np.ndarray, cx: float, cy: f
     norm = float(np.linalg.norm(u))
     if norm < 1e-6:
         return None
-    yy, xx = np.mgrid[y0:y1, x0:x1] + 0.5
-    proj = np.maximum(residual[y0:y1, x0:x1] @ (u / norm), 0.0)
+    step = max(1, h // _MAX_SAMPLES_PER_SIDE)  # large windows (large frames, few triangles) are sampled
+    rows, cols = slice(y0, y1, step), slice(x0, x1, step)
+    yy, xx = np.mgrid[rows, cols] + 0.5
+    proj = np.maximum(residual[rows, cols] @ (u / norm), 0.0)
     w = proj * proj * np.exp(-((xx - cx) ** 2 + (yy - cy) ** 2) / (2 * sw * sw))
     total = w.sum()
     if total <= 1e-12:
@@ -105,7 +109,7 @@ def shape_to_residual(target: np.ndarray, residual: np.ndarray, cx: float, cy: f
     corners = np.stack([np.cos(angle + _CORNERS), np.sin(angle + _CORNERS)], axis=-1)  # (3, 2)
     p = np.array([mx, my]) + (corners * rho) @ axes.T
     verts = (p / np.array([W, H])).ravel()
-    rgb = (w[..., None] * target[y0:y1, x0:x1]).sum(axis=(0, 1)) / total
+    rgb = (w[..., None] * target[rows, cols]).sum(axis=(0, 1)) / total
     return verts, rgb, float(math.sqrt(rho[0] * rho[1]))
 
 

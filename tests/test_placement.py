@@ -9,10 +9,10 @@ from render.placement import new_triangles, shape_to_residual
 from render.scene import Scene
 
 
-def _bar_target(W=48, H=40):
-    """Grey with one red bar, 24 px long and 3 px high, across the middle."""
-    t = np.full((H, W, 3), 0.5)
-    t[19:22, 12:36] = (0.9, 0.1, 0.1)
+def _bar_target(scale=1):
+    """Grey with one red bar, 24 px long and 3 px high (at scale 1), across the middle."""
+    t = np.full((40 * scale, 48 * scale, 3), 0.5)
+    t[19 * scale:22 * scale, 12 * scale:36 * scale] = (0.9, 0.1, 0.1)
     return t
 
 
@@ -20,17 +20,18 @@ def _corners_px(verts, W, H):
     return verts.reshape(3, 2) * np.array([W, H])
 
 
-def test_a_triangle_on_a_bar_lies_along_it_in_its_colour():
-    t = _bar_target()
+@pytest.mark.parametrize("scale", [1, 12])  # 12: a window large enough to be read every few pixels
+def test_a_triangle_on_a_bar_lies_along_it_in_its_colour(scale):
+    t = _bar_target(scale)
     H, W = t.shape[:2]
     residual = t - t.mean(axis=(0, 1), keepdims=True)
-    verts, rgb, rho = shape_to_residual(t, residual, 24.0, 20.5, r_px=12.0, angle=0.3)
-    p = _corners_px(verts, W, H)
+    verts, rgb, rho = shape_to_residual(t, residual, 24.0 * scale, 20.5 * scale, r_px=12.0 * scale, angle=0.3)
+    p = _corners_px(verts, W, H) / scale
     extent = p.max(axis=0) - p.min(axis=0)
     assert extent[0] > 4 * extent[1], f"not along the bar: extent {extent}"
     assert 12 <= p[:, 0].mean() <= 36 and 19 <= p[:, 1].mean() <= 22
     np.testing.assert_allclose(rgb, (0.9, 0.1, 0.1), atol=0.02)
-    assert 1.0 < rho < 12.0
+    assert 1.0 < rho / scale < 12.0
 
 
 def test_a_flat_residual_gives_no_shape():
