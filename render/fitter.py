@@ -26,7 +26,7 @@ log = logging.getLogger("trifit")
 MAX_CONSECUTIVE_FAULTS = 8
 from .fitloop import FitSettings, Schedule, logit, raw_from_scene
 from .imageio import as_target
-from .placement import error_map, initial_raw, new_triangles
+from .placement import error_map, initial_raw, new_triangles, removal_costs
 from .scene import Scene
 
 MAX_TRIANGLES_FIT = 20000
@@ -138,6 +138,7 @@ class Fitter:
         self._rng = np.random.default_rng(self.settings.seed)
         self._sigma_fixed: float | None = None  # set_sigma() pins sigma (fraction of the short side)
         self._time_budgeted = False  # a time limit plans the fit (replan_for_time)
+        self._pruning = False  # overgrow: the count has begun to fall back to settings.triangles
         self._stage_clock: tuple[bool, int, float] | None = None  # (coarse?, first iteration, seconds then)
         self._last_replan: tuple[int, float] = (0, 0.0)
         self._full_from = 0  # the iteration the full-size stage began
@@ -210,15 +211,37 @@ class Fitter:
     def _error_map(self, image: np.ndarray | None) -> np.ndarray:
         return error_map(self.target, image)
 
+    def _peak(self) -> int:
+        return max(self.settings.triangles, math.ceil(self.settings.triangles * self.settings.overgrow))
+
     def _growth_target(self, iteration: int) -> int:
-        """How many triangles the growth schedule wants at ``iteration``."""
+        """How many triangles the growth (and, with overgrow > 1, pruning) schedule wants at ``iteration``."""
         s = self.settings
         stages = max(1, s.growth_stages)
+        peak = self._peak()
+        plan = s.planned_iterations
+        if peak > s.triangles and (self._pruning or iteration >= s.growth_until * plan):
+            span = max(1.0, (s.prune_until - s.growth_until) * plan)
+            k = min(s.prune_stages, int((iteration - s.growth_until * plan) // (span / s.prune_stages)) + 1)
+            return max(s.triangles, peak - math.ceil((peak - s.triangles) * k / s.prune_stages))
         if stages == 1:
-            return s.triangles
-        stage_len = max(1.0, s.growth_until * s.planned_iterations / stages)
+            return peak
+        stage_len = max(1.0, s.growth_until * plan / stages)
         k = min(stages, int(iteration // stage_len) + 1)
-        return max(1, math.ceil(s.triangles * k / stages))
+        return max(1, math.ceil(peak * k / stages))
+
+    def _next_prune_at(self, it: int) -> int:
+        """The first iteration after ``it`` at which the schedule wants fewer triangles than now."""
+        s = self.settings
+        plan = s.planned_iterations
+        span = max(1.0, (s.prune_until - s.growth_until) * plan) / s.prune_stages
+        start = s.growth_until * plan
+        k = max(0, math.floor((it - start) / span) + 1)  # the next stage boundary after it
+        for j in range(k, s.prune_stages + 1):
+            at = max(it + 1, math.ceil(start + j * span))
+            if self._growth_target(at) < self.n_triangles:
+                return at
+        return it + (1 << 30)
 
     def _new_triangles(self, n: int, image: np.ndarray | None, radius_scale: float = 1.0,
                        n_after: int | None = None) -> np.ndarray:
@@ -323,10 +346,12 @@ class Fitter:
         every = self.settings.respawn_every
         if every > 0 and it < self.settings.respawn_until * self.settings.planned_iterations:
             events.append(every - it % every)
-        if self.n_triangles < self.settings.triangles and self.settings.growth_stages > 1:
+        if self.n_triangles < self._peak() and self.settings.growth_stages > 1 and not self._pruning:
             s = self.settings
             stage_len = max(1, int(s.growth_until * s.planned_iterations / s.growth_stages))
             events.append(stage_len - it % stage_len)
+        if self.n_triangles > self.settings.triangles:
+            events.append(self._next_prune_at(it) - it)
         return max(1, min(events)) if events else 1 << 30
 
     def _loop_is_coarse(self) -> bool:
@@ -338,8 +363,11 @@ class Fitter:
             self._rebuild(*self._loop.get_state(), self.n_triangles)  # now at full size
             self._full_from = it
         want = self._growth_target(it)
-        if want > self.n_triangles:
+        if want > self.n_triangles and not self._pruning:
             self._grow(want)
+        elif want < self.n_triangles and self._peak() > self.settings.triangles:
+            self._pruning = True  # from here the count only falls, whatever re-planning does
+            self._prune(max(want, self.settings.triangles))
         every = self.settings.respawn_every
         if every > 0 and it % every == 0 and it < self.settings.respawn_until * self.settings.planned_iterations:
             self._respawn()
@@ -495,6 +523,7 @@ class Fitter:
         if not 1 <= n <= MAX_TRIANGLES_FIT:
             raise ValueError(f"triangle count must be between 1 and {MAX_TRIANGLES_FIT}, got {n}")
         self.settings.triangles = n
+        self.settings.overgrow = 1.0  # a count set by hand is the count: no more over-growing
         if n > self.n_triangles:
             self._grow(n)
         elif n < self.n_triangles:
@@ -519,6 +548,13 @@ class Fitter:
         parts = [(np.concatenate([tri, new if k == 0 else np.zeros_like(new)]), rest)
                  for k, (tri, rest) in enumerate(parts)]
         self._join_state(parts, n)
+
+    def _prune(self, n: int) -> None:
+        """Keep the n triangles whose removal would cost most (exact, on the working target)."""
+        tris, bg, sigma = self._loop.current_values()
+        costs = removal_costs(tris, bg, sigma, self._working_target(self._loop.iter).astype(np.float64))
+        keep = np.sort(np.argsort(-costs, kind="stable")[:n])
+        self._join_state([(tri[keep], rest) for tri, rest in self._split_state()], n)
 
     def _shrink(self, n: int) -> None:
         """Keep the n triangles that can matter most (opacity x on-frame area), in their order."""
@@ -578,7 +614,7 @@ class Fitter:
 
 # ---------------------------------------------------------------------- batched fits
 #: what the batched path always runs with: nothing changes the triangle count or the frame size
-BATCH_FIXED = {"growth_stages": 1, "respawn_every": 0, "coarse_fraction": 0.0}
+BATCH_FIXED = {"growth_stages": 1, "respawn_every": 0, "coarse_fraction": 0.0, "overgrow": 1.0}
 
 
 class BatchFitter:

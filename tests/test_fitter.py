@@ -9,6 +9,7 @@ import pytest
 from render import Fitter, Scene, StopConditions
 from render import reference as R
 from render import fitter as fitter_mod
+from render import placement
 
 
 def _target(W=40, H=30, seed=0):
@@ -143,7 +144,7 @@ def test_time_limited_run_plans_the_schedule(ref_engine):
 
 def test_growth_stages_add_triangles_on_schedule(ref_engine):
     f = Fitter(_target(24, 18), triangles=9, size=24, seed=0, engine=ref_engine, growth_stages=3,
-               growth_until=0.6, respawn_every=0, coarse_fraction=0)
+               growth_until=0.6, respawn_every=0, coarse_fraction=0, overgrow=1.0)
     f.plan(10)                     # stages of 2 iterations: 3 -> 6 -> 9 triangles
     assert f.n_triangles == 3
     f.step(2)
@@ -152,6 +153,43 @@ def test_growth_stages_add_triangles_on_schedule(ref_engine):
     assert f.n_triangles == 9 and f.scene.n_triangles == 9
     f.step(4)
     assert f.n_triangles == 9 and f.iteration == 8
+
+
+def test_overgrowth_grows_past_the_count_and_prunes_back_to_it(ref_engine):
+    f = Fitter(_target(24, 18), triangles=8, size=24, seed=0, engine=ref_engine, growth_stages=2,
+               growth_until=0.4, overgrow=1.5, prune_until=0.8, prune_stages=2, respawn_every=0,
+               coarse_fraction=0)
+    f.plan(20)  # growth: 6 -> 12 at iteration 4; pruning at 8 (-> 10) and 12 (-> 8)
+    counts = []
+    for _ in range(20):
+        f.step(1)
+        counts.append(f.n_triangles)
+    assert counts[:3] == [6, 6, 6] and max(counts) == 12
+    assert counts[7] == 10 and counts[-1] == 8 and f.scene.n_triangles == 8
+    assert all(b <= a for a, b in zip(counts[counts.index(12):], counts[counts.index(12) + 1:]))
+
+
+def test_pruning_keeps_what_costs_most_to_remove(ref_engine):
+    f = Fitter(_target(24, 18), triangles=12, size=24, seed=1, engine=ref_engine, growth_stages=1,
+               respawn_every=0, coarse_fraction=0)
+    f.plan(10)
+    f.step(3)
+    tris, bg, sigma = f._loop.current_values()
+    costs = placement.removal_costs(tris, bg, sigma, f.target.astype(np.float64))
+    f._prune(6)
+    best = np.sort(np.argsort(-costs)[:6])  # kept in their painting order
+    np.testing.assert_allclose(f.scene.triangles, tris[best], atol=1e-12)
+    assert f.n_triangles == 6 and f.step(1).loss > 0
+
+
+def test_a_count_set_by_hand_ends_overgrowth(ref_engine):
+    f = Fitter(_target(24, 18), triangles=8, size=24, seed=0, engine=ref_engine, overgrow=1.5,
+               respawn_every=0, coarse_fraction=0)
+    f.set_triangles(5)
+    assert f.n_triangles == 5 and f.settings.overgrow == 1.0
+    f.plan(20)
+    f.step(20)
+    assert f.n_triangles == 5
 
 
 def test_time_limited_short_plans_spend_more_at_half_size(ref_engine):

@@ -5,7 +5,7 @@ import pytest
 
 from render import reference as R
 from render.fitloop import FitSettings
-from render.placement import new_triangles, shape_to_residual
+from render.placement import new_triangles, removal_costs, shape_to_residual
 from render.scene import Scene
 
 
@@ -64,3 +64,14 @@ def test_flat_targets_and_unknown_shapes():
     assert tris.shape == (5, 10) and np.all(np.isfinite(tris))  # falls back to the random rule
     with pytest.raises(ValueError, match="insert_shape"):
         new_triangles(flat, 5, None, np.random.default_rng(0), FitSettings(insert_shape="blob"))
+
+
+@pytest.mark.parametrize("sigma_px", [0.5, 2.0])
+def test_removal_costs_are_what_removing_each_triangle_costs(sigma_px):
+    scene = Scene.random(7, 24, 20, seed=4, sigma_px=sigma_px)
+    t = np.random.default_rng(1).uniform(0, 1, (20, 24, 3))
+    base = np.sum((R.render(scene) - t) ** 2)
+    brute = [np.sum((R.render(Scene(24, 20, scene.sigma, scene.background, np.delete(scene.triangles, i, 0))) - t) ** 2)
+             - base for i in range(7)]
+    np.testing.assert_allclose(removal_costs(scene.triangles, scene.background, scene.sigma, t), brute,
+                               atol=1e-4 * max(np.abs(brute)))

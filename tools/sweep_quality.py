@@ -57,12 +57,18 @@ VARIANTS = {
     "coarse 0.5 fixed": {"coarse_fraction": 0.5, "coarse_max_fraction": 0.5},
     "coarse 0.92 fixed": {"coarse_fraction": 0.92, "coarse_max_fraction": 0.92},
     # since the defaults became insert_shape "residual" and beta2 0.99:
-    "old defaults": {"insert_shape": "random", "beta2": 0.999},
+    "old defaults": {"insert_shape": "random", "beta2": 0.999, "overgrow": 1.0},
     "random shape": {"insert_shape": "random"},
     "beta2 0.999": {"beta2": 0.999},
     "beta2 0.995": {"beta2": 0.995},
     "insert alpha 0.3": {"insert_alpha": 0.3},
     "insert radius 0.8": {"insert_radius": 0.8},
+    # since the default became overgrow 1.5:
+    "no overgrow": {"overgrow": 1.0},
+    "overgrow 2": {"overgrow": 2.0},
+    "overgrow 1.25": {"overgrow": 1.25},
+    "overgrow 3": {"overgrow": 3.0},
+    "overgrow 2 prune 0.6": {"overgrow": 2.0, "prune_until": 0.6},
 }
 
 
