@@ -452,6 +452,9 @@ class Fitter:
                 best, best_at = stats.loss, self.iteration
             elif stop.plateau is not None and self.iteration - best_at >= stop.plateau:
                 break
+        if self.n_triangles > self.settings.triangles:  # stopped before pruning ended: finish it
+            self._pruning = True
+            self._prune(self.settings.triangles)
         return stats if stats is not None else self.step(0)
 
     def replan_for_time(self, start_iter: int, elapsed: float, limit: float) -> None:
@@ -549,11 +552,20 @@ class Fitter:
                  for k, (tri, rest) in enumerate(parts)]
         self._join_state(parts, n)
 
+    def _most_costly(self, tris, bg, sigma, n: int) -> np.ndarray:
+        """Indices (in painting order) of the n triangles whose removal would cost most, measured
+        on the half-size target where there is one (a quarter of the host work; the cost is
+        per-pixel sums, so the ranking barely moves) -- 0.03-0.05 s for 225 triangles."""
+        target = self._coarse_target if self._coarse_target is not None else self.target
+        costs = removal_costs(tris, bg, sigma, target.astype(np.float64))
+        return np.sort(np.argsort(-costs, kind="stable")[:n])
+
     def _prune(self, n: int) -> None:
-        """Keep the n triangles whose removal would cost most (exact, on the working target)."""
+        """Keep the n triangles whose removal would cost most, in their painting order."""
+        if n >= self.n_triangles:
+            return
         tris, bg, sigma = self._loop.current_values()
-        costs = removal_costs(tris, bg, sigma, self._working_target(self._loop.iter).astype(np.float64))
-        keep = np.sort(np.argsort(-costs, kind="stable")[:n])
+        keep = self._most_costly(tris, bg, sigma, n)
         self._join_state([(tri[keep], rest) for tri, rest in self._split_state()], n)
 
     def _shrink(self, n: int) -> None:
@@ -582,8 +594,11 @@ class Fitter:
     # ------------------------------------------------------------------ results
     @property
     def scene(self) -> Scene:
-        """The current scene at the working size, with ``meta`` filled in."""
+        """The current scene at the working size, with ``meta`` filled in: the requested number
+        of triangles -- while the fit is over-grown, the ones that would cost most to remove."""
         tris, bg, sigma = self._loop.current_values()
+        if len(tris) > self.settings.triangles:
+            tris = tris[self._most_costly(tris, bg, sigma, self.settings.triangles)]
         meta = {
             "software": f"trifit {__version__}",
             "seed": self.settings.seed,

@@ -182,6 +182,14 @@ def test_pruning_keeps_what_costs_most_to_remove(ref_engine):
     assert f.n_triangles == 6 and f.step(1).loss > 0
 
 
+def test_an_overgrown_fit_saves_and_stops_with_the_count_asked_for(ref_engine):
+    f = Fitter(_target(24, 18), triangles=6, size=24, seed=0, engine=ref_engine, growth_stages=1,
+               overgrow=2.0, respawn_every=0, coarse_fraction=0)
+    assert f.n_triangles == 12 and f.scene.n_triangles == 6  # the 6 that would cost most to remove
+    f.run(StopConditions(iterations=40), callback=lambda st: st.iteration < 10, chunk=5)
+    assert f.iteration == 10 and f.n_triangles == 6 and f.scene.n_triangles == 6  # pruned on stopping
+
+
 def test_a_count_set_by_hand_ends_overgrowth(ref_engine):
     f = Fitter(_target(24, 18), triangles=8, size=24, seed=0, engine=ref_engine, overgrow=1.5,
                respawn_every=0, coarse_fraction=0)
