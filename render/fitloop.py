@@ -61,6 +61,8 @@ class FitSettings:
                                   # removal cost, render/placement.py); 1 = off. 12 s lavapipe: +0.7 / +0.2 dB
     prune_until: float = 0.75     # ... in prune_stages equal steps between growth_until and this fraction of the plan
     prune_stages: int = 4
+    overgrow_max: int = 200       # ... for counts up to this: pruning is host work (0.2 s a stage for 750 triangles),
+                                  # which left 500-triangle 1 s H200 fits 1.7 dB worse (docs/QUALITY.md)
     host_snapshot_every: int = 200  # parameters copied to the host this often (GPU): what a lost device resumes from
 
     def as_dict(self) -> dict:

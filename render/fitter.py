@@ -212,7 +212,11 @@ class Fitter:
         return error_map(self.target, image)
 
     def _peak(self) -> int:
-        return max(self.settings.triangles, math.ceil(self.settings.triangles * self.settings.overgrow))
+        """The most triangles the schedule grows to: overgrow x the count, for counts up to overgrow_max."""
+        s = self.settings
+        if s.triangles > s.overgrow_max:
+            return s.triangles
+        return max(s.triangles, math.ceil(s.triangles * s.overgrow))
 
     def _growth_target(self, iteration: int) -> int:
         """How many triangles the growth (and, with overgrow > 1, pruning) schedule wants at ``iteration``."""
@@ -597,7 +601,7 @@ class Fitter:
         """The current scene at the working size, with ``meta`` filled in: the requested number
         of triangles -- while the fit is over-grown, the ones that would cost most to remove."""
         tris, bg, sigma = self._loop.current_values()
-        if len(tris) > self.settings.triangles:
+        if len(tris) > self.settings.triangles:  # over-grown
             tris = tris[self._most_costly(tris, bg, sigma, self.settings.triangles)]
         meta = {
             "software": f"trifit {__version__}",

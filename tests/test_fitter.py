@@ -190,6 +190,15 @@ def test_an_overgrown_fit_saves_and_stops_with_the_count_asked_for(ref_engine):
     assert f.iteration == 10 and f.n_triangles == 6 and f.scene.n_triangles == 6  # pruned on stopping
 
 
+def test_large_counts_are_not_overgrown(ref_engine):
+    f = Fitter(_target(24, 18), triangles=12, size=24, seed=0, engine=ref_engine, growth_stages=1,
+               overgrow=1.5, overgrow_max=11, respawn_every=0, coarse_fraction=0)
+    assert f.n_triangles == 12
+    g = Fitter(_target(24, 18), triangles=12, size=24, seed=0, engine=ref_engine, growth_stages=1,
+               overgrow=1.5, overgrow_max=12, respawn_every=0, coarse_fraction=0)
+    assert g.n_triangles == 18
+
+
 def test_a_count_set_by_hand_ends_overgrowth(ref_engine):
     f = Fitter(_target(24, 18), triangles=8, size=24, seed=0, engine=ref_engine, overgrow=1.5,
                respawn_every=0, coarse_fraction=0)
