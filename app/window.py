@@ -529,8 +529,11 @@ class MainWindow(QtWidgets.QMainWindow):
         self.status_iteration.setText(f"iteration {stats.iteration}")
         self.status_rate.setText(f"{stats.it_per_s:.1f} it/s")
         self.status_psnr.setText(f"PSNR {stats.psnr:.2f} dB")
-        # The fitter may grow towards the count asked for in stages: show where it is.
-        self.status_triangles.setText(f"{stats.n_triangles} triangles")
+        # The fitter grows towards the count asked for in stages, past it for a while (then prunes
+        # back; saves and exports always hold the count asked for): show where it is.
+        asked = self.controls.triangles.value()
+        pruning = f" (pruning to {asked})" if stats.n_triangles > asked else ""
+        self.status_triangles.setText(f"{stats.n_triangles} triangles{pruning}")
 
     def _on_running_changed(self, running: bool) -> None:
         self.running = running

@@ -383,3 +383,16 @@ def test_reset_applies_size_and_seed(qtbot, window):
     win.reset_fit()
     qtbot.waitUntil(lambda: win.fit_info.width == 32, timeout=WAIT_MS)
     assert win.canvas.state.image_size == (32, 32)
+
+
+def test_status_says_when_an_overgrown_fit_prunes_back(qtbot, window):
+    from app.worker import Progress
+    from render.fitter import StepStats
+
+    asked = window.controls.triangles.value()
+    for placed, expect in ((asked + 5, f"{asked + 5} triangles (pruning to {asked})"),
+                           (asked, f"{asked} triangles")):
+        stats = StepStats(iteration=10, iterations=5, loss=0.01, psnr=20.0, wall_s=0.1, it_per_s=50.0,
+                          n_triangles=placed, sigma_px=1.0)
+        window._on_progress(Progress(stats=stats, iterations=np.arange(6, 11), losses=np.full(5, 0.01), chunk=5))
+        assert window.status_triangles.text() == expect
