@@ -1,8 +1,8 @@
 """The device-resident fit loop: forward -> loss -> backward -> reduce + Adam, all GPU passes.
 
-Each submission encodes ``chunk`` iterations in one compute pass (7 dispatches each):
-    advance (iteration counter, sigma and lr schedules) -> bin -> forward -> loss -> loss_reduce
-    -> backward -> adam (fused fixed-order gradient reduction + Adam + materialised scene).
+Each submission encodes ``chunk`` iterations in one compute pass (6 dispatches each):
+    advance (iteration counter, sigma and lr schedules) -> bin -> forward (+ per-pixel loss)
+    -> loss_reduce -> backward -> adam (fused fixed-order gradient reduction + Adam + materialised scene).
 Per-iteration losses land in a device ring buffer that is read back once per submission; no
 image or gradient leaves the device during a fit. The first iteration of each submission is
 timed per pass with timestamp queries (where the adapter has them).
