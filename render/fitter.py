@@ -219,14 +219,23 @@ class Fitter:
         return max(s.triangles, math.ceil(s.triangles * s.overgrow))
 
     def _growth_target(self, iteration: int) -> int:
-        """How many triangles the growth (and, with overgrow > 1, pruning) schedule wants at ``iteration``."""
+        """How many triangles the growth (and, with overgrow > 1, pruning) schedule wants at ``iteration``.
+
+        Over-grown fits prune between growth_until and prune_until in ``overgrow_cycles`` cycles of
+        prune_stages steps each; every cycle after the first begins by growing back."""
         s = self.settings
         stages = max(1, s.growth_stages)
         peak = self._peak()
         plan = s.planned_iterations
-        if peak > s.triangles and (self._pruning or iteration >= s.growth_until * plan):
-            span = max(1.0, (s.prune_until - s.growth_until) * plan)
-            k = min(s.prune_stages, int((iteration - s.growth_until * plan) // (span / s.prune_stages)) + 1)
+        start = s.growth_until * plan
+        if peak > s.triangles and (self._pruning or iteration >= start):
+            cycles = self._prune_cycles()
+            cycle = max(1.0, (s.prune_until - s.growth_until) * plan / cycles)
+            u = max(0.0, iteration - start)
+            j = int(u / cycle + 1e-9)  # (the fractions of the plan are not exact in binary)
+            if j >= cycles:
+                return s.triangles
+            k = min(s.prune_stages, int((u - j * cycle) * s.prune_stages / cycle + 1e-9) + 1)
             return max(s.triangles, peak - math.ceil((peak - s.triangles) * k / s.prune_stages))
         if stages == 1:
             return peak
@@ -234,16 +243,25 @@ class Fitter:
         k = min(stages, int(iteration // stage_len) + 1)
         return max(1, math.ceil(peak * k / stages))
 
+    def _prune_cycles(self) -> int:
+        """Pruning cycles in this plan: as many of at least prune_cycle_min iterations as fit
+        between growth_until and prune_until, up to overgrow_cycles (a 12 s lavapipe plan has
+        one, a 1 s H200 plan six)."""
+        s = self.settings
+        span = (s.prune_until - s.growth_until) * s.planned_iterations
+        return max(1, min(s.overgrow_cycles, int(span // max(1, s.prune_cycle_min))))
+
     def _next_prune_at(self, it: int) -> int:
-        """The first iteration after ``it`` at which the schedule wants fewer triangles than now."""
+        """The first iteration after ``it`` at which the pruning schedule wants another count."""
         s = self.settings
         plan = s.planned_iterations
-        span = max(1.0, (s.prune_until - s.growth_until) * plan) / s.prune_stages
+        cycles = self._prune_cycles()
+        span = max(1.0, (s.prune_until - s.growth_until) * plan / cycles) / s.prune_stages
         start = s.growth_until * plan
         k = max(0, math.floor((it - start) / span) + 1)  # the next stage boundary after it
-        for j in range(k, s.prune_stages + 1):
+        for j in range(k, cycles * s.prune_stages + 1):
             at = max(it + 1, math.ceil(start + j * span))
-            if self._growth_target(at) < self.n_triangles:
+            if self._growth_target(at) != self.n_triangles:
                 return at
         return it + (1 << 30)
 
@@ -354,7 +372,7 @@ class Fitter:
             s = self.settings
             stage_len = max(1, int(s.growth_until * s.planned_iterations / s.growth_stages))
             events.append(stage_len - it % stage_len)
-        if self.n_triangles > self.settings.triangles:
+        if self._pruning or self.n_triangles > self.settings.triangles:
             events.append(self._next_prune_at(it) - it)
         return max(1, min(events)) if events else 1 << 30
 
@@ -367,8 +385,8 @@ class Fitter:
             self._rebuild(*self._loop.get_state(), self.n_triangles)  # now at full size
             self._full_from = it
         want = self._growth_target(it)
-        if want > self.n_triangles and not self._pruning:
-            self._grow(want)
+        if want > self.n_triangles and (not self._pruning or self._prune_cycles() > 1):
+            self._grow(want)  # (a later pruning cycle grows back first)
         elif want < self.n_triangles and self._peak() > self.settings.triangles:
             self._pruning = True  # from here the count only falls, whatever re-planning does
             self._prune(max(want, self.settings.triangles))

@@ -169,6 +169,22 @@ def test_overgrowth_grows_past_the_count_and_prunes_back_to_it(ref_engine):
     assert all(b <= a for a, b in zip(counts[counts.index(12):], counts[counts.index(12) + 1:]))
 
 
+def test_long_plans_prune_in_cycles_that_grow_back(ref_engine):
+    f = Fitter(_target(24, 18), triangles=8, size=24, seed=0, engine=ref_engine, growth_stages=1,
+               growth_until=0.2, prune_until=0.8, overgrow=1.5, prune_stages=2, overgrow_cycles=3,
+               prune_cycle_min=6, respawn_every=0, coarse_fraction=0)
+    f.plan(30)  # 18 pruning iterations from 6: three cycles of 6 (12 -> 10 -> 8, back to 10 -> 8, ...)
+    counts = []
+    for _ in range(30):
+        f.step(1)
+        counts.append(f.n_triangles)
+    assert counts[:5] == [12] * 5
+    assert counts[5:24] == [10] * 3 + [8] * 3 + [10] * 3 + [8] * 3 + [10] * 3 + [8] * 3 + [8], counts
+    assert counts[-1] == 8 and f.scene.n_triangles == 8
+    f.plan(24)  # a shorter plan fits fewer cycles of 6
+    assert f._prune_cycles() == 2
+
+
 def test_pruning_keeps_what_costs_most_to_remove(ref_engine):
     f = Fitter(_target(24, 18), triangles=12, size=24, seed=1, engine=ref_engine, growth_stages=1,
                respawn_every=0, coarse_fraction=0)
