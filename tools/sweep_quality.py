@@ -69,9 +69,7 @@ VARIANTS = {
     "overgrow 1.25": {"overgrow": 1.25},
     "overgrow 3": {"overgrow": 3.0},
     "overgrow 2 prune 0.6": {"overgrow": 2.0, "prune_until": 0.6},
-    # (cycle variants name the old fixed counts; since then overgrow_cycles is a maximum, prune_cycle_min
-    # iterations a cycle, and prune_until 0.85)
-    "one cycle until 0.75": {"overgrow_cycles": 1, "prune_until": 0.75},
+    # pruning cycles (overgrow_cycles is a maximum: cycles of at least prune_cycle_min iterations)
     "cycles 2": {"overgrow_cycles": 2},
     "cycles 3": {"overgrow_cycles": 3},
     "cycles 3 until 0.85": {"overgrow_cycles": 3, "prune_until": 0.85},
