@@ -64,7 +64,7 @@ class ControlsPanel(QtWidgets.QWidget):
         self.stop_plateau = _spin(0, 1_000_000, 0, step=50, off_text="off")
 
         self.triangles.setToolTip("Grows (new triangles where the error is largest) or shrinks "
-                                  "(drops the least visible) the running fit.")
+                                  "(keeps the triangles that matter most to the picture) the running fit.")
         self.sigma.setToolTip("Edge softness in pixels of the working size; 'auto' anneals it.")
         self.lr.setToolTip("Scales every learning rate of the running fit.")
         self.size.setToolTip("Longer side of the working image; applies on Reset or a new image.")

@@ -245,8 +245,8 @@ class Fitter:
 
     def _prune_cycles(self) -> int:
         """Pruning cycles in this plan: as many of at least prune_cycle_min iterations as fit
-        between growth_until and prune_until, up to overgrow_cycles (a 12 s lavapipe plan has
-        one, a 1 s H200 plan six)."""
+        between growth_until and prune_until, up to overgrow_cycles (with overgrow_cycles 6 and
+        prune_until 0.85, a 12 s lavapipe plan has one, a 5,000-iteration plan six)."""
         s = self.settings
         span = (s.prune_until - s.growth_until) * s.planned_iterations
         return max(1, min(s.overgrow_cycles, int(span // max(1, s.prune_cycle_min))))
@@ -388,7 +388,7 @@ class Fitter:
         if want > self.n_triangles and (not self._pruning or self._prune_cycles() > 1):
             self._grow(want)  # (a later pruning cycle grows back first)
         elif want < self.n_triangles and self._peak() > self.settings.triangles:
-            self._pruning = True  # from here the count only falls, whatever re-planning does
+            self._pruning = True  # from here (with one cycle) the count only falls, whatever re-planning does
             self._prune(max(want, self.settings.triangles))
         every = self.settings.respawn_every
         if every > 0 and it % every == 0 and it < self.settings.respawn_until * self.settings.planned_iterations:
@@ -543,7 +543,7 @@ class Fitter:
         self._rebuild(*self._loop.get_state(), self.n_triangles)
 
     def set_triangles(self, n: int) -> None:
-        """Grow (new triangles where the error is largest) or shrink (drop the least visible)."""
+        """Grow (new triangles where the error is largest) or shrink (keep those whose removal would cost most)."""
         n = int(n)
         if not 1 <= n <= MAX_TRIANGLES_FIT:
             raise ValueError(f"triangle count must be between 1 and {MAX_TRIANGLES_FIT}, got {n}")
@@ -552,7 +552,7 @@ class Fitter:
         if n > self.n_triangles:
             self._grow(n)
         elif n < self.n_triangles:
-            self._shrink(n)
+            self._prune(n)
 
     def _split_state(self):
         raw, m, v = self._loop.get_state()
@@ -588,11 +588,6 @@ class Fitter:
             return
         tris, bg, sigma = self._loop.current_values()
         keep = self._most_costly(tris, bg, sigma, n)
-        self._join_state([(tri[keep], rest) for tri, rest in self._split_state()], n)
-
-    def _shrink(self, n: int) -> None:
-        """Keep the n triangles that can matter most (opacity x on-frame area), in their order."""
-        keep = np.sort(np.argsort(-self._usefulness(), kind="stable")[:n])
         self._join_state([(tri[keep], rest) for tri, rest in self._split_state()], n)
 
     def _usefulness(self, tris: np.ndarray | None = None) -> np.ndarray:
