@@ -37,7 +37,8 @@ class FitSettings:
     lr_background: float = 0.05
     lr_final: float = 0.1         # cosine decay of every learning rate over the plan, to this fraction
     beta1: float = 0.9
-    beta2: float = 0.99          # 0.999 remembers ~the whole of a short fit: 0.99 measured +0.1-0.4 dB (QUALITY.md)
+    beta2: float = 0.99          # 0.999 remembers ~a whole short fit; 0.99: +0.2 dB on lavapipe's 12 s fits,
+                                  # -0.1 to +0.2 on the H200's 1 s ones (QUALITY.md)
     adam_eps: float = 1e-8
     chunk: int = 100              # iterations encoded per GPU submission, at most
     planned_iterations: int = 600 # the schedules below are fractions of this plan (re-planned by

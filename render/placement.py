@@ -6,7 +6,10 @@ render (the target's mean colour for the first scene). With ``insert_shape="resi
 default) it is then shaped to the patch around that pixel that wants the same colour change: the
 triangle gets the patch's centroid and second moments, and the patch's mean target colour. On the
 bundled samples this starts a fit 1.7 / 2.5 dB higher than randomly oriented triangles and ends
-0.1-0.4 dB higher (docs/QUALITY.md); ``"random"`` keeps the older rule for comparison.
+0.0-0.2 dB higher (docs/QUALITY.md); ``"random"`` keeps the older rule for comparison.
+
+Pruning (render/fitter.py over-grows a fit, then prunes it back) ranks triangles by
+:func:`removal_costs`, the exact growth of the squared error if each alone were removed.
 """
 
 from __future__ import annotations
