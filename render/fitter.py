@@ -147,7 +147,8 @@ class Fitter:
         self._coarse_target = self._half_size_target()
         if init_scene is not None:
             raw, n = self._raw_from_init_scene(init_scene)
-            self._coarse_target = None  # refining: no coarse stage
+            self._coarse_target = None  # refining: no coarse stage,
+            self.settings.overgrow = 1.0  # and no over-growth: the scene's triangles are kept
         else:
             n = self._growth_target(0)
             raw = self._initial_raw(n)

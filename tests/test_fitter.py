@@ -108,6 +108,10 @@ def test_resume_from_scene(ref_engine):
     f = Fitter(_target(16, 12), triangles=99, size=16, seed=0, engine=ref_engine, init_scene=s)
     assert f.n_triangles == 5
     np.testing.assert_allclose(f.scene.triangles[:, :6], s.triangles[:, :6])
+    g = Fitter(_target(16, 12), triangles=5, size=16, seed=0, engine=ref_engine, init_scene=s, respawn_every=0)
+    g.plan(12)
+    counts = [g.step(1) and g.n_triangles for _ in range(12)]
+    assert g.settings.overgrow == 1.0 and counts == [5] * 12  # refining keeps the scene's count
 
 
 @pytest.mark.gpu
