@@ -26,7 +26,7 @@ log = logging.getLogger("trifit")
 MAX_CONSECUTIVE_FAULTS = 8
 from .fitloop import FitSettings, Schedule, logit, raw_from_scene
 from .imageio import as_target
-from .placement import error_map, initial_raw, new_triangles, removal_costs
+from .placement import initial_raw, new_triangles, removal_costs
 from .scene import Scene
 
 MAX_TRIANGLES_FIT = 20000
@@ -208,9 +208,6 @@ class Fitter:
         if state is not None:
             loop.set_state(*state)
         return loop
-
-    def _error_map(self, image: np.ndarray | None) -> np.ndarray:
-        return error_map(self.target, image)
 
     def _peak(self) -> int:
         """The most triangles the schedule grows to: overgrow x the count, for counts up to overgrow_max."""
