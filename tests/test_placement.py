@@ -75,3 +75,19 @@ def test_removal_costs_are_what_removing_each_triangle_costs(sigma_px):
              - base for i in range(7)]
     np.testing.assert_allclose(removal_costs(scene.triangles, scene.background, scene.sigma, t), brute,
                                atol=1e-4 * max(np.abs(brute)))
+
+
+def test_box_distances_are_the_reference_distances():
+    from render.placement import _signed_distance_boxes
+
+    rng = np.random.default_rng(3)
+    verts = rng.uniform(-4, 20, (6, 3, 2))
+    verts[5, 2] = verts[5, 0] + 0.5 * (verts[5, 1] - verts[5, 0])  # zero area: outside everywhere
+    xs = np.arange(-2, 14)[None, None, :] + 0.5 + np.zeros((6, 1, 1))
+    ys = np.arange(-1, 11)[None, :, None] + 0.5 + np.zeros((6, 1, 1))
+    got = _signed_distance_boxes(verts, xs, ys)
+    gx, gy = np.meshgrid(xs[0, 0], ys[0, :, 0])
+    want, _ = R.signed_distance(verts, gx.ravel(), gy.ravel(), want_grad=False)
+    # the reference keeps the lower edge on near-ties (TIE_ABS + TIE_REL * d): its value may be that much larger
+    np.testing.assert_allclose(got.reshape(6, -1), want, atol=R.TIE_ABS + R.TIE_REL * 40, rtol=0)
+    assert np.all(got[5] <= 0)
