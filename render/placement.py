@@ -186,22 +186,14 @@ def removal_costs(tris: np.ndarray, background: np.ndarray, sigma: float, target
 def _signed_distance_boxes(verts: np.ndarray, xs: np.ndarray, ys: np.ndarray) -> np.ndarray:
     """Signed distance (positive inside) from pixel centres to each of n closed triangles, each
     over its own box: verts (n, 3, 2) in pixels, xs (n, 1, w), ys (n, h, 1) -> (n, h, w). The exact
-    nearest edge; reference.signed_distance keeps the lower edge on near-ties (for its gradient),
-    so its value can be up to its tie tolerance (~1e-4 px) larger."""
-    best = None
-    crosses = []
+    nearest edge, from the reference's edge terms; reference.signed_distance keeps the lower edge
+    on near-ties (for its gradient), so its value can be up to its tie tolerance (~1e-4 px) larger."""
+    from . import reference
+
+    best, crosses = None, []
     for k in range(3):
-        ax, ay = verts[:, k, 0, None, None], verts[:, k, 1, None, None]
-        ex = verts[:, (k + 1) % 3, 0, None, None] - ax
-        ey = verts[:, (k + 1) % 3, 1, None, None] - ay
-        wx, wy = xs - ax, ys - ay
-        ee = ex * ex + ey * ey
-        t = np.clip((wx * ex + wy * ey) / np.where(ee > 0, ee, 1.0), 0.0, 1.0) * (ee > 0)
-        dist = np.hypot(wx - t * ex, wy - t * ey)
+        a, b = verts[:, k, :, None, None], verts[:, (k + 1) % 3, :, None, None]
+        *_, dist, cross = reference.edge_terms(a[:, 0], a[:, 1], b[:, 0], b[:, 1], xs, ys)
         best = dist if best is None else np.minimum(best, dist)
-        crosses.append(ex * wy - ey * wx)
-    e1 = verts[:, 1] - verts[:, 0]
-    e2 = verts[:, 2] - verts[:, 0]
-    orient = np.sign(e1[:, 0] * e2[:, 1] - e1[:, 1] * e2[:, 0])[:, None, None]
-    inside = (orient != 0) & (crosses[0] * orient > 0) & (crosses[1] * orient > 0) & (crosses[2] * orient > 0)
-    return np.where(inside, best, -best)
+        crosses.append(cross)
+    return np.where(reference.inside_closed(verts, crosses), best, -best)

@@ -32,6 +32,29 @@ def _vertices_px(tris: np.ndarray, width: int, height: int) -> np.ndarray:
     return v
 
 
+def edge_terms(ax, ay, bx, by, px, py):
+    """Pixel centres (px, py) against the segment A->B (arrays that broadcast): the nearest point's
+    parameter t in [0, 1], the offset (rx, ry) from it to the pixel, its length, and the cross
+    product that says which side of the edge line the pixel is on."""
+    ex, ey = bx - ax, by - ay
+    wx, wy = px - ax, py - ay
+    ee = ex * ex + ey * ey
+    with np.errstate(divide="ignore", invalid="ignore"):
+        t = np.where(ee > 0, (wx * ex + wy * ey) / np.where(ee > 0, ee, 1.0), 0.0)
+    t = np.clip(t, 0.0, 1.0)
+    rx, ry = wx - t * ex, wy - t * ey
+    return t, rx, ry, np.hypot(rx, ry), ex * wy - ey * wx
+
+
+def inside_closed(verts: np.ndarray, crosses) -> np.ndarray:
+    """Inside test from the three edges' cross products (shape (T, ...)); a zero-area triangle has
+    no inside."""
+    e1 = verts[:, 1] - verts[:, 0]
+    e2 = verts[:, 2] - verts[:, 0]
+    orient = np.sign(e1[:, 0] * e2[:, 1] - e1[:, 1] * e2[:, 0]).reshape((-1,) + (1,) * (crosses[0].ndim - 1))
+    return (orient != 0) & (crosses[0] * orient > 0) & (crosses[1] * orient > 0) & (crosses[2] * orient > 0)
+
+
 def signed_distance(verts: np.ndarray, px: np.ndarray, py: np.ndarray, want_grad: bool):
     """Exact signed distance from pixel centres to each closed triangle, and its vertex gradient.
 
@@ -50,17 +73,9 @@ def signed_distance(verts: np.ndarray, px: np.ndarray, py: np.ndarray, want_grad
     best_ry = np.zeros((T, N))
     crosses = []
     for k in range(3):
-        ax, ay = verts[:, k, 0:1], verts[:, k, 1:2]
-        bx, by = verts[:, (k + 1) % 3, 0:1], verts[:, (k + 1) % 3, 1:2]
-        ex, ey = bx - ax, by - ay
-        wx, wy = px[None, :] - ax, py[None, :] - ay
-        ee = ex * ex + ey * ey
-        with np.errstate(divide="ignore", invalid="ignore"):
-            t = np.where(ee > 0, (wx * ex + wy * ey) / np.where(ee > 0, ee, 1.0), 0.0)
-        t = np.clip(t, 0.0, 1.0)
-        rx, ry = wx - t * ex, wy - t * ey
-        dist = np.hypot(rx, ry)
-        crosses.append(ex * wy - ey * wx)
+        t, rx, ry, dist, cross = edge_terms(verts[:, k, 0:1], verts[:, k, 1:2], verts[:, (k + 1) % 3, 0:1],
+                                            verts[:, (k + 1) % 3, 1:2], px[None, :], py[None, :])
+        crosses.append(cross)
         # near-ties (rounding level) keep the lower edge index, as the GPU kernel does
         closer = dist < best - (TIE_ABS + TIE_REL * np.where(np.isfinite(best), best, 0.0))
         best = np.where(closer, dist, best)
@@ -68,11 +83,7 @@ def signed_distance(verts: np.ndarray, px: np.ndarray, py: np.ndarray, want_grad
         best_t = np.where(closer, t, best_t)
         best_rx = np.where(closer, rx, best_rx)
         best_ry = np.where(closer, ry, best_ry)
-    e1 = verts[:, 1] - verts[:, 0]
-    e2 = verts[:, 2] - verts[:, 0]
-    area2 = (e1[:, 0] * e2[:, 1] - e1[:, 1] * e2[:, 0])[:, None]  # (T, 1)
-    orient = np.sign(area2)
-    inside = (orient != 0) & (crosses[0] * orient > 0) & (crosses[1] * orient > 0) & (crosses[2] * orient > 0)
+    inside = inside_closed(verts, crosses)
     sign = np.where(inside, 1.0, -1.0)
     d = sign * best
     if not want_grad:
