@@ -6,6 +6,8 @@ these figures; on a fast GPU the host work is what a short time limit pays for.
 """
 
 import argparse
+import cProfile
+import pstats
 import sys
 import time
 from pathlib import Path
@@ -24,6 +26,8 @@ def main():
     p.add_argument("--variants", default="default,cycles 6 until 0.85")
     p.add_argument("--image", default="astronaut.png")
     p.add_argument("--tris", type=int, default=150)
+    p.add_argument("--profile", type=int, default=0, metavar="N",
+                   help="also print the N costliest functions inside the events (cProfile, cumulative)")
     a = p.parse_args()
     eng = Engine("gpu")
     target = load_image(sample_path(a.image) if "/" not in a.image else a.image, 176)
@@ -34,9 +38,14 @@ def main():
         spent, calls = [0.0], [0]
         handle = f._handle_events
 
-        def timed(handle=handle, spent=spent, calls=calls):
+        prof = cProfile.Profile() if a.profile else None
+
+        def timed(handle=handle, spent=spent, calls=calls, prof=prof):
             t0 = time.perf_counter()
-            handle()
+            if prof is not None:
+                prof.runcall(handle)
+            else:
+                handle()
             spent[0] += time.perf_counter() - t0
             calls[0] += 1
 
@@ -46,6 +55,8 @@ def main():
         f.step(a.iters)
         print(f"{name:28s} host events {spent[0]:.2f} s in {calls[0]} calls; whole fit {time.perf_counter() - t0:.1f} s",
               flush=True)
+        if prof is not None:
+            pstats.Stats(prof).sort_stats("cumulative").print_stats(a.profile)
         f.close()
 
 

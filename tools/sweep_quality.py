@@ -76,6 +76,9 @@ VARIANTS = {
     "cycles 6 until 0.85": {"overgrow_cycles": 6, "prune_until": 0.85},
     "cycles 10 until 0.85": {"overgrow_cycles": 10, "prune_until": 0.85},
     "cycles 6 until 0.85 x2": {"overgrow_cycles": 6, "prune_until": 0.85, "overgrow": 2.0},
+    "cycles 4 until 0.85": {"overgrow_cycles": 4, "prune_until": 0.85},
+    "cycles 12 until 0.9": {"overgrow_cycles": 12, "prune_until": 0.9},
+    "cycles 6 until 0.85 respawn 100": {"overgrow_cycles": 6, "prune_until": 0.85, "respawn_every": 100},
 }
 
 
