@@ -80,6 +80,15 @@ class ReferenceBackend:
             grads[b, T, :3] = gb
         return losses, grads
 
+    def removal_costs_batch(self, tris, bg, sigma, targets):
+        from .placement import removal_costs
+
+        out = np.empty(tris.shape[:2])
+        for b in range(len(tris)):
+            with self.host.phase("removal-costs"):
+                out[b] = removal_costs(tris[b], bg[b], float(sigma[b]), targets[b])
+        return out
+
     def fit_loop(self, *args, **kwargs):
         from .fitloop import ReferenceFitLoop
 
@@ -204,6 +213,15 @@ class Engine:
         T = tris.shape[1]
         out = [Gradient(g[:T].copy(), g[T, :3].copy()) for g in grads]
         return [float(v) for v in losses], out
+
+
+    def removal_costs(self, scene: Scene, target: np.ndarray) -> np.ndarray:
+        """(T,): how much the summed squared error of the scene against ``target`` (rendered at the
+        target's size) would grow if each triangle alone were removed -- what pruning ranks by.
+        The GPU backend sums it in the backward's walk (float32), the reference in float64."""
+        targets = _check_targets(np.asarray(target)[None], 1)
+        tris, bg, sigma = _stack([scene])
+        return np.asarray(self.impl.removal_costs_batch(tris, bg, sigma, targets)[0], dtype=np.float64)
 
 
 def _size(scene: Scene, width, height) -> tuple[int, int]:

@@ -26,7 +26,7 @@ log = logging.getLogger("trifit")
 MAX_CONSECUTIVE_FAULTS = 8
 from .fitloop import FitSettings, Schedule, logit, raw_from_scene
 from .imageio import as_target
-from .placement import initial_raw, new_triangles, removal_costs
+from .placement import initial_raw, new_triangles
 from .scene import Scene
 
 MAX_TRIANGLES_FIT = 20000
@@ -573,11 +573,11 @@ class Fitter:
         self._join_state(parts, n)
 
     def _most_costly(self, tris, bg, sigma, n: int) -> np.ndarray:
-        """Indices (in painting order) of the n triangles whose removal would cost most, measured
-        on the half-size target where there is one (the cost is per-pixel sums, so the ranking
-        barely moves; 0.04 s a stage for 225 triangles at 176 px on a 2-core machine)."""
-        target = self._coarse_target if self._coarse_target is not None else self.target
-        costs = removal_costs(tris, bg, sigma, target.astype(np.float64))
+        """Indices (in painting order) of the n triangles whose removal would cost most against
+        the working-size target: one forward and backward pass on the GPU (the backward sums the
+        costs), host work with the reference backend."""
+        scene = Scene(self.width, self.height, sigma, np.clip(bg, 0, 1), tris)
+        costs = self.engine.removal_costs(scene, self.target)
         return np.sort(np.argsort(-costs, kind="stable")[:n])
 
     def _prune(self, n: int) -> None:

@@ -18,6 +18,9 @@
 // the canvas beneath is C = (C_T - A) / T there. The bottom segment writes the background's slot.
 // Dispatch: (tiles_x, tiles_y, batch * n_seg). Partial layout: [(b * n_tiles + tile), slot, 10],
 // where slot n_tris holds the background gradient.
+// With frame.removal_costs set (and the forward run with the mse loss), the same walk sums each
+// triangle's exact removal cost into its slot's first value instead (render/placement.py has the
+// float64 version): the fitter's pruning ranks triangles with one pass instead of host work.
 
 @group(0) @binding(0) var<uniform> frame: Frame;
 @group(0) @binding(2) var<storage, read> tile_count: array<u32>;
@@ -149,17 +152,27 @@ fn entry_hit(s: Pixel, t: TriPx, w: Walk) -> Hit {
     return h;
 }
 
-// Second half: t's gradient at the pixel, and the walk stepped down past t.
+// Second half: t's gradient at the pixel (or, with frame.removal_costs, its removal cost in
+// slot 0), and the walk stepped down past t.
 fn entry_grad(s: ptr<function, Pixel>, t: TriPx, h: Hit, w: Walk) -> Grad10 {
     var g = Grad10(vec4f(0.0), vec4f(0.0), vec2f(0.0));
     if (!h.hit) { return g; }
     let trans = (*s).trans;
-    let g_alpha = trans * dot((*s).G, t.rgba.rgb - h.below);
-    let g_rgb = trans * h.alpha * (*s).G;
-    let g_d = g_alpha * t.rgba.a * h.cov * (1.0 - h.cov) / w.sig;
-    g.a = g_d * vec4f(h.dg.g0 * w.wh, h.dg.g1 * w.wh);
-    g.b = vec4f(g_d * h.dg.g2 * w.wh, g_rgb.rg);
-    g.c = vec2f(g_rgb.b, g_alpha * h.cov);
+    if (frame.removal_costs != 0u) {
+        // Removing t takes delta = T alpha (rgb - below) off this pixel, which changes its squared
+        // error by |delta|^2 - 2 residual . delta; the forward ran with the mse loss, so
+        // residual = dL/dC / (2 inv_values).
+        let delta = trans * h.alpha * (t.rgba.rgb - h.below);
+        let residual = (*s).G * (0.5 / frame.inv_values);
+        g.a.x = dot(delta, delta) - 2.0 * dot(residual, delta);
+    } else {
+        let g_alpha = trans * dot((*s).G, t.rgba.rgb - h.below);
+        let g_rgb = trans * h.alpha * (*s).G;
+        let g_d = g_alpha * t.rgba.a * h.cov * (1.0 - h.cov) / w.sig;
+        g.a = g_d * vec4f(h.dg.g0 * w.wh, h.dg.g1 * w.wh);
+        g.b = vec4f(g_d * h.dg.g2 * w.wh, g_rgb.rg);
+        g.c = vec2f(g_rgb.b, g_alpha * h.cov);
+    }
     (*s).trans = trans * (1.0 - h.alpha);
     (*s).cur = h.below;
     if ((*s).trans < BACKWARD_STOP) {
@@ -262,7 +275,7 @@ fn main(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_index) li: 
     }
     // Background: dL/dbg = T_0 G, with T_0 the transmittance of the whole list (bottom segment).
     if (seg != bottom_seg) { return; }
-    var v = s0.trans * s0.G;
+    var v = s0.trans * s0.G * f32(frame.removal_costs == 0u);  // (no cost for the background)
     if (PPT > 1u) { v += s1.trans * s1.G; }
     if (PPT > 2u) { v += s2.trans * s2.G + s3.trans * s3.G; }
     stash10(Grad10(vec4f(v, 0.0), vec4f(0.0), vec2f(0.0)), li, sg, 0u);

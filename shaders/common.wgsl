@@ -27,7 +27,7 @@ struct Frame {
     with_loss: u32,        // forward also evaluates the loss (dL/dC and per-tile partials)
     n_seg: u32,            // backward: a tile's list is split into up to n_seg segments of seg_len
     seg_len: u32,          // entries, counted from the top, each its own workgroup
-    _pad2: u32,
+    removal_costs: u32,    // backward: 1 = each triangle's removal cost (slot 0) instead of its gradient
     _pad3: u32,
 }
 

@@ -6,11 +6,13 @@ import pytest
 
 from render import BatchError, Engine, Scene
 from render import reference as R
+from render.placement import removal_costs
 
 pytestmark = pytest.mark.gpu
 
 FWD_TOL = 2e-5
 GRAD_TOL = 1e-4
+COST_TOL = 1e-4  # removal costs (summed squared errors), relative to the largest
 
 
 def _scene(n, W, H, seed, sigma_px, opacity=(0.2, 0.95)):
@@ -69,6 +71,19 @@ def test_matches_reference(gpu_ctx, n, W, H, sp, variant):
         ours = _groups(grad.triangles, grad.background)
         for name, want in _groups(gt, gb).items():
             assert _rel(ours[name], want) <= GRAD_TOL, (name, loss)
+    _assert_removal_costs_match(eng, scene, target)
+
+
+def _assert_removal_costs_match(eng, scene, target):
+    """The backward's removal-cost mode against render/placement.py's float64 version."""
+    want = removal_costs(scene.triangles, scene.background, scene.sigma, target)
+    got = eng.removal_costs(scene, target)
+    assert got.shape == (scene.n_triangles,)
+    assert np.abs(got - want).max() <= COST_TOL * max(np.abs(want).max(), 1.0)
+    # and the mode is switched back: gradients again on the next call
+    _, grad = eng.loss_and_grad(scene, target)
+    _, gt, _ = R.loss_and_grad(scene, target)
+    assert _rel(grad.triangles, gt) <= GRAD_TOL
 
 
 @pytest.mark.parametrize("segmented, ppt", [(False, 1), (True, 1), (False, 4)])
@@ -82,6 +97,7 @@ def test_opaque_stacks_use_the_recompositing_path(gpu_ctx, segmented, ppt):
     _, gt, gb = R.loss_and_grad(scene, target)
     for name, want in _groups(gt, gb).items():
         assert _rel(_groups(grad.triangles, grad.background)[name], want) <= GRAD_TOL, name
+    _assert_removal_costs_match(gpu_engine, scene, target)
 
 
 def test_pixels_per_thread_is_checked(gpu_ctx):

@@ -79,6 +79,10 @@ VARIANTS = {
     "cycles 4 until 0.85": {"overgrow_cycles": 4, "prune_until": 0.85},
     "cycles 12 until 0.9": {"overgrow_cycles": 12, "prune_until": 0.9},
     "cycles 6 until 0.85 respawn 100": {"overgrow_cycles": 6, "prune_until": 0.85, "respawn_every": 100},
+    "cycles 9 growth 0.3 until 0.85": {"overgrow_cycles": 9, "prune_until": 0.85, "growth_until": 0.3},
+    "cycles 6 until 0.85 x1.25": {"overgrow_cycles": 6, "prune_until": 0.85, "overgrow": 1.25},
+    "cycles 6 until 0.85 stages 2": {"overgrow_cycles": 6, "prune_until": 0.85, "prune_stages": 2},
+    "cycles 6 until 0.85 stages 8": {"overgrow_cycles": 6, "prune_until": 0.85, "prune_stages": 8},
 }
 
 

@@ -125,6 +125,18 @@ class GpuBackend:
 
     def loss_and_grad_batch(self, tris, bg, sigma, targets, loss: str = "mse"):
         """Per-image losses (B,) and gradients (B, T + 1, 10); row T holds the background's."""
+        return self._loss_pass(tris, bg, sigma, targets, loss, removal_costs=False)
+
+    def removal_costs_batch(self, tris, bg, sigma, targets) -> np.ndarray:
+        """(B, T): how much each image's summed squared error would grow if each triangle alone were
+        removed (render/placement.py's removal_costs, float32, from the backward's walk)."""
+        tris = np.asarray(tris)
+        _, sums = self._loss_pass(tris, bg, sigma, targets, "mse", removal_costs=True)
+        return sums[:, : tris.shape[1], 0]
+
+    def _loss_pass(self, tris, bg, sigma, targets, loss: str, removal_costs: bool):
+        """bin -> forward (+ loss) -> backward -> reduce in one submission: losses (B,) and the
+        per-slot sums (B, T + 1, 10) -- gradients, or removal costs in column 0."""
         tris, bg, sigma = _check_batch(tris, bg, sigma)
         B, T = tris.shape[:2]
         targets = np.asarray(targets, dtype=np.float32)
@@ -137,7 +149,7 @@ class GpuBackend:
             packed = pack_scenes(tris, bg, sigma)
             tgt = np.ascontiguousarray(targets)
         with self.host.phase("upload"):
-            self.counters.upload_bytes += (ws.set_frame(loss) + ws.write("scene", packed)
+            self.counters.upload_bytes += (ws.set_frame(loss, removal_costs) + ws.write("scene", packed)
                                            + ws.write("target", tgt))
         enc = self.device.create_command_encoder()
         cpass = enc.begin_compute_pass()

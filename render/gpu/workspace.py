@@ -162,7 +162,7 @@ class Workspace:
             self.buffers[name] = pool.acquire(_USAGES.get(name, STORAGE), size, label=name)
         self._staging: dict[tuple[str, int], object] = {}
         self._bind_groups: dict[str, tuple[object, object]] = {}
-        self.loss_kind: object = "unset"  # None is a valid setting (render only)
+        self.frame_kind: object = "unset"  # (loss, removal_costs) uploaded; loss None = render only
 
     # ------------------------------------------------------------------ lifetime
     def release(self) -> None:
@@ -173,7 +173,8 @@ class Workspace:
         self._bind_groups.clear()
 
     # ------------------------------------------------------------------ uploads
-    def frame_bytes(self, loss: str | None = "mse") -> bytes:
+    def frame_bytes(self, loss: str | None = "mse", removal_costs: bool = False) -> bytes:
+        """The frame uniform; ``removal_costs``: the backward sums removal costs, not gradients."""
         s = self.shape
         return struct.pack(
             "<10I4f6I",
@@ -183,7 +184,7 @@ class Workspace:
             1.0 / (s.width * s.height * 3),
             STOP_TRANSMITTANCE if loss is None else STOP_TRANSMITTANCE_WITH_LOSS,
             cull_sigmas(s.n_tris), RECOMPUTE_BELOW,
-            self.ring_len, 0 if loss is None else 1, s.n_seg, s.seg_len, 0, 0,
+            self.ring_len, 0 if loss is None else 1, s.n_seg, s.seg_len, int(removal_costs), 0,
         )
 
     def write(self, name: str, data, offset: int = 0) -> int:
@@ -191,12 +192,14 @@ class Workspace:
         self.device.queue.write_buffer(self.buffers[name], offset, raw)
         return len(raw)
 
-    def set_frame(self, loss: str | None = "mse") -> int:
-        """Upload the frame uniform; ``loss=None`` renders only (no target needed)."""
-        if self.loss_kind == loss:
+    def set_frame(self, loss: str | None = "mse", removal_costs: bool = False) -> int:
+        """Upload the frame uniform; ``loss=None`` renders only (no target needed);
+        ``removal_costs``: the backward sums each triangle's removal cost (with loss "mse")."""
+        kind = (loss, removal_costs)
+        if self.frame_kind == kind:
             return 0
-        self.loss_kind = loss
-        return self.write("frame", self.frame_bytes(loss))
+        self.frame_kind = kind
+        return self.write("frame", self.frame_bytes(loss, removal_costs))
 
     # ------------------------------------------------------------------ bind groups
     def pipeline(self, kernel: str, entry: str = "main"):
