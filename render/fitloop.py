@@ -63,6 +63,7 @@ class FitSettings:
     prune_until: float = 0.75     # ... in prune_stages equal steps between growth_until and this fraction of the plan,
     prune_stages: int = 4
     overgrow_cycles: int = 1      # ... in up to this many cycles (each after the first grows back, then prunes),
+    prune_hold: float = 0.0       # ... each cycle holding its peak for this fraction of it before the pruning steps
     prune_cycle_min: int = 250    # ... each at least this many iterations long. 6 cycles until 0.85: +0.4 / +0.3 dB
                                   # at 5000 H200 iterations, but ~1 s more host work: not the default (QUALITY.md)
     overgrow_max: int = 200       # ... for counts up to this: pruning is host work (0.2 s a stage for 750 triangles),

@@ -220,7 +220,8 @@ class Fitter:
         """How many triangles the growth (and, with overgrow > 1, pruning) schedule wants at ``iteration``.
 
         Over-grown fits prune between growth_until and prune_until in ``overgrow_cycles`` cycles of
-        prune_stages steps each; every cycle after the first begins by growing back."""
+        prune_stages steps each (after holding the peak for prune_hold of the cycle); every cycle
+        after the first begins by growing back."""
         s = self.settings
         stages = max(1, s.growth_stages)
         peak = self._peak()
@@ -233,7 +234,10 @@ class Fitter:
             j = int(u / cycle + 1e-9)  # (the fractions of the plan are not exact in binary)
             if j >= cycles:
                 return s.triangles
-            k = min(s.prune_stages, int((u - j * cycle) * s.prune_stages / cycle + 1e-9) + 1)
+            hold = s.prune_hold * cycle  # each cycle keeps its peak this long before pruning
+            uc = u - j * cycle
+            k = 0 if uc < hold - 1e-9 else \
+                min(s.prune_stages, int((uc - hold) * s.prune_stages / max(cycle - hold, 1e-9) + 1e-9) + 1)
             return max(s.triangles, peak - math.ceil((peak - s.triangles) * k / s.prune_stages))
         if stages == 1:
             return peak
@@ -254,13 +258,16 @@ class Fitter:
         s = self.settings
         plan = s.planned_iterations
         cycles = self._prune_cycles()
-        span = max(1.0, (s.prune_until - s.growth_until) * plan / cycles) / s.prune_stages
+        cycle = max(1.0, (s.prune_until - s.growth_until) * plan / cycles)
         start = s.growth_until * plan
-        k = max(0, math.floor((it - start) / span) + 1)  # the next stage boundary after it
-        for j in range(k, cycles * s.prune_stages + 1):
-            at = max(it + 1, math.ceil(start + j * span))
-            if self._growth_target(at) != self.n_triangles:
-                return at
+        hold = s.prune_hold * cycle
+        stage = max(cycle - hold, 1e-9) / s.prune_stages
+        for j in range(max(0, math.floor((it - start) / cycle)), cycles + 1):
+            c0 = start + j * cycle  # the stage boundaries of cycle j, in order
+            for b in [c0] + [c0 + hold + i * stage for i in range(s.prune_stages)]:
+                at = max(it + 1, math.ceil(b - 1e-6))
+                if b > it - 1e-9 and self._growth_target(at) != self.n_triangles:
+                    return at
         return it + (1 << 30)
 
     def _new_triangles(self, n: int, image: np.ndarray | None, radius_scale: float = 1.0,
