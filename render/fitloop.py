@@ -60,14 +60,14 @@ class FitSettings:
     insert_shape: str = "residual"  # new triangles shaped to the residual around them (render/placement.py); "random"
     overgrow: float = 1.5         # grow to this many times the triangles, then prune back to them (by exact
                                   # removal cost, render/placement.py); 1 = off. 12 s lavapipe: +0.7 / +0.2 dB
-    prune_until: float = 0.75     # ... in prune_stages equal steps between growth_until and this fraction of the plan,
+    prune_until: float = 0.85     # ... in prune_stages equal steps between growth_until and this fraction of the plan,
     prune_stages: int = 4
-    overgrow_cycles: int = 1      # ... in up to this many cycles (each after the first grows back, then prunes),
-    prune_hold: float = 0.0       # ... each cycle holding its peak for this fraction of it before the pruning steps
-    prune_cycle_min: int = 250    # ... each at least this many iterations long. 6 cycles until 0.85: +0.4 / +0.3 dB
-                                  # at 5000 H200 iterations, but ~1 s more host work: not the default (QUALITY.md)
-    overgrow_max: int = 200       # ... for counts up to this: pruning is host work (0.2 s a stage for 750 triangles),
-                                  # which left 500-triangle 1 s H200 fits 1.7 dB worse (docs/QUALITY.md)
+    overgrow_cycles: int = 6      # ... in up to this many cycles (each after the first grows back, then prunes),
+    prune_hold: float = 0.0       # ... each cycle holding its peak for this fraction of it before the pruning steps,
+    prune_cycle_min: int = 250    # ... each at least this many iterations long (a 12 s lavapipe plan has one cycle,
+                                  # a 1 s H200 plan six: +0.2 / +0.3 dB there since the costs are on the GPU, QUALITY.md)
+    overgrow_max: int = 200       # ... for counts up to this: growth is host work (placement), which left 500-triangle
+                                  # 1 s H200 fits 1.7 dB worse when they over-grew (docs/QUALITY.md)
     host_snapshot_every: int = 200  # parameters copied to the host this often (GPU): what a lost device resumes from
 
     def as_dict(self) -> dict:

@@ -417,7 +417,9 @@ class Fitter:
         image = self._render_now(tris, bg, sigma)
         new = self._new_triangles(len(dead), image, radius_scale=self.settings.insert_radius)
         new[:, 6:10] = logit(new[:, 6:10])
-        keep = np.setdiff1d(np.arange(T), dead)
+        alive = np.ones(T, dtype=bool)
+        alive[dead] = False
+        keep = np.flatnonzero(alive)  # (np.setdiff1d's first call imports numpy.ma: 50 ms of a 1 s fit)
         order = np.concatenate([keep, dead])  # respawned triangles go on top
         tri_raw = raw[: T * 10].reshape(T, 10)[order].copy()
         tri_raw[len(keep):] = new
