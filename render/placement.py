@@ -66,13 +66,81 @@ def new_triangles(target: np.ndarray, n: int, image: np.ndarray | None, rng: np.
     if settings.insert_shape == "residual":
         ref = image if image is not None else target.mean(axis=(0, 1), keepdims=True)
         residual = (target - ref).astype(np.float64)
-        for i in range(n):
-            shaped = shape_to_residual(target, residual, cx[i] * W, cy[i] * H, r[i] * S, ang0[i])
+        for i, shaped in enumerate(shapes_to_residual(target, residual, cx * W, cy * H, r * S, ang0)):
             if shaped is not None:
                 verts[i], rgb[i], size[i] = shaped[0], shaped[1], shaped[2] / S
     alpha = np.full((n, 1), settings.init_alpha if image is None else settings.insert_alpha)
     tris = np.concatenate([verts, rgb, alpha], axis=1)
     return tris[np.argsort(-size, kind="stable")]
+
+
+def _window(r_px: float) -> tuple[float, int, int]:
+    """Gaussian window of a patch for circumradius r_px: (its sigma, half-width h, read step)."""
+    sw = max(r_px * math.sqrt(_VAR_PER_R2), 0.75)
+    h = math.ceil(3 * sw)
+    return sw, h, max(1, h // _MAX_SAMPLES_PER_SIDE)
+
+
+def shapes_to_residual(target: np.ndarray, residual: np.ndarray, cx: np.ndarray, cy: np.ndarray,
+                       r_px: np.ndarray, angle: np.ndarray) -> list:
+    """:func:`shape_to_residual` for n centres at once (the same results, to rounding): windows
+    of equal half-width read every pixel are done a bucket at a time, one numpy pass per bucket
+    -- a growth event places tens of triangles, and per-triangle calls were most of its cost."""
+    H, W = target.shape[:2]
+    n = len(cx)
+    out: list = [None] * n
+    buckets: dict[int, list[int]] = {}
+    for i in range(n):
+        sw, h, step = _window(float(r_px[i]))
+        if step == 1:  # bucketed by half-width padded to a multiple of 8; each keeps its own window
+            buckets.setdefault(-(-h // 8) * 8, []).append(i)
+        else:  # (huge windows, read every few pixels: rare enough to do one by one)
+            out[i] = shape_to_residual(target, residual, float(cx[i]), float(cy[i]), float(r_px[i]), float(angle[i]))
+    for h, members in buckets.items():
+        idx = np.array(members)
+        sw, own_h = np.array([_window(float(r_px[i]))[:2] for i in members]).T
+        ccx, ccy = np.asarray(cx, float)[idx], np.asarray(cy, float)[idx]
+        ix = np.clip(ccx.astype(int), 0, W - 1)
+        iy = np.clip(ccy.astype(int), 0, H - 1)
+        offs = np.arange(-h, h + 1)
+        xs, ys = ix[:, None] + offs, iy[:, None] + offs                      # (m, w) columns, rows
+        near = np.abs(offs)[None, :] <= own_h[:, None]                        # (m, w): its own window
+        inside = ((ys >= 0) & (ys < H) & near)[:, :, None] & ((xs >= 0) & (xs < W) & near)[:, None, :]
+        rows, cols = np.clip(ys, 0, H - 1)[:, :, None], np.clip(xs, 0, W - 1)[:, None, :]
+        u = residual[iy, ix]                                                  # (m, 3)
+        norm = np.linalg.norm(u, axis=1)
+        unit = u / np.maximum(norm, 1e-30)[:, None]
+        proj = np.maximum(np.einsum("mijc,mc->mij", residual[rows, cols], unit), 0.0)
+        xx, yy = (xs + 0.5)[:, None, :], (ys + 0.5)[:, :, None]
+        gauss = np.exp(-((xx - ccx[:, None, None]) ** 2 + (yy - ccy[:, None, None]) ** 2)
+                       / (2 * sw[:, None, None] ** 2))
+        w = np.where(inside, proj * proj * gauss, 0.0)
+        total = w.sum(axis=(1, 2))
+        ok = (norm >= 1e-6) & (total > 1e-12)
+        tot = np.where(ok, total, 1.0)[:, None, None]
+        mx, my = (w * xx).sum(axis=(1, 2)) / tot[:, 0, 0], (w * yy).sum(axis=(1, 2)) / tot[:, 0, 0]
+        dx, dy = xx - mx[:, None, None], yy - my[:, None, None]
+        cov = np.stack([np.stack([(w * dx * dx).sum(axis=(1, 2)), (w * dx * dy).sum(axis=(1, 2))], -1),
+                        np.stack([(w * dx * dy).sum(axis=(1, 2)), (w * dy * dy).sum(axis=(1, 2))], -1)], -2)
+        cov = cov / tot + _MIN_VAR_PX * np.eye(2)
+        rgb = (w[..., None] * target[rows, cols]).sum(axis=(1, 2)) / tot[:, :, 0]
+        verts, radius = _triangles_from_moments(mx, my, cov, np.asarray(angle, float)[idx], W, H)
+        for k, i in enumerate(members):
+            if ok[k]:
+                out[i] = (verts[k], rgb[k], float(radius[k]))
+    return out
+
+
+def _triangles_from_moments(mx, my, cov, angle, W: int, H: int):
+    """(vertices (m, 6) in frame units, circumradii (m,) px): equilateral triangles, first corner
+    at ``angle``, stretched along cov's (m, 2, 2) principal axes to its second moments, centred
+    at (mx, my)."""
+    lam, axes = np.linalg.eigh(cov)
+    rho = np.sqrt(np.maximum(lam, _MIN_VAR_PX) / _VAR_PER_R2)  # circumradius along each axis
+    a = angle[:, None] + _CORNERS[None]
+    corners = np.stack([np.cos(a), np.sin(a)], axis=-1) * rho[:, None, :]  # (m, 3, 2)
+    p = np.stack([mx, my], axis=-1)[:, None, :] + corners @ np.swapaxes(axes, 1, 2)
+    return (p / np.array([W, H])).reshape(len(mx), 6), np.sqrt(rho[:, 0] * rho[:, 1])
 
 
 def shape_to_residual(target: np.ndarray, residual: np.ndarray, cx: float, cy: float, r_px: float,
@@ -86,8 +154,7 @@ def shape_to_residual(target: np.ndarray, residual: np.ndarray, cx: float, cy: f
     stretched along the patch's principal axes), coloured with the patch's mean target colour --
     or None where the centre has no residual to follow."""
     H, W = target.shape[:2]
-    sw = max(r_px * math.sqrt(_VAR_PER_R2), 0.75)
-    h = math.ceil(3 * sw)
+    sw, h, step = _window(r_px)
     ix, iy = min(max(int(cx), 0), W - 1), min(max(int(cy), 0), H - 1)
     x0, x1 = max(ix - h, 0), min(ix + h + 1, W)
     y0, y1 = max(iy - h, 0), min(iy + h + 1, H)
@@ -95,7 +162,6 @@ def shape_to_residual(target: np.ndarray, residual: np.ndarray, cx: float, cy: f
     norm = float(np.linalg.norm(u))
     if norm < 1e-6:
         return None
-    step = max(1, h // _MAX_SAMPLES_PER_SIDE)  # large windows (large frames, few triangles) are sampled
     rows, cols = slice(y0, y1, step), slice(x0, x1, step)
     yy, xx = np.mgrid[rows, cols] + 0.5
     proj = np.maximum(residual[rows, cols] @ (u / norm), 0.0)
@@ -107,13 +173,9 @@ def shape_to_residual(target: np.ndarray, residual: np.ndarray, cx: float, cy: f
     dx, dy = xx - mx, yy - my
     cov = np.array([[(w * dx * dx).sum(), (w * dx * dy).sum()],
                     [(w * dx * dy).sum(), (w * dy * dy).sum()]]) / total + _MIN_VAR_PX * np.eye(2)
-    lam, axes = np.linalg.eigh(cov)
-    rho = np.sqrt(np.maximum(lam, _MIN_VAR_PX) / _VAR_PER_R2)  # circumradius along each axis
-    corners = np.stack([np.cos(angle + _CORNERS), np.sin(angle + _CORNERS)], axis=-1)  # (3, 2)
-    p = np.array([mx, my]) + (corners * rho) @ axes.T
-    verts = (p / np.array([W, H])).ravel()
+    verts, radius = _triangles_from_moments(np.array([mx]), np.array([my]), cov[None], np.array([angle]), W, H)
     rgb = (w[..., None] * target[rows, cols]).sum(axis=(0, 1)) / total
-    return verts, rgb, float(math.sqrt(rho[0] * rho[1]))
+    return verts[0], rgb, float(radius[0])
 
 
 def initial_raw(target: np.ndarray, n: int, rng: np.random.Generator, settings: FitSettings,

@@ -5,7 +5,7 @@ import pytest
 
 from render import reference as R
 from render.fitloop import FitSettings
-from render.placement import new_triangles, removal_costs, shape_to_residual
+from render.placement import new_triangles, removal_costs, shape_to_residual, shapes_to_residual
 from render.scene import Scene
 
 
@@ -91,3 +91,25 @@ def test_box_distances_are_the_reference_distances():
     # the reference keeps the lower edge on near-ties (TIE_ABS + TIE_REL * d): its value may be that much larger
     np.testing.assert_allclose(got.reshape(6, -1), want, atol=R.TIE_ABS + R.TIE_REL * 40, rtol=0)
     assert np.all(got[5] <= 0)
+
+
+def test_shapes_for_many_centres_are_the_shapes_one_at_a_time():
+    rng = np.random.default_rng(5)
+    H, W = 40, 56
+    target = rng.uniform(0, 1, (H, W, 3))
+    residual = target - rng.uniform(0, 1, (H, W, 3))
+    residual[4:12, 4:12] = 0  # no residual at a centre: no shape
+    n = 40
+    cx, cy = rng.uniform(-3, W + 3, n), rng.uniform(-3, H + 3, n)  # some windows cross the border
+    cx[0], cy[0] = 8.0, 8.0
+    r = rng.uniform(1.0, 20.0, n)
+    r[1] = 600.0  # a window wider than 128 px: read every few pixels
+    angle = rng.uniform(0, 2 * np.pi, n)
+    many = shapes_to_residual(target, residual, cx, cy, r, angle)
+    assert many[0] is None and many[1] is not None
+    for i, got in enumerate(many):
+        want = shape_to_residual(target, residual, cx[i], cy[i], r[i], angle[i])
+        assert (got is None) == (want is None), i
+        if want is not None:
+            for g, w in zip(got, want):
+                np.testing.assert_allclose(g, w, rtol=1e-9, atol=1e-12)
