@@ -87,6 +87,7 @@ VARIANTS = {
     "cycles 6 until 0.85 sigma over 0.9": {"overgrow_cycles": 6, "prune_until": 0.85, "sigma_fraction": 0.9},
     "cycles 6 until 0.85 lr_final 0.3": {"overgrow_cycles": 6, "prune_until": 0.85, "lr_final": 0.3},
     "cycles 6 until 0.85 x1.75": {"overgrow_cycles": 6, "prune_until": 0.85, "overgrow": 1.75},
+    "overgrow any count": {"overgrow_max": 1 << 30},
     "cycles 9 growth 0.3 until 0.85": {"overgrow_cycles": 9, "prune_until": 0.85, "growth_until": 0.3},
     "cycles 6 until 0.85 x1.25": {"overgrow_cycles": 6, "prune_until": 0.85, "overgrow": 1.25},
     "cycles 6 until 0.85 stages 2": {"overgrow_cycles": 6, "prune_until": 0.85, "prune_stages": 2},
