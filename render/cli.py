@@ -71,7 +71,7 @@ def build_parser() -> argparse.ArgumentParser:
     f.add_argument("--tris", type=_positive_int, default=150, help="triangle count (default 150)")
     f.add_argument("--size", type=_positive_int, default=176, help="working size: longer side in px (default 176)")
     f.add_argument("--iters", type=_positive_int, default=None, help="stop after this many iterations")
-    f.add_argument("--time-limit", type=_positive_float, default=None, metavar="SEC", help="stop after SEC seconds")
+    f.add_argument("--time-limit", type=_positive_float, default=None, metavar="SEC", help="fit for at most SEC seconds")
     f.add_argument("--target-psnr", type=_positive_float, default=None, metavar="DB", help="stop at this PSNR")
     f.add_argument("--plateau", type=_positive_int, default=None, metavar="N",
                    help="stop when the loss has not improved by 0.1%% in N iterations")

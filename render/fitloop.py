@@ -66,8 +66,8 @@ class FitSettings:
     prune_hold: float = 0.0       # ... each cycle holding its peak for this fraction of it before the pruning steps,
     prune_cycle_min: int = 250    # ... each at least this many iterations long (a 12 s lavapipe plan has one cycle,
                                   # a 1 s H200 plan six: +0.2 / +0.3 dB there since the costs are on the GPU, QUALITY.md)
-    overgrow_max: int = 200       # ... for counts up to this: growth is host work (placement), which left 500-triangle
-                                  # 1 s H200 fits 1.7 dB worse when they over-grew (docs/QUALITY.md)
+    overgrow_max: int = 1000      # ... for counts up to this (500 triangles, 1 s H200: +0.7 / +0.5 dB since the
+                                  # pruning costs are on the GPU; larger counts not measured, QUALITY.md)
     host_snapshot_every: int = 200  # parameters copied to the host this often (GPU): what a lost device resumes from
 
     def as_dict(self) -> dict:

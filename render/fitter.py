@@ -465,6 +465,13 @@ class Fitter:
                 n = min(n, stop.iterations - (self.iteration - start_iter))
                 if n <= 0:
                     break
+            if stop.time_limit is not None and last is not None and last[0] > 0:
+                # end within the limit, not a step past it: as many iterations as the last step's
+                # speed says still fit (a host event inside the step can still overrun by its cost)
+                left = stop.time_limit - (time.perf_counter() - t0)
+                n = min(n, int(left * last[0] / max(last[1], 1e-9)))
+                if n <= 0:
+                    break
             before, t_step = self.iteration, time.perf_counter()
             stats = self.step(n)
             last = (self.iteration - before, time.perf_counter() - t_step)

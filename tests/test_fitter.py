@@ -146,6 +146,27 @@ def test_time_limited_run_plans_the_schedule(ref_engine):
     assert 0.5 * f.iteration <= f.settings.planned_iterations <= 2.5 * f.iteration
 
 
+def test_time_limited_run_ends_within_the_limit(ref_engine, monkeypatch):
+    # a fake clock on which every iteration takes 7 ms: the run must stop at or before 1 s, not
+    # one ~0.1 s step past it
+    import render.fitter as fitter_module
+
+    clock = [0.0]
+    monkeypatch.setattr(fitter_module.time, "perf_counter", lambda: clock[0])
+    f = Fitter(_target(16, 12), triangles=3, size=16, seed=0, engine=ref_engine, chunk=50,
+               respawn_every=0, overgrow=1.0, growth_stages=1, coarse_fraction=0)  # one loop throughout
+    run = f._loop.run
+
+    def timed_run(k):
+        clock[0] += 0.007 * k
+        assert clock[0] < 5.0, "the run did not stop"
+        return run(k)
+
+    f._loop.run = timed_run
+    f.run(StopConditions(time_limit=1.0))
+    assert 0.95 <= clock[0] <= 1.0 and f.iteration == int(clock[0] / 0.007 + 1e-9)
+
+
 def test_growth_stages_add_triangles_on_schedule(ref_engine):
     f = Fitter(_target(24, 18), triangles=9, size=24, seed=0, engine=ref_engine, growth_stages=3,
                growth_until=0.6, respawn_every=0, coarse_fraction=0, overgrow=1.0)
