@@ -214,7 +214,6 @@ class Engine:
         out = [Gradient(g[:T].copy(), g[T, :3].copy()) for g in grads]
         return [float(v) for v in losses], out
 
-
     def removal_costs(self, scene: Scene, target: np.ndarray) -> np.ndarray:
         """(T,): how much the summed squared error of the scene against ``target`` (rendered at the
         target's size) would grow if each triangle alone were removed -- what pruning ranks by.

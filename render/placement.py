@@ -8,8 +8,9 @@ triangle gets the patch's centroid and second moments, and the patch's mean targ
 bundled samples this starts a fit 1.7 / 2.5 dB higher than randomly oriented triangles and ends
 0.0-0.2 dB higher (docs/QUALITY.md); ``"random"`` keeps the older rule for comparison.
 
-Pruning (render/fitter.py over-grows a fit, then prunes it back) ranks triangles by
-:func:`removal_costs`, the exact growth of the squared error if each alone were removed.
+Pruning (render/fitter.py over-grows a fit, then prunes it back) ranks triangles by the exact
+growth of the squared error if each alone were removed: :func:`removal_costs` here in float64 (the
+reference backend's), one backward pass on the GPU (``Engine.removal_costs``).
 """
 
 from __future__ import annotations
