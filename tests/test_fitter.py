@@ -210,6 +210,29 @@ def test_long_plans_prune_in_cycles_that_grow_back(ref_engine):
     assert f._prune_cycles() == 2
 
 
+@pytest.mark.parametrize("settings", [
+    {},                                                        # the defaults: six cycles
+    {"overgrow_cycles": 1, "prune_until": 0.75},                # one cycle
+    {"prune_hold": 0.5},                                        # each cycle holds its peak first
+    {"overgrow_cycles": 3, "prune_stages": 8, "prune_hold": 0.3},
+])
+def test_prune_events_land_where_the_schedule_changes(ref_engine, settings):
+    # the fit only looks at the schedule at events: the next event must be exactly the next
+    # iteration at which the wanted count differs, for any plan length
+    f = Fitter(_target(24, 18), triangles=150, size=24, seed=0, engine=ref_engine, respawn_every=0,
+               coarse_fraction=0, **settings)
+    for plan in (1111, 3777, 4999, 5000):
+        f.plan(plan)
+        wanted = [f._growth_target(i) for i in range(plan + 2)]
+        start = int(f.settings.growth_until * plan)
+        assert len(set(wanted[start:])) > 1  # the plan prunes
+        for it in range(start - 2, plan):
+            f.n_triangles = wanted[it]
+            change = next((a for a in range(it + 1, plan + 2) if wanted[a] != wanted[it]), None)
+            if change is not None:
+                assert f._next_prune_at(it) == change, (plan, it)
+
+
 def test_pruning_keeps_what_costs_most_to_remove(ref_engine):
     f = Fitter(_target(24, 18), triangles=12, size=24, seed=1, engine=ref_engine, growth_stages=1,
                respawn_every=0, coarse_fraction=0)
