@@ -84,30 +84,31 @@ def _window(r_px: float) -> tuple[float, int, int]:
 
 def shapes_to_residual(target: np.ndarray, residual: np.ndarray, cx: np.ndarray, cy: np.ndarray,
                        r_px: np.ndarray, angle: np.ndarray) -> list:
-    """:func:`shape_to_residual` for n centres at once (the same results, to rounding): windows
-    of equal half-width read every pixel are done a bucket at a time, one numpy pass per bucket
-    -- a growth event places tens of triangles, and per-triangle calls were most of its cost."""
+    """:func:`shape_to_residual` for n centres at once: centres whose windows have the same read
+    step and about the same half-width (padded to a multiple of 8) are done a bucket at a time,
+    one numpy pass per bucket, each over exactly its own clipped window -- a growth event places
+    tens of triangles, and per-triangle numpy calls were most of its cost."""
     H, W = target.shape[:2]
-    n = len(cx)
-    out: list = [None] * n
-    buckets: dict[int, list[int]] = {}
-    for i in range(n):
-        sw, h, step = _window(float(r_px[i]))
-        if step == 1:  # bucketed by half-width padded to a multiple of 8; each keeps its own window
-            buckets.setdefault(-(-h // 8) * 8, []).append(i)
-        else:  # (huge windows, read every few pixels: rare enough to do one by one)
-            out[i] = shape_to_residual(target, residual, float(cx[i]), float(cy[i]), float(r_px[i]), float(angle[i]))
-    for h, members in buckets.items():
+    out: list = [None] * len(cx)
+    windows = [_window(float(r)) for r in r_px]
+    buckets: dict[tuple[int, int], list[int]] = {}
+    for i, (_, h, step) in enumerate(windows):
+        buckets.setdefault((-(-h // 8) * 8, step), []).append(i)
+    for (h, step), members in buckets.items():
         idx = np.array(members)
-        sw, own_h = np.array([_window(float(r_px[i]))[:2] for i in members]).T
+        sw, own_h = np.array([windows[i][:2] for i in members]).T
+        own_h = own_h.astype(int)
         ccx, ccy = np.asarray(cx, float)[idx], np.asarray(cy, float)[idx]
         ix = np.clip(ccx.astype(int), 0, W - 1)
         iy = np.clip(ccy.astype(int), 0, H - 1)
-        offs = np.arange(-h, h + 1)
-        xs, ys = ix[:, None] + offs, iy[:, None] + offs                      # (m, w) columns, rows
-        near = np.abs(offs)[None, :] <= own_h[:, None]                        # (m, w): its own window
-        inside = ((ys >= 0) & (ys < H) & near)[:, :, None] & ((xs >= 0) & (xs < W) & near)[:, None, :]
-        rows, cols = np.clip(ys, 0, H - 1)[:, :, None], np.clip(xs, 0, W - 1)[:, None, :]
+        # each window is read from its clipped start every `step` px up to its clipped end
+        reads = np.arange(0, 2 * h + 1, step)
+        xs = np.maximum(ix - own_h, 0)[:, None] + reads                      # (m, w) columns, rows
+        ys = np.maximum(iy - own_h, 0)[:, None] + reads
+        x_ok = xs < np.minimum(ix + own_h + 1, W)[:, None]
+        y_ok = ys < np.minimum(iy + own_h + 1, H)[:, None]
+        inside = y_ok[:, :, None] & x_ok[:, None, :]
+        rows, cols = np.minimum(ys, H - 1)[:, :, None], np.minimum(xs, W - 1)[:, None, :]
         u = residual[iy, ix]                                                  # (m, 3)
         norm = np.linalg.norm(u, axis=1)
         unit = u / np.maximum(norm, 1e-30)[:, None]
@@ -117,7 +118,7 @@ def shapes_to_residual(target: np.ndarray, residual: np.ndarray, cx: np.ndarray,
                        / (2 * sw[:, None, None] ** 2))
         w = np.where(inside, proj * proj * gauss, 0.0)
         total = w.sum(axis=(1, 2))
-        ok = (norm >= 1e-6) & (total > 1e-12)
+        ok = (norm >= 1e-6) & (total > 1e-12)  # else no residual to follow: no shape
         tot = np.where(ok, total, 1.0)[:, None, None]
         mx, my = (w * xx).sum(axis=(1, 2)) / tot[:, 0, 0], (w * yy).sum(axis=(1, 2)) / tot[:, 0, 0]
         dx, dy = xx - mx[:, None, None], yy - my[:, None, None]
@@ -154,29 +155,8 @@ def shape_to_residual(target: np.ndarray, residual: np.ndarray, cx: float, cy: f
     patch's centroid and second moments (an equilateral triangle, first corner at ``angle``,
     stretched along the patch's principal axes), coloured with the patch's mean target colour --
     or None where the centre has no residual to follow."""
-    H, W = target.shape[:2]
-    sw, h, step = _window(r_px)
-    ix, iy = min(max(int(cx), 0), W - 1), min(max(int(cy), 0), H - 1)
-    x0, x1 = max(ix - h, 0), min(ix + h + 1, W)
-    y0, y1 = max(iy - h, 0), min(iy + h + 1, H)
-    u = residual[iy, ix]
-    norm = float(np.linalg.norm(u))
-    if norm < 1e-6:
-        return None
-    rows, cols = slice(y0, y1, step), slice(x0, x1, step)
-    yy, xx = np.mgrid[rows, cols] + 0.5
-    proj = np.maximum(residual[rows, cols] @ (u / norm), 0.0)
-    w = proj * proj * np.exp(-((xx - cx) ** 2 + (yy - cy) ** 2) / (2 * sw * sw))
-    total = w.sum()
-    if total <= 1e-12:
-        return None
-    mx, my = (w * xx).sum() / total, (w * yy).sum() / total
-    dx, dy = xx - mx, yy - my
-    cov = np.array([[(w * dx * dx).sum(), (w * dx * dy).sum()],
-                    [(w * dx * dy).sum(), (w * dy * dy).sum()]]) / total + _MIN_VAR_PX * np.eye(2)
-    verts, radius = _triangles_from_moments(np.array([mx]), np.array([my]), cov[None], np.array([angle]), W, H)
-    rgb = (w[..., None] * target[rows, cols]).sum(axis=(0, 1)) / total
-    return verts[0], rgb, float(radius[0])
+    return shapes_to_residual(target, residual, np.array([cx], float), np.array([cy], float),
+                              np.array([r_px], float), np.array([angle], float))[0]
 
 
 def initial_raw(target: np.ndarray, n: int, rng: np.random.Generator, settings: FitSettings,
