@@ -604,10 +604,8 @@ class Fitter:
         keep = self._most_costly(tris, bg, sigma, n)
         self._join_state([(tri[keep], rest) for tri, rest in self._split_state()], n)
 
-    def _usefulness(self, tris: np.ndarray | None = None) -> np.ndarray:
+    def _usefulness(self, tris: np.ndarray) -> np.ndarray:
         """Opacity x on-frame area (in pixels) of each triangle: how much it can matter."""
-        if tris is None:
-            tris, _, _ = self._loop.current_values()
         v = tris[:, :6].reshape(-1, 3, 2).copy()
         v = np.clip(v, 0.0, 1.0)
         v[..., 0] *= self.width
