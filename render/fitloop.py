@@ -50,7 +50,8 @@ class FitSettings:
     coarse_min_size: int = 64     # ... when the half size is at least this
     respawn_every: int = 50       # every this many iterations, triangles that stopped contributing
     respawn_alpha: float = 0.02   # (opacity below this, or under 1 px^2 on the frame) are re-placed
-    respawn_until: float = 0.8    # ... until this fraction of the plan
+    respawn_until: float = 0.8    # ... until this fraction of the plan (over-grown fits: until pruning begins,
+                                  # which removes what stopped contributing anyway)
     growth_stages: int = 3        # >1: start with 1/stages of the triangles and add as many again,
     growth_until: float = 0.5     # where the error is largest, in equal steps until this fraction of the plan
     init_alpha: float = 0.6       # opacity of the first triangles
@@ -61,11 +62,14 @@ class FitSettings:
     overgrow: float = 1.5         # grow to this many times the triangles, then prune back to them (by exact
                                   # removal cost, render/placement.py); 1 = off. 12 s lavapipe: +0.7 / +0.2 dB
     prune_until: float = 0.85     # ... in prune_stages equal steps between growth_until and this fraction of the plan,
-    prune_stages: int = 4
-    overgrow_cycles: int = 6      # ... in up to this many cycles (each after the first grows back, then prunes),
+    prune_stages: int = 2
+    overgrow_cycles: int = 16     # ... in up to this many cycles (each after the first grows back, then prunes),
     prune_hold: float = 0.0       # ... each cycle holding its peak for this fraction of it before the pruning steps,
-    prune_cycle_min: int = 250    # ... each at least this many iterations long (a 12 s lavapipe plan has one cycle,
-                                  # a 1 s H200 plan six: +0.2 / +0.3 dB there since the costs are on the GPU, QUALITY.md)
+    prune_cycle_min: int = 100    # ... each at least this many iterations long (a 12 s lavapipe plan has three
+                                  # cycles, a 1 s H200 plan ~14; QUALITY.md)
+    cycle_lr: float = 2.0         # >0: each pruning cycle after the first restarts the learning-rate scale at (at
+                                  # least) this, cosine down to lr_final at the plan's end (H200 5,000 it: +0.3 /
+                                  # +0.2 dB with 16 cycles; 12 s lavapipe: +0.4 / +0.3 dB; QUALITY.md)
     overgrow_max: int = 1000      # ... for counts up to this (500 triangles, 1 s H200: +0.7 / +0.5 dB since the
                                   # pruning costs are on the GPU; larger counts not measured, QUALITY.md)
     host_snapshot_every: int = 200  # parameters copied to the host this often (GPU): what a lost device resumes from
@@ -83,19 +87,21 @@ class Schedule:
     sigma_iters: float
     lr_decay_iters: float
     lr_final: float
-    iter_offset: float = 0.0
+    iter_offset: float = 0.0  # the sigma anneal starts here
+    lr_offset: float = 0.0    # the learning-rate cosine starts here, at lr_start
+    lr_start: float = 1.0
 
     def at(self, it: int) -> tuple[float, float]:
         u = max(it - self.iter_offset, 0.0)
         fs = min(max(u / max(self.sigma_iters, 1.0), 0.0), 1.0)
         sigma = self.sigma_start * (self.sigma_end / self.sigma_start) ** fs
-        fl = min(max(it / max(self.lr_decay_iters, 1.0), 0.0), 1.0)
-        lr = self.lr_final + (1.0 - self.lr_final) * 0.5 * (1.0 + math.cos(math.pi * fl))
+        fl = min(max((it - self.lr_offset) / max(self.lr_decay_iters, 1.0), 0.0), 1.0)
+        lr = self.lr_final + (self.lr_start - self.lr_final) * 0.5 * (1.0 + math.cos(math.pi * fl))
         return sigma, lr
 
     def pack(self) -> np.ndarray:
         return np.array([self.sigma_start, self.sigma_end, self.sigma_iters, self.lr_decay_iters,
-                         self.lr_final, self.iter_offset, 0, 0], dtype=np.float32)
+                         self.lr_final, self.iter_offset, self.lr_offset, self.lr_start], dtype=np.float32)
 
 
 def logit(v: np.ndarray) -> np.ndarray:
@@ -139,12 +145,15 @@ class ReferenceFitLoop:
         self.targets = target if self.batched else target[None]
         self.batch = self.targets.shape[0]
         self.n_tris = n_tris
+        raw = self._stack(raw)
+        self.reset(raw, np.zeros_like(raw), np.zeros_like(raw), iteration, schedule, settings)
+
+    def reset(self, raw, m, v, iteration: int, schedule: Schedule, settings: FitSettings) -> None:
+        """Start over from this state at ``iteration`` (as GpuFitLoop.reset)."""
         self.settings = settings
         self.schedule = schedule
         self.iter = iteration
-        self.raw = self._stack(raw).copy()
-        self.m = np.zeros_like(self.raw)
-        self.v = np.zeros_like(self.raw)
+        self.set_state(raw, m, v)
         self.sigma = schedule.at(max(iteration, 1))[0]
         self._good = [(self.get_state(), iteration)] * 2  # see GpuFitLoop: two verified snapshots
         self._turn = 0

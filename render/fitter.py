@@ -24,7 +24,7 @@ log = logging.getLogger("trifit")
 
 #: consecutive numerical faults after which the fit gives up
 MAX_CONSECUTIVE_FAULTS = 8
-from .fitloop import FitSettings, Schedule, logit, raw_from_scene
+from .fitloop import FitSettings, Schedule, logit, raw_from_scene, values_from_raw
 from .imageio import as_target
 from .placement import initial_raw, new_triangles
 from .scene import Scene
@@ -110,6 +110,8 @@ MAX_RUN_STEP = 256
 #: a half-size iteration's cost as a fraction of a full-size one, until both are measured
 #: (lavapipe, 176 px, 150 triangles: 14 / 35 ms)
 COARSE_COST_GUESS = 0.4
+#: fit loops a Fitter keeps, by triangle count and working size (pruning cycles revisit ~5 counts)
+MAX_CACHED_LOOPS = 8
 
 
 class Fitter:
@@ -153,6 +155,7 @@ class Fitter:
             n = self._growth_target(0)
             raw = self._initial_raw(n)
         self.n_triangles = n
+        self._loops: dict = {}  # fit loops by (triangle count, working size), least recently used first
         self._loop = self._make_loop(raw, n, 0)
 
     # ------------------------------------------------------------------ setup
@@ -161,7 +164,31 @@ class Fitter:
         return min(self.width, self.height)
 
     def _default_schedule(self) -> Schedule:
-        return default_schedule(self.settings, self.short_side, self._sigma_fixed)
+        """The plan's schedule; inside a pruning cycle after the first (with cycle_lr), its
+        learning rate restarts at the cycle's start: a warm restart lets the whole scene move again
+        around the triangles the cycle grew back, instead of only the new ones."""
+        main = default_schedule(self.settings, self.short_side, self._sigma_fixed)
+        loop = getattr(self, "_loop", None)
+        cycle_start = self._later_cycle_start(loop.iter) if loop is not None else None
+        if cycle_start is None:
+            return main
+        restart = Schedule(**vars(main))
+        restart.lr_start = max(self.settings.cycle_lr, main.at(cycle_start)[1])
+        restart.lr_offset = cycle_start
+        restart.lr_decay_iters = self.settings.planned_iterations - cycle_start
+        return restart
+
+    def _later_cycle_start(self, iteration: int) -> float | None:
+        """First iteration of the pruning cycle after the first that ``iteration`` is in (the last
+        one once the cycles have ended), when cycles restart the learning rate; else None."""
+        s = self.settings
+        if s.cycle_lr <= 0 or self._peak() <= s.triangles:
+            return None
+        cycles = self._prune_cycles()
+        length = max(1.0, (s.prune_until - s.growth_until) * s.planned_iterations / cycles)
+        start = s.growth_until * s.planned_iterations
+        j = min(int((iteration - start) / length + 1e-9), cycles - 1) if iteration >= start else 0
+        return start + j * length if j >= 1 else None
 
     def plan(self, total_iterations: int) -> None:
         """Fit the schedules (sigma anneal, lr decay, coarse stage, respawns) to this many iterations."""
@@ -203,10 +230,23 @@ class Fitter:
         return self.target
 
     def _make_loop(self, raw, n: int, iteration: int, state=None):
-        loop = self.engine.impl.fit_loop(self._working_target(iteration), raw, n, self.settings,
-                                         self._schedule, iteration)
-        if state is not None:
-            loop.set_state(*state)
+        """The fit loop for n triangles from this state: a kept one reset (pruning cycles return to
+        the same few counts; a new loop's buffers, bind groups and snapshots cost ~3 ms on the
+        H200, dozens of times a second) or a new one."""
+        target = self._working_target(iteration)
+        key = (n, target.shape)
+        loop = self._loops.pop(key, None)
+        if loop is None:
+            loop = self.engine.impl.fit_loop(target, raw, n, self.settings, self._schedule, iteration)
+            if state is not None:
+                loop.set_state(*state)
+        else:
+            zeros = np.zeros_like(np.asarray(raw, dtype=np.float64))
+            loop.reset(*(state if state is not None else (raw, zeros, zeros)), iteration, self._schedule,
+                       self.settings)
+        self._loops[key] = loop
+        while len(self._loops) > MAX_CACHED_LOOPS:  # the current loop is the newest: never evicted
+            release_loop(self._loops.pop(next(iter(self._loops))))
         return loop
 
     def _peak(self) -> int:
@@ -354,6 +394,7 @@ class Fitter:
         if self._host_snapshot is None:
             raise lost
         raw, m, v, it = self._host_snapshot
+        self._loops.clear()  # their buffers died with the old device
         self._loop = self._make_loop(raw, self.n_triangles, it, state=(raw, m, v))
 
     def inject_fault(self, kind: str = "nan") -> None:
@@ -371,7 +412,7 @@ class Fitter:
         if self._loop_is_coarse():
             events.append(self.coarse_until - it)
         every = self.settings.respawn_every
-        if every > 0 and it < self.settings.respawn_until * self.settings.planned_iterations:
+        if every > 0 and it < self._respawn_until():
             events.append(every - it % every)
         if self.n_triangles < self._peak() and self.settings.growth_stages > 1 and not self._pruning:
             s = self.settings
@@ -386,6 +427,11 @@ class Fitter:
 
     def _handle_events(self) -> None:
         it = self._loop.iter
+        if self._later_cycle_start(it) is not None:
+            sched = self._default_schedule()
+            if sched != self._schedule:  # a cycle began: its learning rate restarts
+                self._schedule = sched
+                self._loop.set_schedule(sched)
         if self._loop_is_coarse() and it >= self.coarse_until:
             self._rebuild(*self._loop.get_state(), self.n_triangles)  # now at full size
             self._full_from = it
@@ -396,40 +442,42 @@ class Fitter:
             self._pruning = True  # from here (with one cycle) the count only falls, whatever re-planning does
             self._prune(max(want, self.settings.triangles))
         every = self.settings.respawn_every
-        if every > 0 and it % every == 0 and it < self.settings.respawn_until * self.settings.planned_iterations:
+        if every > 0 and it % every == 0 and it < self._respawn_until():
             self._respawn()
 
+    def _respawn_until(self) -> float:
+        """Iteration at which respawns stop: respawn_until of the plan, or where pruning begins
+        in an over-grown fit: pruning removes what stopped contributing, and each check is a
+        readback that a 1 s fit pays for in iterations (QUALITY.md)."""
+        s = self.settings
+        until = s.respawn_until * s.planned_iterations
+        return min(until, s.growth_until * s.planned_iterations) if self._peak() > s.triangles else until
+
     def _render_now(self, tris, bg, sigma) -> np.ndarray:
-        """The current scene at the working size, for a growth or respawn error map. Transient:
-        the triangle count changes from event to event, and a cached render workspace per count
-        holds buffers the pool could otherwise hand to the next rebuilt loop."""
+        """The current scene at the working size, for a growth or respawn error map (the engine
+        keeps a few workspaces by shape: pruning cycles render at the same few counts)."""
         scene = Scene(self.width, self.height, sigma, np.clip(bg, 0, 1), tris)
-        return self.engine.render_many([scene], self.width, self.height, transient=True)[0]
+        return self.engine.render_many([scene], self.width, self.height)[0]
 
     def _respawn(self) -> int:
         """Re-place triangles that stopped contributing where the error is largest; returns how many."""
-        tris, bg, sigma = self._loop.current_values()
+        parts, tris, bg, sigma = self._state_now()
         dead = np.flatnonzero((tris[:, 9] < self.settings.respawn_alpha) | (self._usefulness(tris) / np.maximum(tris[:, 9], 1e-9) < 1.0))
         if len(dead) == 0:
             return 0
-        raw, m, v = self._loop.get_state()
-        T = self.n_triangles
         image = self._render_now(tris, bg, sigma)
         new = self._new_triangles(len(dead), image, radius_scale=self.settings.insert_radius)
         new[:, 6:10] = logit(new[:, 6:10])
-        alive = np.ones(T, dtype=bool)
+        alive = np.ones(self.n_triangles, dtype=bool)
         alive[dead] = False
         keep = np.flatnonzero(alive)  # (np.setdiff1d's first call imports numpy.ma: 50 ms of a 1 s fit)
         order = np.concatenate([keep, dead])  # respawned triangles go on top
-        tri_raw = raw[: T * 10].reshape(T, 10)[order].copy()
-        tri_raw[len(keep):] = new
-        tri_m = m[: T * 10].reshape(T, 10)[order].copy()
-        tri_v = v[: T * 10].reshape(T, 10)[order].copy()
-        tri_m[len(keep):] = 0
-        tri_v[len(keep):] = 0
-        self._loop.set_state(np.concatenate([tri_raw.ravel(), raw[T * 10:]]),
-                             np.concatenate([tri_m.ravel(), m[T * 10:]]),
-                             np.concatenate([tri_v.ravel(), v[T * 10:]]))
+        state = []
+        for k, (tri, rest) in enumerate(parts):
+            tri = tri[order].copy()
+            tri[len(keep):] = new if k == 0 else 0  # fresh Adam moments
+            state.append(np.concatenate([tri.ravel(), rest]))
+        self._loop.set_state(*state)
         self.respawned += len(dead)
         return len(dead)
 
@@ -568,10 +616,15 @@ class Fitter:
         elif n < self.n_triangles:
             self._prune(n)
 
-    def _split_state(self):
+    def _state_now(self):
+        """The loop's state split per triangle ([(tri, rest)] for raw, m and v) and the scene's
+        triangles, background and sigma, from one readback: the values are the raw parameters'
+        sigmoids on the host (reading the device's scene record too would be a second sync)."""
         raw, m, v = self._loop.get_state()
         T = self.n_triangles
-        return [(a[: T * 10].reshape(T, 10), a[T * 10:]) for a in (raw, m, v)]
+        parts = [(a[: T * 10].reshape(T, 10), a[T * 10:]) for a in (raw, m, v)]
+        tris, bg = values_from_raw(raw, T)
+        return parts, tris, bg, self._loop.sigma
 
     def _join_state(self, parts, n: int) -> None:
         raw, m, v = (np.concatenate([tri.ravel(), bg]) for tri, bg in parts)
@@ -579,8 +632,7 @@ class Fitter:
 
     def _grow(self, n: int) -> None:
         """Add triangles on top, where the current render is furthest from the target."""
-        parts = self._split_state()
-        tris, bg, sigma = self._loop.current_values()
+        parts, tris, bg, sigma = self._state_now()
         image = self._render_now(tris, bg, sigma)
         new = self._new_triangles(n - self.n_triangles, image, radius_scale=self.settings.insert_radius, n_after=n)
         new[:, 6:10] = logit(new[:, 6:10])
@@ -600,9 +652,9 @@ class Fitter:
         """Keep the n triangles whose removal would cost most, in their painting order."""
         if n >= self.n_triangles:
             return
-        tris, bg, sigma = self._loop.current_values()
+        parts, tris, bg, sigma = self._state_now()
         keep = self._most_costly(tris, bg, sigma, n)
-        self._join_state([(tri[keep], rest) for tri, rest in self._split_state()], n)
+        self._join_state([(tri[keep], rest) for tri, rest in parts], n)
 
     def _usefulness(self, tris: np.ndarray) -> np.ndarray:
         """Opacity x on-frame area (in pixels) of each triangle: how much it can matter."""
@@ -616,7 +668,6 @@ class Fitter:
 
     def _rebuild(self, raw, m, v, n: int) -> None:
         it = self._loop.iter
-        release_loop(self._loop)
         self.n_triangles = n
         self._loop = self._make_loop(raw, n, it, state=(raw, m, v))
 
@@ -653,7 +704,9 @@ class Fitter:
         return loop_timings(self._loop, self.engine, recent)
 
     def close(self) -> None:
-        release_loop(self._loop)
+        for loop in self._loops.values():
+            release_loop(loop)
+        self._loops.clear()
 
 
 # ---------------------------------------------------------------------- batched fits

@@ -6,11 +6,11 @@ struct Schedule {
     sigma_start: f32,      // fraction of the shorter side
     sigma_end: f32,
     sigma_iters: f32,      // geometric anneal from start to end over this many iterations
-    lr_decay_iters: f32,   // learning-rate scale: cosine from 1 down to lr_final over these
+    lr_decay_iters: f32,   // learning-rate scale: cosine from lr_start down to lr_final over these
     lr_final: f32,
-    iter_offset: f32,      // iterations already done before this schedule was set
-    _pad0: f32,
-    _pad1: f32,
+    iter_offset: f32,      // the sigma anneal starts at this iteration
+    lr_offset: f32,        // ... and the learning-rate cosine at this one
+    lr_start: f32,
 }
 
 @group(0) @binding(0) var<uniform> frame: Frame;
@@ -25,8 +25,8 @@ fn main() {
     let u = max(f32(it) - sched.iter_offset, 0.0);
     let fs = clamp(u / max(sched.sigma_iters, 1.0), 0.0, 1.0);
     let sigma = sched.sigma_start * pow(sched.sigma_end / sched.sigma_start, fs);
-    let fl = clamp(f32(it) / max(sched.lr_decay_iters, 1.0), 0.0, 1.0);
-    let lr = sched.lr_final + (1.0 - sched.lr_final) * 0.5 * (1.0 + cos(3.14159265 * fl));
+    let fl = clamp((f32(it) - sched.lr_offset) / max(sched.lr_decay_iters, 1.0), 0.0, 1.0);
+    let lr = sched.lr_final + (sched.lr_start - sched.lr_final) * 0.5 * (1.0 + cos(3.14159265 * fl));
     state.sigma = sigma;
     state.lr_scale = lr;
     for (var b = 0u; b < frame.batch; b++) {

@@ -210,8 +210,84 @@ def test_long_plans_prune_in_cycles_that_grow_back(ref_engine):
     assert f._prune_cycles() == 2
 
 
+def _cycling_fitter(engine, **settings):
+    """8 triangles over-grown to 12, pruned in three cycles of 6 iterations from iteration 6 of 30."""
+    f = Fitter(_target(24, 18), triangles=8, size=24, seed=0, engine=engine, growth_stages=1,
+               growth_until=0.2, prune_until=0.8, overgrow=1.5, prune_stages=2, overgrow_cycles=3,
+               prune_cycle_min=6, coarse_fraction=0, **{"respawn_every": 0, **settings})
+    f.plan(30)
+    return f
+
+
+def test_later_pruning_cycles_restart_the_learning_rate(ref_engine):
+    f = _cycling_fitter(ref_engine, cycle_lr=2.0)
+    lr = {}
+    for _ in range(30):
+        f.step(1)
+        lr[f.iteration + 1] = f._loop.schedule.at(f.iteration + 1)[1]  # what the next iteration uses
+    main = fitter_mod.default_schedule(f.settings, f.short_side)
+    assert all(lr[i] == pytest.approx(main.at(i)[1]) for i in range(2, 13))  # growth, first cycle
+    assert lr[13] > 1.95 and lr[19] > 1.9                         # cycles 2 and 3 start over at 2.0
+    assert lr[18] < lr[13] and lr[31] == pytest.approx(f.settings.lr_final, abs=0.01)  # ... down to lr_final
+    g = _cycling_fitter(ref_engine, cycle_lr=0.0)
+    g.step(14)
+    assert g._loop.schedule == main                               # off: the plan's schedule throughout
+
+
+def test_respawns_stop_where_pruning_begins(ref_engine):
+    f = _cycling_fitter(ref_engine, respawn_every=2)
+    at = []
+    respawn = f._respawn
+    f._respawn = lambda: at.append(f.iteration) or respawn()
+    f.step(30)
+    assert at and max(at) < 6            # pruning (from iteration 6) removes what stopped contributing
+    g = Fitter(_target(24, 18), triangles=8, size=24, seed=0, engine=ref_engine, overgrow=1.0,
+               respawn_every=2, respawn_until=0.8, growth_stages=1, coarse_fraction=0)
+    g.plan(30)
+    assert g._respawn_until() == pytest.approx(24)  # no over-growth: respawn_until of the plan
+
+
+@pytest.mark.gpu
+def test_a_count_returned_to_reuses_its_loop_and_fits_the_same(gpu_engine, monkeypatch):
+    scenes = []
+    for keep in (8, 1):                     # 1: every count change builds a new loop
+        monkeypatch.setattr(fitter_mod, "MAX_CACHED_LOOPS", keep)
+        f = _cycling_fitter(gpu_engine, respawn_every=5)
+        loops = {}
+        for _ in range(30):
+            f.step(1)
+            loops.setdefault(f.n_triangles, set()).add(id(f._loop))
+        assert len(f._loops) == (3 if keep == 8 else 1)  # counts 8, 10, 12
+        if keep == 8:
+            assert all(len(ids) == 1 for ids in loops.values())  # each count kept its one loop
+        scenes.append(f.scene.to_json())
+        f.close()
+        assert not f._loops
+    assert scenes[0] == scenes[1]
+
+
+@pytest.mark.gpu
+def test_gpu_loop_follows_the_reference_loop_through_a_restart(gpu_engine, ref_engine):
+    from render.fitloop import FitSettings, Schedule
+    t = _target()
+    settings = FitSettings(triangles=6, size=40)
+    raw = fitter_mod.raw_from_scene(Scene.random(6, 40, 30, seed=2, sigma_px=1.0))
+    # sigma anneals from iteration 4; the learning rate restarts at 3x at iteration 5
+    sched = Schedule(0.05, 0.02, 10, 20, 0.1, iter_offset=4, lr_offset=5, lr_start=3.0)
+    loops = [e.impl.fit_loop(t, raw, 6, settings, sched, 2) for e in (gpu_engine, ref_engine)]
+    losses = [lp.run(8) for lp in loops]
+    np.testing.assert_allclose(losses[0], losses[1], rtol=2e-4)
+    np.testing.assert_allclose(loops[0].get_state()[0], loops[1].get_state()[0], atol=2e-4)
+    assert loops[0].sigma == pytest.approx(sched.at(10)[0], rel=1e-6)
+    plain = ref_engine.impl.fit_loop(t, raw, 6, settings, Schedule(0.05, 0.02, 10, 20, 0.1), 2)
+    plain.run(8)
+    assert np.abs(plain.get_state()[0] - loops[1].get_state()[0]).max() > 1e-3  # the restart mattered
+    for lp in loops + [plain]:
+        fitter_mod.release_loop(lp)
+
+
 @pytest.mark.parametrize("settings", [
-    {},                                                        # the defaults: six cycles
+    {},                                                        # the defaults: up to 16 cycles
     {"overgrow_cycles": 1, "prune_until": 0.75},                # one cycle
     {"prune_hold": 0.5},                                        # each cycle holds its peak first
     {"overgrow_cycles": 3, "prune_stages": 8, "prune_hold": 0.3},

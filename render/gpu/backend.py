@@ -20,7 +20,7 @@ from .pool import BufferPool
 from .timing import Counters, GpuTimer, HostPhases
 from .workspace import Shape, Workspace
 
-_MAX_CACHED_WORKSPACES = 4
+_MAX_CACHED_WORKSPACES = 6
 #: backward pixels per thread on CPU adapters (docs/PERFORMANCE.md, round 7)
 CPU_PIXELS_PER_THREAD = 4
 

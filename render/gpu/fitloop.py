@@ -52,32 +52,13 @@ class GpuFitLoop:
             "sched": pool.acquire(UNIFORM | COPY_DST, 32, "sched"),
             "opt": pool.acquire(UNIFORM | COPY_DST, 32, "opt"),
         }
-        self.iter = iteration
-        self.schedule = schedule
-        up = self.ws.set_frame(settings.loss)
-        up += self.ws.write("target", np.ascontiguousarray(targets, dtype=np.float32))
-        up += self._write_extra("opt", np.array(
-            [settings.lr_vertex, settings.lr_colour, settings.lr_alpha, settings.lr_background,
-             settings.beta1, settings.beta2, settings.adam_eps, 0], dtype=np.float32))
-        sigma0, lr0 = schedule.at(max(iteration, 1))
-        up += self.ws.write("state", np.array([iteration, 0, 0, 0], dtype=np.uint32))
-        up += self.ws.write("state", np.array([sigma0, lr0], dtype=np.float32), offset=4)
-        up += self._write_extra("sched", schedule.pack())
-        backend.counters.upload_bytes += up
-        zeros = np.zeros((B, n_params))
-        self.set_state(_per_image(raw, B, n_params), zeros, zeros)
-        self.sigma = sigma0
-        # Two device-side snapshots of (params, moments), taken alternately at the start of each
-        # submission, so a NaN can be rolled back without any per-iteration readback: the newest
-        # one whose chunk began with a finite loss is good. Slot 1 starts as the initial state.
         self.snaps = [{k: pool.acquire(STORAGE | COPY_DST | COPY_SRC, n * 4, f"snap-{k}")
                        for k, n in (("params", B * n_params), ("moments", 2 * B * n_params))} for _ in range(2)]
-        self.snap_iter = [iteration, iteration]
         self._dispatches = None
-        self.snap_turn = 0
-        enc = self.device.create_command_encoder()
-        self._encode_snapshot(enc, 1)
-        self.device.queue.submit([enc.finish()])
+        backend.counters.upload_bytes += self.ws.set_frame(settings.loss) + self.ws.write(
+            "target", np.ascontiguousarray(targets, dtype=np.float32))
+        zeros = np.zeros((B, n_params))
+        self.reset(_per_image(raw, B, n_params), zeros, zeros, iteration, schedule, settings)
         # Build the iteration's pipelines (and the render one that growth and respawn use) now,
         # not inside the first step: a driver compiling shaders into a cold cache would spend a
         # time-limited fit's first few hundred ms there.
@@ -89,6 +70,29 @@ class GpuFitLoop:
         data = np.ascontiguousarray(arr)
         self.device.queue.write_buffer(self.extra[name], 0, data)
         return data.nbytes
+
+    def reset(self, raw, m, v, iteration: int, schedule: Schedule, settings: FitSettings) -> None:
+        """Start over from this state at ``iteration``: what a new loop of the same shape would be
+        (the fitter keeps loops per triangle count, so a count it returns to costs no new buffers,
+        bind groups or pipelines)."""
+        self.iter = iteration
+        self.schedule = schedule
+        self.set_optim(settings)
+        sigma0, lr0 = schedule.at(max(iteration, 1))
+        up = self.ws.write("state", np.array([iteration, 0, 0, 0], dtype=np.uint32))
+        up += self.ws.write("state", np.array([sigma0, lr0], dtype=np.float32), offset=4)
+        up += self._write_extra("sched", schedule.pack())
+        self.backend.counters.upload_bytes += up
+        self.set_state(raw, m, v)
+        self.sigma = sigma0
+        # Two device-side snapshots of (params, moments), taken alternately at the start of each
+        # submission, so a NaN can be rolled back without any per-iteration readback: the newest
+        # one whose chunk began with a finite loss is good. Slot 1 starts as this state.
+        self.snap_iter = [iteration, iteration]
+        self.snap_turn = 0
+        enc = self.device.create_command_encoder()
+        self._encode_snapshot(enc, 1)
+        self.device.queue.submit([enc.finish()])
 
     def set_schedule(self, schedule: Schedule) -> None:
         self.schedule = schedule
