@@ -92,6 +92,43 @@ VARIANTS = {
     "cycles 6 until 0.85 x1.25": {"overgrow_cycles": 6, "prune_until": 0.85, "overgrow": 1.25},
     "cycles 6 until 0.85 stages 2": {"overgrow_cycles": 6, "prune_until": 0.85, "prune_stages": 2},
     "cycles 6 until 0.85 stages 8": {"overgrow_cycles": 6, "prune_until": 0.85, "prune_stages": 8},
+    # learning-rate restarts in each pruning cycle after the first (fifth session). Measured on the
+    # defaults of 5d9219a (4 pruning stages, respawns until 0.8 of the plan); since b0bd003 the
+    # defaults are "R lr2.0 c16 respawn 0.5 stages 2" (respawns stop where pruning begins).
+    # Restarts of sigma, and restarts decaying within their cycle, were measured with options
+    # since removed (QUALITY.md).
+    "5d9219a defaults": {"cycle_lr": 0.0, "overgrow_cycles": 6, "prune_cycle_min": 250, "prune_stages": 4},
+    "restart lr 0.5": {"cycle_lr": 0.5},
+    "restart lr 1.0": {"cycle_lr": 1.0},
+    "restart lr 1.5": {"cycle_lr": 1.5},
+    "restart lr 1.0 cycles 9": {"cycle_lr": 1.0, "overgrow_cycles": 9, "prune_cycle_min": 100},
+    "restart lr 1.0 cycles 12": {"cycle_lr": 1.0, "overgrow_cycles": 12, "prune_cycle_min": 100},
+    "restart lr 1.0 cycles 4": {"cycle_lr": 1.0, "overgrow_cycles": 4},
+    "restart lr 1.0 hold 0.3": {"cycle_lr": 1.0, "prune_hold": 0.3},
+    "restart lr 1.0 until 0.9": {"cycle_lr": 1.0, "prune_until": 0.9},
+    "restart lr 1.0 x1.75": {"cycle_lr": 1.0, "overgrow": 1.75},
+    "R lr1.5 c12": {"cycle_lr": 1.5, "overgrow_cycles": 12, "prune_cycle_min": 100},
+    "R lr1.5 c12 x1.75": {"cycle_lr": 1.5, "overgrow_cycles": 12, "prune_cycle_min": 100, "overgrow": 1.75},
+    "R lr1.0 c12 x1.75": {"cycle_lr": 1.0, "overgrow_cycles": 12, "prune_cycle_min": 100, "overgrow": 1.75},
+    "R lr2.0 c12": {"cycle_lr": 2.0, "overgrow_cycles": 12, "prune_cycle_min": 100},
+    "R lr1.0 c16": {"cycle_lr": 1.0, "overgrow_cycles": 16, "prune_cycle_min": 100},
+    "R lr1.5 c9 x1.75": {"cycle_lr": 1.5, "overgrow_cycles": 9, "prune_cycle_min": 100, "overgrow": 1.75},
+    "R lr3.0 c12": {"cycle_lr": 3.0, "overgrow_cycles": 12, "prune_cycle_min": 100},
+    "R lr4.0 c12": {"cycle_lr": 4.0, "overgrow_cycles": 12, "prune_cycle_min": 100},
+    "R lr3.0 c16": {"cycle_lr": 3.0, "overgrow_cycles": 16, "prune_cycle_min": 100},
+    "R lr2.0 c16": {"cycle_lr": 2.0, "overgrow_cycles": 16, "prune_cycle_min": 100},
+    "R lr3.0 c12 x1.75": {"cycle_lr": 3.0, "overgrow_cycles": 12, "prune_cycle_min": 100, "overgrow": 1.75},
+    "R lr3.0 c9": {"cycle_lr": 3.0, "overgrow_cycles": 9, "prune_cycle_min": 100},
+    "R lr2.0 c20": {"cycle_lr": 2.0, "overgrow_cycles": 20, "prune_cycle_min": 80},
+    "R lr2.0 c16 respawn 0.5": {"cycle_lr": 2.0, "overgrow_cycles": 16, "prune_cycle_min": 100, "respawn_until": 0.5},
+    "R lr2.0 c16 stages 2": {"cycle_lr": 2.0, "overgrow_cycles": 16, "prune_cycle_min": 100, "prune_stages": 2},
+    "R lr2.0 c16 respawn 0.5 stages 2": {"cycle_lr": 2.0, "overgrow_cycles": 16, "prune_cycle_min": 100,
+                                         "respawn_until": 0.5, "prune_stages": 2},
+    "R lr2.5 c16": {"cycle_lr": 2.5, "overgrow_cycles": 16, "prune_cycle_min": 100},
+    "R lr2.0 c24": {"cycle_lr": 2.0, "overgrow_cycles": 24, "prune_cycle_min": 60},
+    "R lr2.0 c16 x1.75": {"cycle_lr": 2.0, "overgrow_cycles": 16, "prune_cycle_min": 100, "overgrow": 1.75},
+    "cycles 24 until 0.9": {"overgrow_cycles": 24, "prune_until": 0.9},
+    "cycles 60 until 0.9": {"overgrow_cycles": 60, "prune_until": 0.9},
 }
 
 
