@@ -80,7 +80,7 @@ class ReferenceBackend:
             grads[b, T, :3] = gb
         return losses, grads
 
-    def removal_costs_batch(self, tris, bg, sigma, targets):
+    def removal_costs_batch(self, tris, bg, sigma, targets, transient=False):
         from .placement import removal_costs
 
         out = np.empty(tris.shape[:2])
@@ -214,13 +214,15 @@ class Engine:
         out = [Gradient(g[:T].copy(), g[T, :3].copy()) for g in grads]
         return [float(v) for v in losses], out
 
-    def removal_costs(self, scene: Scene, target: np.ndarray) -> np.ndarray:
+    def removal_costs(self, scene: Scene, target: np.ndarray, *, transient: bool = False) -> np.ndarray:
         """(T,): how much the summed squared error of the scene against ``target`` (rendered at the
         target's size) would grow if each triangle alone were removed -- what pruning ranks by.
-        The GPU backend sums it in the backward's walk (float32), the reference in float64."""
+        The GPU backend sums it in the backward's walk (float32), the reference in float64.
+        ``transient=True``: do not keep this shape's buffers cached (one-off shapes)."""
         targets = _check_targets(np.asarray(target)[None], 1)
         tris, bg, sigma = _stack([scene])
-        return np.asarray(self.impl.removal_costs_batch(tris, bg, sigma, targets)[0], dtype=np.float64)
+        costs = self.impl.removal_costs_batch(tris, bg, sigma, targets, transient=transient)
+        return np.asarray(costs[0], dtype=np.float64)
 
 
 def _size(scene: Scene, width, height) -> tuple[int, int]:

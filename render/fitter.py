@@ -110,7 +110,8 @@ MAX_RUN_STEP = 256
 #: a half-size iteration's cost as a fraction of a full-size one, until both are measured
 #: (lavapipe, 176 px, 150 triangles: 14 / 35 ms)
 COARSE_COST_GUESS = 0.4
-#: fit loops a Fitter keeps, by triangle count and working size (pruning cycles revisit ~5 counts)
+#: fit loops a Fitter keeps, by triangle count and working size (pruning cycles revisit a few counts;
+#: a count set by hand keeps none but its own)
 MAX_CACHED_LOOPS = 8
 
 
@@ -454,10 +455,11 @@ class Fitter:
         return min(until, s.growth_until * s.planned_iterations) if self._peak() > s.triangles else until
 
     def _render_now(self, tris, bg, sigma) -> np.ndarray:
-        """The current scene at the working size, for a growth or respawn error map (the engine
-        keeps a few workspaces by shape: pruning cycles render at the same few counts)."""
+        """The current scene at the working size, for a growth or respawn error map. Transient:
+        the triangle count changes from event to event, and a cached render workspace per count
+        holds buffers the pool could otherwise hand to the next loop (docs/RELIABILITY.md, soak 2)."""
         scene = Scene(self.width, self.height, sigma, np.clip(bg, 0, 1), tris)
-        return self.engine.render_many([scene], self.width, self.height)[0]
+        return self.engine.render_many([scene], self.width, self.height, transient=True)[0]
 
     def _respawn(self) -> int:
         """Re-place triangles that stopped contributing where the error is largest; returns how many."""
@@ -614,7 +616,8 @@ class Fitter:
         if n > self.n_triangles:
             self._grow(n)
         elif n < self.n_triangles:
-            self._prune(n)
+            self._prune(n, transient=True)  # the costs' workspace: a shape for this one call
+        self._release_other_loops()  # live changes pick arbitrary counts: keep nothing for them
 
     def _state_now(self):
         """The loop's state split per triangle ([(tri, rest)] for raw, m and v) and the scene's
@@ -640,20 +643,21 @@ class Fitter:
                  for k, (tri, rest) in enumerate(parts)]
         self._join_state(parts, n)
 
-    def _most_costly(self, tris, bg, sigma, n: int) -> np.ndarray:
+    def _most_costly(self, tris, bg, sigma, n: int, transient: bool = False) -> np.ndarray:
         """Indices (in painting order) of the n triangles whose removal would cost most against
         the working-size target: one forward and backward pass on the GPU (the backward sums the
-        costs), host work with the reference backend."""
+        costs), host work with the reference backend. ``transient``: a one-off count, whose
+        workspace should not stay cached."""
         scene = Scene(self.width, self.height, sigma, np.clip(bg, 0, 1), tris)
-        costs = self.engine.removal_costs(scene, self.target)
+        costs = self.engine.removal_costs(scene, self.target, transient=transient)
         return np.sort(np.argsort(-costs, kind="stable")[:n])
 
-    def _prune(self, n: int) -> None:
+    def _prune(self, n: int, transient: bool = False) -> None:
         """Keep the n triangles whose removal would cost most, in their painting order."""
         if n >= self.n_triangles:
             return
         parts, tris, bg, sigma = self._state_now()
-        keep = self._most_costly(tris, bg, sigma, n)
+        keep = self._most_costly(tris, bg, sigma, n, transient)
         self._join_state([(tri[keep], rest) for tri, rest in parts], n)
 
     def _usefulness(self, tris: np.ndarray) -> np.ndarray:
@@ -665,6 +669,12 @@ class Fitter:
         e1, e2 = v[:, 1] - v[:, 0], v[:, 2] - v[:, 0]
         area = 0.5 * np.abs(e1[:, 0] * e2[:, 1] - e1[:, 1] * e2[:, 0])
         return tris[:, 9] * area
+
+    def _release_other_loops(self) -> None:
+        """Give every kept loop but the current one back to the pool."""
+        for key, loop in list(self._loops.items()):
+            if loop is not self._loop:
+                release_loop(self._loops.pop(key))
 
     def _rebuild(self, raw, m, v, n: int) -> None:
         it = self._loop.iter

@@ -266,6 +266,27 @@ def test_a_count_returned_to_reuses_its_loop_and_fits_the_same(gpu_engine, monke
     assert scenes[0] == scenes[1]
 
 
+def test_a_count_set_by_hand_keeps_no_other_loops(ref_engine):
+    f = _cycling_fitter(ref_engine)
+    f.step(20)
+    assert len(f._loops) == 3                  # 12 (growth), 10 and 8 (pruning cycles)
+    f.set_triangles(9)                         # live changes pick arbitrary counts: nothing kept for them
+    assert list(f._loops.values()) == [f._loop] and f.n_triangles == 9
+
+
+@pytest.mark.gpu
+def test_a_count_set_by_hand_caches_no_workspace_for_its_pruning(gpu_engine):
+    # a live change picks an arbitrary count: its removal costs must not leave a cached workspace
+    # behind (a soak of random counts grew the pool in steps when they did)
+    f = Fitter(_target(), triangles=13, size=40, seed=0, engine=gpu_engine, overgrow=1.0,
+               growth_stages=1, respawn_every=0, coarse_fraction=0)
+    f.step(2)
+    before = set(gpu_engine.impl._workspaces)
+    f.set_triangles(7)
+    assert f.n_triangles == 7 and set(gpu_engine.impl._workspaces) <= before
+    f.close()
+
+
 @pytest.mark.gpu
 def test_gpu_loop_follows_the_reference_loop_through_a_restart(gpu_engine, ref_engine):
     from render.fitloop import FitSettings, Schedule

@@ -20,7 +20,7 @@ from .pool import BufferPool
 from .timing import Counters, GpuTimer, HostPhases
 from .workspace import Shape, Workspace
 
-_MAX_CACHED_WORKSPACES = 6
+_MAX_CACHED_WORKSPACES = 4
 #: backward pixels per thread on CPU adapters (docs/PERFORMANCE.md, round 7)
 CPU_PIXELS_PER_THREAD = 4
 
@@ -97,11 +97,7 @@ class GpuBackend:
         B, T = tris.shape[:2]
         shape = Shape(B, width, height, T, self.segmented, self.pixels_per_thread)
         with self.host.phase("alloc"):
-            if transient and (shape, self.subgroups) not in self._workspaces:
-                ws = Workspace(self.ctx, self.pool, shape, subgroups=self.subgroups)
-                ws.write("state", np.zeros(4, dtype=np.uint32))
-            else:
-                ws, transient = self.workspace(shape), False
+            ws, transient = self._workspace_for(shape, transient)
         with self.host.phase("pack"):
             packed = pack_scenes(tris, bg, sigma)
         with self.host.phase("upload"):
@@ -127,14 +123,24 @@ class GpuBackend:
         """Per-image losses (B,) and gradients (B, T + 1, 10); row T holds the background's."""
         return self._loss_pass(tris, bg, sigma, targets, loss, removal_costs=False)
 
-    def removal_costs_batch(self, tris, bg, sigma, targets) -> np.ndarray:
+    def removal_costs_batch(self, tris, bg, sigma, targets, transient: bool = False) -> np.ndarray:
         """(B, T): how much each image's summed squared error would grow if each triangle alone were
-        removed (render/placement.py's removal_costs, float32, from the backward's walk)."""
+        removed (render/placement.py's removal_costs, float32, from the backward's walk);
+        ``transient`` as in render_batch."""
         tris = np.asarray(tris)
-        _, sums = self._loss_pass(tris, bg, sigma, targets, "mse", removal_costs=True)
+        _, sums = self._loss_pass(tris, bg, sigma, targets, "mse", removal_costs=True, transient=transient)
         return sums[:, : tris.shape[1], 0]
 
-    def _loss_pass(self, tris, bg, sigma, targets, loss: str, removal_costs: bool):
+    def _workspace_for(self, shape: Shape, transient: bool):
+        """(workspace, transient): the cached one for this shape, or with ``transient`` (and none
+        cached) a new one the caller releases after its call."""
+        if transient and (shape, self.subgroups) not in self._workspaces:
+            ws = Workspace(self.ctx, self.pool, shape, subgroups=self.subgroups)
+            ws.write("state", np.zeros(4, dtype=np.uint32))
+            return ws, True
+        return self.workspace(shape), False
+
+    def _loss_pass(self, tris, bg, sigma, targets, loss: str, removal_costs: bool, transient: bool = False):
         """bin -> forward (+ loss) -> backward -> reduce in one submission: losses (B,) and the
         per-slot sums (B, T + 1, 10) -- gradients, or removal costs in column 0."""
         tris, bg, sigma = _check_batch(tris, bg, sigma)
@@ -144,7 +150,7 @@ class GpuBackend:
             raise BatchError(f"targets must be (B={B}, H, W, 3), got {targets.shape}")
         H, W = targets.shape[1:3]
         with self.host.phase("alloc"):
-            ws = self.workspace(Shape(B, W, H, T, self.segmented, self.pixels_per_thread))
+            ws, transient = self._workspace_for(Shape(B, W, H, T, self.segmented, self.pixels_per_thread), transient)
         with self.host.phase("pack"):
             packed = pack_scenes(tris, bg, sigma)
             tgt = np.ascontiguousarray(targets)
@@ -169,6 +175,8 @@ class GpuBackend:
         l_staging, _ = ws.copy_out(enc, "ring", B * 4)
         self.timer.resolve(enc)
         grads, losses = self._submit_and_read(enc, [(g_staging, gsize), (l_staging, B * 4)])
+        if transient:
+            ws.release()
         return losses.astype(np.float64), grads.reshape(B, T + 1, 10).astype(np.float64)
 
     def _submit_and_read(self, encoder, reads):
