@@ -12,6 +12,7 @@ import logging
 import math
 import time
 import warnings
+from array import array
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -57,12 +58,15 @@ class StepStats:
 
 @dataclass
 class History:
-    iterations: list[int] = field(default_factory=list)
-    losses: list[float] = field(default_factory=list)
+    """Every iteration's number and loss, in typed arrays: 16 bytes an iteration (Python lists of
+    ints and floats took ~85, which a long fit or a soak saw as steady RSS growth)."""
+
+    iterations: array = field(default_factory=lambda: array("q"))
+    losses: array = field(default_factory=lambda: array("d"))
 
     def add(self, first_iter: int, losses: np.ndarray) -> None:
         self.iterations.extend(range(first_iter, first_iter + len(losses)))
-        self.losses.extend(float(v) for v in losses)
+        self.losses.frombytes(np.ascontiguousarray(losses, dtype=np.float64).tobytes())
 
     def truncate(self, last_iter: int) -> None:
         """Forget iterations after ``last_iter`` (a rollback went back to it)."""
