@@ -189,9 +189,7 @@ class Fitter:
         s = self.settings
         if s.cycle_lr <= 0 or self._peak() <= s.triangles:
             return None
-        cycles = self._prune_cycles()
-        length = max(1.0, (s.prune_until - s.growth_until) * s.planned_iterations / cycles)
-        start = s.growth_until * s.planned_iterations
+        start, length, cycles = self._cycles()
         j = min(int((iteration - start) / length + 1e-9), cycles - 1) if iteration >= start else 0
         return start + j * length if j >= 1 else None
 
@@ -270,11 +268,8 @@ class Fitter:
         s = self.settings
         stages = max(1, s.growth_stages)
         peak = self._peak()
-        plan = s.planned_iterations
-        start = s.growth_until * plan
+        start, cycle, cycles = self._cycles()
         if peak > s.triangles and (self._pruning or iteration >= start):
-            cycles = self._prune_cycles()
-            cycle = max(1.0, (s.prune_until - s.growth_until) * plan / cycles)
             u = max(0.0, iteration - start)
             j = int(u / cycle + 1e-9)  # (the fractions of the plan are not exact in binary)
             if j >= cycles:
@@ -286,25 +281,29 @@ class Fitter:
             return max(s.triangles, peak - math.ceil((peak - s.triangles) * k / s.prune_stages))
         if stages == 1:
             return peak
-        stage_len = max(1.0, s.growth_until * plan / stages)
+        stage_len = max(1.0, s.growth_until * s.planned_iterations / stages)
         k = min(stages, int(iteration // stage_len) + 1)
         return max(1, math.ceil(peak * k / stages))
 
     def _prune_cycles(self) -> int:
         """Pruning cycles in this plan: as many of at least prune_cycle_min iterations as fit
-        between growth_until and prune_until, up to overgrow_cycles (with overgrow_cycles 6 and
-        prune_until 0.85, a 12 s lavapipe plan has one, a 5,000-iteration plan six)."""
+        between growth_until and prune_until, up to overgrow_cycles (with the defaults, a 12 s
+        lavapipe plan of ~1,000 iterations has three, a 5,000-iteration plan sixteen)."""
         s = self.settings
         span = (s.prune_until - s.growth_until) * s.planned_iterations
         return max(1, min(s.overgrow_cycles, int(span // max(1, s.prune_cycle_min))))
 
+    def _cycles(self) -> tuple[float, float, int]:
+        """(first iteration, length, count) of the pruning cycles in this plan."""
+        s = self.settings
+        cycles = self._prune_cycles()
+        length = max(1.0, (s.prune_until - s.growth_until) * s.planned_iterations / cycles)
+        return s.growth_until * s.planned_iterations, length, cycles
+
     def _next_prune_at(self, it: int) -> int:
         """The first iteration after ``it`` at which the pruning schedule wants another count."""
         s = self.settings
-        plan = s.planned_iterations
-        cycles = self._prune_cycles()
-        cycle = max(1.0, (s.prune_until - s.growth_until) * plan / cycles)
-        start = s.growth_until * plan
+        start, cycle, cycles = self._cycles()
         hold = s.prune_hold * cycle
         stage = max(cycle - hold, 1e-9) / s.prune_stages
         for j in range(max(0, math.floor((it - start) / cycle)), cycles + 1):
