@@ -266,6 +266,21 @@ def test_a_count_returned_to_reuses_its_loop_and_fits_the_same(gpu_engine, monke
     assert scenes[0] == scenes[1]
 
 
+def test_sigma_probes_move_the_final_sigma_towards_a_better_loss(ref_engine):
+    # a target drawn with soft edges: the probes after the anneal raise sigma, and the loss at the
+    # learned sigma is below the loss at the planned one for the same triangles
+    truth = Scene.random(6, 24, 18, seed=4, sigma_px=2.0)
+    t = R.render(truth)
+    f = Fitter(t, triangles=6, size=24, seed=0, engine=ref_engine, growth_stages=1, overgrow=1.0,
+               coarse_fraction=0, respawn_every=0, sigma_end_px=0.5, sigma_fraction=0.5, sigma_probes=4)
+    f.plan(40)
+    f.step(40)
+    assert f._probes_done == 4 and f._sigma_scale > 1.2
+    scene = f.scene
+    planned = Scene(scene.width, scene.height, 0.5 / 18, scene.background, scene.triangles)
+    assert np.mean((R.render(scene) - t) ** 2) < np.mean((R.render(planned) - t) ** 2)
+
+
 def test_a_count_set_by_hand_keeps_no_other_loops(ref_engine):
     f = _cycling_fitter(ref_engine)
     f.step(20)

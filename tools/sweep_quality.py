@@ -128,6 +128,43 @@ VARIANTS = {
     "R lr2.0 c24": {"cycle_lr": 2.0, "overgrow_cycles": 24, "prune_cycle_min": 60},
     "R lr2.0 c16 x1.75": {"cycle_lr": 2.0, "overgrow_cycles": 16, "prune_cycle_min": 100, "overgrow": 1.75},
     "cycles 24 until 0.9": {"overgrow_cycles": 24, "prune_until": 0.9},
+    # sixth session: what new triangles in a pruning cycle look like (most of them are pruned again);
+    # least-squares colour and opacity for new triangles ("fit", "fit cand4": best of 4 candidates) and
+    # splitting the triangles with the largest vertex gradients ("split ...") were measured with
+    # options since removed (QUALITY.md). Then the final sigma probes, measured on 1441908's defaults
+    # (anneal over 0.75 of the plan, no probes); since the next commit the defaults are "probes 6
+    # anneal 0.6", which "no probes anneal 0.75" undoes.
+    "ia 0.3": {"insert_alpha": 0.3},
+    "ia 0.5": {"insert_alpha": 0.5},
+    "hold 0.3": {"prune_hold": 0.3},
+    "sigma end 0.7": {"sigma_end_px": 0.7},
+    "lrv x1.5": {"lr_vertex": 0.009},
+    "beta1 0.8": {"beta1": 0.8},
+    "beta1 0.95": {"beta1": 0.95},
+    "sigma end 0.3": {"sigma_end_px": 0.3},
+    "probes 6": {"sigma_probes": 6},
+    "probes 12": {"sigma_probes": 12},
+    "probes 6 eps 0.25": {"sigma_probes": 6, "sigma_probe_eps": 0.25},
+    "probes 6 anneal 0.6": {"sigma_probes": 6, "sigma_fraction": 0.6},
+    "probes 12 anneal 0.6": {"sigma_probes": 12, "sigma_fraction": 0.6},
+    "hold 0.3 lrv x1.5": {"prune_hold": 0.3, "lr_vertex": 0.009},
+    "anneal 0.6": {"sigma_fraction": 0.6},
+    "respawn 100": {"respawn_every": 100},
+    "no probes anneal 0.75": {"sigma_probes": 0, "sigma_fraction": 0.75},
+    "probes 6 anneal 0.6 gain 2": {"sigma_probes": 6, "sigma_fraction": 0.6, "sigma_probe_gain": 2.0},
+    "probes 6 anneal 0.6 end 0.4": {"sigma_probes": 6, "sigma_fraction": 0.6, "sigma_end_px": 0.4},
+    "probes 6 anneal 0.6 gain 2 end 0.4": {"sigma_probes": 6, "sigma_fraction": 0.6, "sigma_probe_gain": 2.0,
+                                           "sigma_end_px": 0.4},
+    "probes 8 anneal 0.5 gain 2": {"sigma_probes": 8, "sigma_fraction": 0.5, "sigma_probe_gain": 2.0},
+    "probes 3 anneal 0.6 gain 2": {"sigma_probes": 3, "sigma_fraction": 0.6, "sigma_probe_gain": 2.0},
+    "probes 4 anneal 0.6": {"sigma_probes": 4, "sigma_fraction": 0.6},
+    "probes 6 anneal 0.5": {"sigma_probes": 6, "sigma_fraction": 0.5},
+    "probes 6 anneal 0.6 eps 0.25": {"sigma_probes": 6, "sigma_fraction": 0.6, "sigma_probe_eps": 0.25},
+    "probes 6 anneal 0.6 hold 0.3": {"sigma_probes": 6, "sigma_fraction": 0.6, "prune_hold": 0.3},
+    "probes 6 anneal 0.6 lrv x1.5": {"sigma_probes": 6, "sigma_fraction": 0.6, "lr_vertex": 0.009},
+    "probes 6 anneal 0.6 hold 0.3 lrv x1.5": {"sigma_probes": 6, "sigma_fraction": 0.6, "prune_hold": 0.3,
+                                              "lr_vertex": 0.009},
+    "probes 6 hold 0.3 lrv x1.5": {"sigma_probes": 6, "prune_hold": 0.3, "lr_vertex": 0.009},
     "cycles 60 until 0.9": {"overgrow_cycles": 60, "prune_until": 0.9},
 }
 
@@ -170,16 +207,18 @@ def budgeted(a):
         for image in a.images.split(","):
             path = sample_path(image) if "/" not in image else image
             target = load_image(path, 176)
-            psnrs = []
+            psnrs, sigmas = [], []
             for seed in [int(s) for s in a.seeds.split(",")]:
                 f = Fitter(target, triangles=a.tris, size=176, seed=seed, engine=eng, **VARIANTS[name])
                 f._time_budgeted = True  # what replan_for_time sets: the short-budget coarse share
                 f.plan(a.budgeted_plan)
                 f.step(a.budgeted_plan)
-                psnrs.append(score(Scene.from_json(f.scene.to_json()), target.astype(np.float64))["psnr"])
+                scene = f.scene
+                psnrs.append(score(Scene.from_json(scene.to_json()), target.astype(np.float64))["psnr"])
+                sigmas.append(scene.sigma * min(scene.width, scene.height))
                 f.close()
             print(f"{name:24s} {Path(image).name:14s} seeds {a.seeds}: PSNR mean {np.mean(psnrs):.2f} "
-                  f"({min(psnrs):.2f}-{max(psnrs):.2f})", flush=True)
+                  f"({min(psnrs):.2f}-{max(psnrs):.2f}) sigma {np.mean(sigmas):.2f} px", flush=True)
 
 
 if __name__ == "__main__":
