@@ -186,8 +186,10 @@ class ReferenceFitLoop:
             return self.raw.copy(), self.m.copy(), self.v.copy()
         return self.raw[0].copy(), self.m[0].copy(), self.v[0].copy()
 
-    def run(self, n: int) -> np.ndarray:
-        """Run n iterations in chunks of settings.chunk, with the GPU loop's rollback semantics."""
+    def run(self, n: int, read_state: bool = False, read_image: bool = False) -> np.ndarray:
+        """Run n iterations in chunks of settings.chunk, with the GPU loop's rollback semantics
+        (``read_state`` and ``read_image`` are the GPU loop's hints; the state is on the host here
+        anyway, and growth renders the scene itself: ``last_image`` is None)."""
         out = []
         done = 0
         while done < n:
@@ -244,6 +246,9 @@ class ReferenceFitLoop:
         return np.stack([t for t, _ in vals]), np.stack([b for _, b in vals]), self.sigma
 
     def gpu_image(self):
+        return None
+
+    def last_image(self):
         return None
 
     def gpu_phase_samples(self) -> dict[str, list[float]]:

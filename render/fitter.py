@@ -350,9 +350,15 @@ class Fitter:
         consecutive = 0
         while self._loop.iter < target_iter:
             start = self._loop.iter + 1
-            k = min(target_iter - self._loop.iter, self._iterations_to_next_event())
+            to_event = self._iterations_to_next_event()
+            k = min(target_iter - self._loop.iter, to_event)
+            # an event (or a host snapshot) after this chunk reads the state: bring it back with
+            # the chunk's losses rather than in a round trip of its own
+            read_state = k == to_event or self._snapshot_due(self._loop.iter + k)
+            # ... and the last forward's image, for growth or a respawn to place against
+            read_image = k == to_event and self._may_place_at(self._loop.iter + k)
             try:
-                losses = self._loop.run(k)
+                losses = self._loop.run(k, read_state=read_state, read_image=read_image)
             except NumericalFault as fault:
                 consecutive += 1
                 self._on_numerical_fault(fault, consecutive)
@@ -384,10 +390,13 @@ class Fitter:
         log.warning(msg)
         warnings.warn(msg, RuntimeWarning, stacklevel=3)
 
-    def _maybe_snapshot(self) -> None:
+    def _snapshot_due(self, iteration: int) -> bool:
         every = self.settings.host_snapshot_every
         last = self._host_snapshot[3] if self._host_snapshot else -every
-        if every > 0 and self._loop.iter - last >= every:
+        return every > 0 and iteration - last >= every
+
+    def _maybe_snapshot(self) -> None:
+        if self._snapshot_due(self._loop.iter):
             self._host_snapshot = (*self._loop.get_state(), self._loop.iter)
 
     def _recover_device(self, lost: DeviceLostError) -> None:
@@ -499,10 +508,24 @@ class Fitter:
         until = s.respawn_until * s.planned_iterations
         return min(until, s.growth_until * s.planned_iterations) if self._peak() > s.triangles else until
 
+    def _may_place_at(self, iteration: int) -> bool:
+        """Whether an event at ``iteration`` may place new triangles (growth or a respawn) at full
+        size, so the chunk before it should bring the loop's image back."""
+        if self._loop_is_coarse() and iteration < self.coarse_until:
+            return False
+        every = self.settings.respawn_every
+        respawn = every > 0 and iteration % every == 0 and iteration < self._respawn_until()
+        return respawn or self._growth_target(iteration) > self.n_triangles
+
     def _render_now(self, tris, bg, sigma) -> np.ndarray:
-        """The current scene at the working size, for a growth or respawn error map. Transient:
-        the triangle count changes from event to event, and a cached render workspace per count
-        holds buffers the pool could otherwise hand to the next loop (docs/RELIABILITY.md, soak 2)."""
+        """The current scene at the working size, for a growth or respawn error map: the GPU loop's
+        last forward when it came back with the chunk (one Adam step older than ``tris``; no
+        render of its own), else a render. Transient: the triangle count changes from event to
+        event, and a cached render workspace per count holds buffers the pool could otherwise
+        hand to the next loop (docs/RELIABILITY.md, soak 2)."""
+        image = self._loop.last_image()
+        if image is not None and image.shape == self.target.shape:
+            return image
         scene = Scene(self.width, self.height, sigma, np.clip(bg, 0, 1), tris)
         return self.engine.render_many([scene], self.width, self.height, transient=True)[0]
 

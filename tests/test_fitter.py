@@ -157,10 +157,10 @@ def test_time_limited_run_ends_within_the_limit(ref_engine, monkeypatch):
                respawn_every=0, overgrow=1.0, growth_stages=1, coarse_fraction=0)  # one loop throughout
     run = f._loop.run
 
-    def timed_run(k):
+    def timed_run(k, **hints):
         clock[0] += 0.007 * k
         assert clock[0] < 5.0, "the run did not stop"
-        return run(k)
+        return run(k, **hints)
 
     f._loop.run = timed_run
     f.run(StopConditions(time_limit=1.0))
@@ -264,6 +264,49 @@ def test_a_count_returned_to_reuses_its_loop_and_fits_the_same(gpu_engine, monke
         f.close()
         assert not f._loops
     assert scenes[0] == scenes[1]
+
+
+@pytest.mark.gpu
+def test_events_read_the_state_that_came_back_with_the_losses(gpu_engine, monkeypatch):
+    # growth, pruning, respawn checks, sigma probes and host snapshots after a chunk take the state
+    # the chunk's submission copied back with its losses: same fit, fewer round trips
+    scenes, subs = [], []
+    for ride in (True, False):
+        if not ride:
+            from render.gpu.fitloop import GpuFitLoop
+            run = GpuFitLoop.run
+            monkeypatch.setattr(GpuFitLoop, "run", lambda self, n, read_state=False, **kw: run(self, n, **kw))
+        f = _cycling_fitter(gpu_engine, respawn_every=3, sigma_probes=3, host_snapshot_every=5)
+        c0 = gpu_engine.counters()["submissions"]
+        f.step(30)
+        subs.append(gpu_engine.counters()["submissions"] - c0)
+        assert f._probes_done == 3 and f._host_snapshot[3] >= 25
+        scenes.append(f.scene.to_json())
+        f.close()
+    assert scenes[0] == scenes[1]
+    assert subs[0] <= subs[1] - 8  # 10 of 33 round trips saved when written
+
+
+@pytest.mark.gpu
+def test_the_loop_brings_its_last_image_back_for_placement(gpu_engine):
+    f = Fitter(_target(), triangles=10, size=40, seed=0, engine=gpu_engine, coarse_fraction=0,
+               growth_stages=1, respawn_every=0, overgrow=1.0)
+    loop = f._loop
+    loop.run(5)
+    assert loop.last_image() is None                 # not asked for
+    before = loop.current_values()
+    loop.run(3, read_image=True)
+    image = loop.last_image()
+    assert image.shape == f.target.shape
+    # the last forward drew the parameters before the last Adam step: close to, not equal to, now
+    tris, bg, sigma = loop.current_values()
+    now = gpu_engine.render(Scene(40, 30, sigma, bg, tris))
+    assert 0 < np.abs(image - now).max() < 0.05
+    assert np.abs(image - gpu_engine.render(Scene(40, 30, before[2], before[1], before[0]))).max() > 0
+    assert f._render_now(tris, bg, sigma) is image    # growth and respawn place against it
+    loop.run(1)
+    assert loop.last_image() is None                 # stale after another iteration
+    f.close()
 
 
 def test_sigma_probes_move_the_final_sigma_towards_a_better_loss(ref_engine):

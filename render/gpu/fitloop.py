@@ -126,6 +126,7 @@ class GpuFitLoop:
 
     def inject_fault(self) -> None:
         """Testing aid: put a NaN into the first vertex on the device, as a diverged step would."""
+        self._read_state = self._read_image = None
         nan = np.array([np.nan], dtype=np.float32)
         self.device.queue.write_buffer(self.extra["params"], 0, nan)
         self.device.queue.write_buffer(self.ws.buffers["scene"], 0, nan)
@@ -143,19 +144,44 @@ class GpuFitLoop:
         up = self._write_extra("params", raw.ravel()) + self._write_extra("moments", mv)
         up += self.ws.write("scene", pack_scenes(tris, bg, np.full(B, sigma)))
         self.backend.counters.upload_bytes += up
+        self._read_state = self._read_image = None
 
     def get_state(self):
+        """Raw parameters and Adam moments, (n_params,) each or (B, n_params) for a stack: the copy
+        the last ``run(..., read_state=True)`` brought back with its losses when nothing ran or
+        changed since (no round trip of its own), else read now."""
+        if self._read_state is not None and self._read_state[0] == self.iter:
+            raw, m, v = (a.copy() for a in self._read_state[1:])
+        else:
+            enc = self.device.create_command_encoder()
+            reads = self._encode_state_copy(enc)
+            self.device.queue.submit([enc.finish()])
+            self.backend.counters.submissions += 1
+            raw, m, v = self._state_from(reads)
+        return (raw, m, v) if self.batched else (raw[0], m[0], v[0])
+
+    def last_image(self) -> np.ndarray | None:
+        """The render of the last iteration's forward, (H, W, 3) float32, when the last
+        ``run(..., read_image=True)`` brought it back and nothing ran or changed since; else None.
+        It shows the parameters before that iteration's Adam step: what growth and respawn place
+        new triangles against, without a render of their own."""
+        if self._read_image is not None and self._read_image[0] == self.iter and not self.batched:
+            return self._read_image[1]
+        return None
+
+    def _encode_state_copy(self, enc):
         B, n = self.batch, self.n_tris * 10 + 3
-        enc = self.device.create_command_encoder()
         p, _ = self.ws.copy_out(enc, "params", B * n * 4, source=self.extra["params"])
         mo, _ = self.ws.copy_out(enc, "moments", B * n * 8, source=self.extra["moments"])
-        self.device.queue.submit([enc.finish()])
-        self.backend.counters.submissions += 1
+        return p, mo
+
+    def _state_from(self, reads):
+        B, n = self.batch, self.n_tris * 10 + 3
+        p, mo = reads
         raw = Workspace.read(p, B * n * 4).astype(np.float64).reshape(B, n)
         mv = Workspace.read(mo, B * n * 8).astype(np.float64).reshape(B, n, 2)
         self.backend.counters.readback_bytes += B * n * 12
-        m, v = mv[..., 0].copy(), mv[..., 1].copy()
-        return (raw, m, v) if self.batched else (raw[0], m[0], v[0])
+        return raw, mv[..., 0].copy(), mv[..., 1].copy()
 
     def current_values(self):
         """Triangles, background and sigma as the device has them now (one small readback);
@@ -216,21 +242,26 @@ class GpuFitLoop:
                              ["frame", "opt", "partial", "tile_mask", "state", "params", "moments", "scene"],
                              ((n_params + PARAMS_PER_GROUP - 1) // PARAMS_PER_GROUP, B, 1), self.extra)
 
-    def run(self, n: int) -> np.ndarray:
+    def run(self, n: int, read_state: bool = False, read_image: bool = False) -> np.ndarray:
         """Run ``n`` iterations; returns their losses, (n,) or (n, B) for a stack (read from the
-        ring once per submission).
+        ring once per submission). ``read_state``: the last submission also copies the parameters
+        and moments back, so a ``get_state`` right after costs no round trip of its own (the
+        fitter's events and snapshots follow a chunk); ``read_image`` likewise brings back the
+        last forward's image (``last_image``).
 
         A non-finite loss rolls the device back to the last good parameters and raises
         NumericalFault; a lost device raises DeviceLostError."""
         try:
-            return self._run(n)
+            return self._run(n, read_state, read_image)
         except wgpu.GPUError as exc:
             if "lost" in str(exc).lower():
                 raise DeviceLostError(f"the GPU device was lost: {str(exc).splitlines()[-1].strip()}") from None
             raise
 
-    def _run(self, n: int) -> np.ndarray:
+    def _run(self, n: int, read_state: bool = False, read_image: bool = False) -> np.ndarray:
         out = []
+        self._read_state = self._read_image = None
+        H, W = self.shape.height, self.shape.width
         host = self.backend.host
         done = 0
         while done < n:
@@ -249,6 +280,9 @@ class GpuFitLoop:
                         cpass.dispatch_workgroups(*groups)
                 cpass.end()
                 ring, _ = self.ws.copy_out(enc, "ring", self.batch * RING * 4)
+                last = done + k >= n
+                state_reads = self._encode_state_copy(enc) if read_state and last else None
+                image_read = self.ws.copy_out(enc, "image", H * W * 12)[0] if read_image and last else None
                 self.backend.timer.resolve(enc)
             with host.phase("submit"):
                 self.device.queue.submit([enc.finish()])
@@ -256,6 +290,9 @@ class GpuFitLoop:
             with host.phase("readback"):
                 values = Workspace.read(ring, self.batch * RING * 4).reshape(self.batch, RING)
                 self.backend.counters.readback_bytes += self.batch * RING * 4
+                state = self._state_from(state_reads) if state_reads is not None else None
+                image = Workspace.read(image_read, H * W * 12).reshape(H, W, 3) if image_read is not None else None
+                self.backend.counters.readback_bytes += H * W * 12 if image is not None else 0
                 self.backend.timer.collect()
             slots = (np.arange(self.iter + 1, self.iter + k + 1)) % RING
             losses = values[:, slots].T.astype(np.float64)  # (k, B): image b's ring is at b * RING
@@ -268,6 +305,10 @@ class GpuFitLoop:
             out.append(losses)
             self.iter += k
             done += k
+            if state is not None:
+                self._read_state = (self.iter, *state)
+            if image is not None:
+                self._read_image = (self.iter, image)
         self.sigma = self.schedule.at(self.iter)[0]
         losses = np.concatenate(out) if out else np.empty((0, self.batch))
         return losses if self.batched else losses[:, 0]
