@@ -65,7 +65,8 @@ class ControlsPanel(QtWidgets.QWidget):
 
         self.triangles.setToolTip("Grows (new triangles where the error is largest) or shrinks "
                                   "(keeps the triangles that matter most to the picture) the running fit.")
-        self.sigma.setToolTip("Edge softness in pixels of the working size; 'auto' anneals it.")
+        self.sigma.setToolTip("Edge softness in pixels of the working size; 'auto' anneals it, then "
+                              "tunes the final value to the picture.")
         self.lr.setToolTip("Scales every learning rate of the running fit.")
         self.size.setToolTip("Longer side of the working image; applies on Reset or a new image.")
         self.seed.setToolTip("Random seed of the initial triangles; applies on Reset or a new image.")
