@@ -6,7 +6,8 @@ warm-up submission, then ``repeats`` timed submissions, each encoding ``calls`` 
 back to back in one compute pass and waiting for the result; the figure is wall ms per call
 (amortised over the calls of a submission). We quote the median over repeats and the min-max.
 A per-pass breakdown comes from GPU timestamps of one separate call. The fit-iteration cell
-runs the device-resident fitter (chunk of 25 iterations per submission).
+runs the device-resident fitter (chunks of 25 or 100 iterations a readback, each in two
+submissions since the sixth session: the first 8 iterations, then the rest).
 """
 
 from __future__ import annotations
@@ -71,9 +72,10 @@ def bench_cell(engine: Engine, kind: str, batch: int, side: int, tris: int, repe
         target = targets[0]
         if kind == "fit100":
             calls = out["calls_per_submission"] = 100
-        # steady state: the full-size loop with every triangle (no growth, coarse stage or respawn)
+        # steady state: the full-size loop with every triangle (no growth, over-growth and pruning,
+        # coarse stage, respawn or sigma probe: none of those events happens inside the timed steps)
         f = Fitter(target, triangles=tris, size=side, seed=0, engine=engine, chunk=calls,
-                   growth_stages=1, coarse_fraction=0, respawn_every=0)
+                   growth_stages=1, coarse_fraction=0, respawn_every=0, overgrow=1.0, sigma_probes=0)
         f.step(calls)  # warm-up (pipelines, buffers)
         times = []
         for _ in range(repeats):

@@ -40,7 +40,9 @@ class FitSettings:
     beta2: float = 0.99          # 0.999 remembers ~a whole short fit; 0.99: +0.2 dB on lavapipe's 12 s fits,
                                   # -0.1 to +0.2 on the H200's 1 s ones (QUALITY.md)
     adam_eps: float = 1e-8
-    chunk: int = 100              # iterations encoded per GPU submission, at most
+    chunk: int = 100              # iterations per GPU readback, at most
+    first_submission: int = 8     # a longer chunk is submitted in two parts, this many iterations first, so the
+                                  # GPU runs them while the rest is encoded (0: one submission a chunk)
     planned_iterations: int = 600 # the schedules below are fractions of this plan (re-planned by
                                   # Fitter.run from --iters or from the measured speed and --time-limit)
     sigma_fraction: float = 0.6   # sigma anneals over this fraction of the plan,

@@ -54,20 +54,35 @@ def test_fit_reduces_loss_and_is_deterministic(gpu_engine, tmp_path):
 
 
 @pytest.mark.gpu
-def test_many_iterations_per_submission_and_no_allocation_per_step(gpu_engine):
+@pytest.mark.parametrize("first", [0, 8])
+def test_many_iterations_per_submission_and_no_allocation_per_step(gpu_engine, first):
     # steady state: no respawn events (they read back on purpose)
-    f = Fitter(_target(), triangles=15, size=40, seed=0, engine=gpu_engine, chunk=20, respawn_every=0)
+    f = Fitter(_target(), triangles=15, size=40, seed=0, engine=gpu_engine, chunk=20, respawn_every=0,
+               first_submission=first)
     f.step(40)
     c0, p0 = gpu_engine.counters(), gpu_engine.pool_stats()
     f.step(40)
     c1, p1 = gpu_engine.counters(), gpu_engine.pool_stats()
-    assert c1["submissions"] - c0["submissions"] == 2            # 20 iterations per submission
+    # 20 iterations a chunk: one submission, or 8 then 12 (the GPU starts while the 12 are encoded)
+    assert c1["submissions"] - c0["submissions"] == (2 if first == 0 else 4)
     assert c1["readback_bytes"] - c0["readback_bytes"] <= 2 * (256 * 4 + 4096)  # loss ring + timestamps only
     assert p1["misses"] == p0["misses"] and p1["bytes"] == p0["bytes"]
     timings = f.timings()
     if gpu_engine.impl.timer.enabled:
         assert {"forward", "backward", "reduce+adam"} <= set(timings["gpu_ms"])
     f.close()
+
+
+@pytest.mark.gpu
+def test_a_chunk_in_two_submissions_fits_the_same(gpu_engine):
+    scenes = []
+    for first in (0, 8, 3):
+        f = Fitter(_target(), triangles=12, size=40, seed=2, engine=gpu_engine, chunk=25, first_submission=first)
+        f.step(60)
+        scenes.append(f.scene)
+        f.close()
+    for other in scenes[1:]:  # the same dispatches in the same order: the same bits
+        assert other.triangles.tobytes() == scenes[0].triangles.tobytes() and other.sigma == scenes[0].sigma
 
 
 @pytest.mark.parametrize("backend", ["gpu", "reference"])

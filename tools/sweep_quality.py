@@ -150,6 +150,7 @@ VARIANTS = {
     "hold 0.3 lrv x1.5": {"prune_hold": 0.3, "lr_vertex": 0.009},
     "anneal 0.6": {"sigma_fraction": 0.6},
     "respawn 100": {"respawn_every": 100},
+    "one submission a chunk": {"first_submission": 0},
     "no probes anneal 0.75": {"sigma_probes": 0, "sigma_fraction": 0.75},
     "probes 6 anneal 0.6 gain 2": {"sigma_probes": 6, "sigma_fraction": 0.6, "sigma_probe_gain": 2.0},
     "probes 6 anneal 0.6 end 0.4": {"sigma_probes": 6, "sigma_fraction": 0.6, "sigma_end_px": 0.4},

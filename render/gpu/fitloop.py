@@ -1,11 +1,13 @@
 """The device-resident fit loop: forward -> loss -> backward -> reduce + Adam, all GPU passes.
 
-Each submission encodes ``chunk`` iterations in one compute pass (6 dispatches each):
+Each chunk of up to ``chunk`` iterations is encoded as compute passes of 6 dispatches an iteration:
     advance (iteration counter, sigma and lr schedules) -> bin -> forward (+ per-pixel loss)
-    -> loss_reduce -> backward -> adam (fused fixed-order gradient reduction + Adam + materialised scene).
-Per-iteration losses land in a device ring buffer that is read back once per submission; no
-image or gradient leaves the device during a fit. The first iteration of each submission is
-timed per pass with timestamp queries (where the adapter has them).
+    -> loss_reduce -> backward -> adam (fused fixed-order gradient reduction + Adam + materialised scene),
+in one submission, or two for a long chunk (``first_submission`` iterations, then the rest, so the
+GPU starts while the rest is encoded). Per-iteration losses land in a device ring buffer that is
+read back once per chunk; no image or gradient leaves the device during a fit unless an event asks
+for them. The first iteration of each chunk is timed per pass with timestamp queries (where the
+adapter has them).
 
 Batches: ``target`` may be one image (H, W, 3) or a stack (B, H, W, 3) of equal-size images with
 ``raw`` (B, T*10 + 3) -- every kernel already indexes per image (scene records, parameters and
@@ -267,23 +269,33 @@ class GpuFitLoop:
         while done < n:
             k = min(self.settings.chunk, n - done, RING)
             slot = self.snap_turn
+            # a long chunk goes in two submissions, a few iterations first: the GPU runs them while
+            # the rest is encoded (encoding a whole chunk before submitting left the GPU idle)
+            first = self.settings.first_submission
+            k1 = first if 0 < first and 2 * first < k else k
+            fast = self._iteration_dispatches()
             with host.phase("encode"):
                 enc = self.device.create_command_encoder()
                 self._encode_snapshot(enc, slot)
                 cpass = enc.begin_compute_pass()
                 self._encode_iteration(cpass, timed=True)
-                fast = self._iteration_dispatches()
-                for _ in range(k - 1):
-                    for pl, bg, groups in fast:
-                        cpass.set_pipeline(pl)
-                        cpass.set_bind_group(0, bg)
-                        cpass.dispatch_workgroups(*groups)
+                _encode_repeats(cpass, fast, k1 - 1)
                 cpass.end()
+                self.backend.timer.resolve(enc)
+            if k1 < k:
+                with host.phase("submit"):
+                    self.device.queue.submit([enc.finish()])
+                    self.backend.counters.submissions += 1
+                with host.phase("encode"):
+                    enc = self.device.create_command_encoder()
+                    cpass = enc.begin_compute_pass()
+                    _encode_repeats(cpass, fast, k - k1)
+                    cpass.end()
+            with host.phase("encode"):
                 ring, _ = self.ws.copy_out(enc, "ring", self.batch * RING * 4)
                 last = done + k >= n
                 state_reads = self._encode_state_copy(enc) if read_state and last else None
                 image_read = self.ws.copy_out(enc, "image", H * W * 12)[0] if read_image and last else None
-                self.backend.timer.resolve(enc)
             with host.phase("submit"):
                 self.device.queue.submit([enc.finish()])
                 self.backend.counters.submissions += 1
@@ -312,6 +324,15 @@ class GpuFitLoop:
         self.sigma = self.schedule.at(self.iter)[0]
         losses = np.concatenate(out) if out else np.empty((0, self.batch))
         return losses if self.batched else losses[:, 0]
+
+
+def _encode_repeats(cpass, dispatches: list[tuple], n: int) -> None:
+    """``n`` untimed iterations from the pre-resolved dispatch list: three wgpu calls a dispatch."""
+    for _ in range(n):
+        for pl, bg, groups in dispatches:
+            cpass.set_pipeline(pl)
+            cpass.set_bind_group(0, bg)
+            cpass.dispatch_workgroups(*groups)
 
 
 def _per_image(a, B: int, n: int) -> np.ndarray:
