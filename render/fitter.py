@@ -495,8 +495,7 @@ class Fitter:
         elif want < self.n_triangles and self._peak() > self.settings.triangles:
             self._pruning = True  # from here (with one cycle) the count only falls, whatever re-planning does
             self._prune(max(want, self.settings.triangles))
-        every = self.settings.respawn_every
-        if every > 0 and it % every == 0 and it < self._respawn_until():
+        if self._respawn_due(it):
             self._respawn()
         probe = self._next_probe_at()
         if probe is not None and it >= probe:
@@ -510,14 +509,17 @@ class Fitter:
         until = s.respawn_until * s.planned_iterations
         return min(until, s.growth_until * s.planned_iterations) if self._peak() > s.triangles else until
 
+    def _respawn_due(self, iteration: int) -> bool:
+        """Whether ``iteration`` has a respawn check (every respawn_every, until _respawn_until)."""
+        every = self.settings.respawn_every
+        return every > 0 and iteration % every == 0 and iteration < self._respawn_until()
+
     def _may_place_at(self, iteration: int) -> bool:
         """Whether an event at ``iteration`` may place new triangles (growth or a respawn) at full
         size, so the chunk before it should bring the loop's image back."""
         if self._loop_is_coarse() and iteration < self.coarse_until:
             return False
-        every = self.settings.respawn_every
-        respawn = every > 0 and iteration % every == 0 and iteration < self._respawn_until()
-        return respawn or self._growth_target(iteration) > self.n_triangles
+        return self._respawn_due(iteration) or self._growth_target(iteration) > self.n_triangles
 
     def _render_now(self, tris, bg, sigma) -> np.ndarray:
         """The current scene at the working size, for a growth or respawn error map: the GPU loop's
