@@ -41,8 +41,9 @@ class FitSettings:
                                   # -0.1 to +0.2 on the H200's 1 s ones (QUALITY.md)
     adam_eps: float = 1e-8
     chunk: int = 100              # iterations per GPU readback, at most
-    first_submission: int = 8     # a longer chunk is submitted in two parts, this many iterations first, so the
-                                  # GPU runs them while the rest is encoded (0: one submission a chunk)
+    first_submission: int = 8     # a longer chunk is submitted in parts, this many iterations first, then twice
+                                  # as many each time, so the GPU runs each part while the next is encoded
+                                  # (0: one submission a chunk; render/gpu/fitloop.py submission_sizes)
     planned_iterations: int = 600 # the schedules below are fractions of this plan (re-planned by
                                   # Fitter.run from --iters or from the measured speed and --time-limit)
     sigma_fraction: float = 0.6   # sigma anneals over this fraction of the plan,

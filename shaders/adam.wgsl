@@ -2,6 +2,12 @@
 // Raw parameters: vertex coordinates as they are; colours, opacities and the background as
 // logits (value = sigmoid(raw)), so every value stays in range by construction. The step
 // writes the raw parameter, its moments, and the materialised scene value the next forward reads.
+// Workgroup (0, b) also ends image b's iteration: it writes the loss into the loss ring
+// (loss_record.wgsl; its own dispatch cost ~9 us an iteration plus a barrier on the H200), then
+// the next iteration's sigma into the scene record (schedule.wgsl; no Adam thread writes that slot,
+// and this iteration's binning, forward and backward have read it). The loss's finiteness check
+// reads the scene record while other workgroups write the next one: both are finite in a sound
+// fit, and a non-finite number is then reported this iteration or the next -- either rolls back.
 // Dispatch: (ceil((n_tris * 10 + 3) / 32), batch); the reduction is reduce.wgsl's reduce_param.
 
 struct Optim {
@@ -23,10 +29,17 @@ struct Optim {
 @group(0) @binding(5) var<storage, read_write> params: array<f32>;
 @group(0) @binding(6) var<storage, read_write> moments: array<f32>;
 @group(0) @binding(7) var<storage, read_write> scene: array<f32>;
+@group(0) @binding(8) var<storage, read> loss_partial: array<f32>;
+@group(0) @binding(9) var<storage, read_write> ring: array<f32>;
+@group(0) @binding(10) var<uniform> sched: Schedule;
 
 @compute @workgroup_size(256)
 fn main(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_index) li: u32) {
     let b = wid.y;
+    if (wid.x == 0u) {  // (wid is uniform in a workgroup: barriers allowed)
+        record_loss(b, li);
+        if (li == 0u) { scene[b * frame.scene_stride + frame.n_tris * 10u + 3u] = schedule_sigma(state.iter + 1u); }
+    }
     let n_params = frame.n_tris * 10u + 3u;
     let col = li % PARAMS_PER_GROUP;
     let lane = li / PARAMS_PER_GROUP;

@@ -4,7 +4,8 @@
 // Each of the THREADS = WG / PPT threads tests PPT consecutive triangles of a round, so the prefix
 // sum runs over THREADS counts: on CPU adapters (PPT 4) a barrier then wakes a quarter of the SIMD
 // batches (docs/PERFORMANCE.md, round 10).
-// Dispatch: (tiles_x, tiles_y, batch).
+// Dispatch: (tiles_x, tiles_y, batch). The fit loop dispatches fit_main, which also starts the
+// iteration (schedule.wgsl).
 
 @group(0) @binding(0) var<uniform> frame: Frame;
 @group(0) @binding(2) var<storage, read_write> tile_count: array<u32>;
@@ -17,6 +18,29 @@ var<workgroup> running: u32;
 
 @compute @workgroup_size(THREADS)
 fn main(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_index) li: u32) {
+    bin_tile(wid, li);
+}
+
+// Only fit_main uses these (layout "auto" leaves them out of main's).
+@group(0) @binding(5) var<storage, read_write> state: State;
+@group(0) @binding(6) var<uniform> sched: Schedule;
+
+// The fit loop's binning, which also starts the iteration: the counter and its learning-rate
+// scale, written by one thread. No other workgroup of this dispatch reads the state (binning
+// takes sigma from the scene record, where the previous iteration's Adam dispatch -- or the
+// host, at a reset or a new schedule -- put this iteration's value), so the write races nothing.
+@compute @workgroup_size(THREADS)
+fn fit_main(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_index) li: u32) {
+    bin_tile(wid, li);
+    if (li == 0u && wid.x == 0u && wid.y == 0u && wid.z == 0u) {
+        let it = state.iter + 1u;
+        state.iter = it;
+        state.sigma = schedule_sigma(it);
+        state.lr_scale = schedule_lr(it);
+    }
+}
+
+fn bin_tile(wid: vec3u, li: u32) {
     let b = wid.z;
     let tile_index = wid.y * frame.tiles_x + wid.x;
     let slot = b * frame.n_tiles + tile_index;

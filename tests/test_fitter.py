@@ -73,10 +73,22 @@ def test_many_iterations_per_submission_and_no_allocation_per_step(gpu_engine, f
     f.close()
 
 
+def test_a_long_chunk_is_submitted_in_growing_parts():
+    from render.gpu.fitloop import submission_sizes
+    assert submission_sizes(100, 8) == [8, 16, 32, 44]
+    assert submission_sizes(20, 8) == [8, 12] and submission_sizes(16, 8) == [16]
+    assert submission_sizes(100, 0) == [100]
+    for k in range(1, 260):
+        for first in (1, 3, 8):
+            sizes = submission_sizes(k, first)
+            assert sum(sizes) == k and min(sizes) >= 1
+            assert all(b <= 3 * a for a, b in zip(sizes, sizes[1:]))  # each part ready in time
+
+
 @pytest.mark.gpu
-def test_a_chunk_in_two_submissions_fits_the_same(gpu_engine):
+def test_a_chunk_in_several_submissions_fits_the_same(gpu_engine):
     scenes = []
-    for first in (0, 8, 3):
+    for first in (0, 8, 3):  # one submission a chunk; [8, 17]; [3, 6, 16]
         f = Fitter(_target(), triangles=12, size=40, seed=2, engine=gpu_engine, chunk=25, first_submission=first)
         f.step(60)
         scenes.append(f.scene)
@@ -377,6 +389,28 @@ def test_gpu_loop_follows_the_reference_loop_through_a_restart(gpu_engine, ref_e
     plain.run(8)
     assert np.abs(plain.get_state()[0] - loops[1].get_state()[0]).max() > 1e-3  # the restart mattered
     for lp in loops + [plain]:
+        fitter_mod.release_loop(lp)
+
+
+def test_gpu_loop_follows_the_reference_loop_through_a_new_schedule(gpu_engine, ref_engine):
+    # each GPU iteration's Adam dispatch writes the next iteration's sigma into the scene record, so
+    # a schedule set between runs (a probe, a cycle's restart, the GUI's slider) must replace it
+    from render.fitloop import FitSettings, Schedule
+    t = _target()
+    settings = FitSettings(triangles=6, size=40)
+    raw = fitter_mod.raw_from_scene(Scene.random(6, 40, 30, seed=4, sigma_px=1.0))
+    first = Schedule(0.05, 0.02, 10, 20, 0.1)
+    later = Schedule(0.01, 0.004, 10, 20, 0.1, lr_offset=3, lr_start=2.0)  # sigma 5x smaller at once
+    loops = [e.impl.fit_loop(t, raw, 6, settings, first, 0) for e in (gpu_engine, ref_engine)]
+    losses = []
+    for lp in loops:
+        a = lp.run(3)
+        lp.set_schedule(later)
+        losses.append(np.concatenate([a, lp.run(4)]))
+    np.testing.assert_allclose(losses[0], losses[1], rtol=2e-4)
+    np.testing.assert_allclose(loops[0].get_state()[0], loops[1].get_state()[0], atol=2e-4)
+    assert loops[0].current_values()[2] == pytest.approx(later.at(7)[0], rel=1e-6)
+    for lp in loops:
         fitter_mod.release_loop(lp)
 
 

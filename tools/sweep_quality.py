@@ -167,6 +167,8 @@ VARIANTS = {
                                               "lr_vertex": 0.009},
     "probes 6 hold 0.3 lrv x1.5": {"sigma_probes": 6, "prune_hold": 0.3, "lr_vertex": 0.009},
     "cycles 60 until 0.9": {"overgrow_cycles": 60, "prune_until": 0.9},
+    "cycles 24": {"overgrow_cycles": 24},
+    "cycles 32": {"overgrow_cycles": 32},
 }
 
 

@@ -1,12 +1,14 @@
 """The device-resident fit loop: forward -> loss -> backward -> reduce + Adam, all GPU passes.
 
-Each chunk of up to ``chunk`` iterations is encoded as compute passes of 6 dispatches an iteration:
-    advance (iteration counter, sigma and lr schedules) -> bin -> forward (+ per-pixel loss)
-    -> loss_reduce -> backward -> adam (fused fixed-order gradient reduction + Adam + materialised scene),
-in one submission, or two for a long chunk (``first_submission`` iterations, then the rest, so the
-GPU starts while the rest is encoded). Per-iteration losses land in a device ring buffer that is
-read back once per chunk; no image or gradient leaves the device during a fit unless an event asks
-for them. The first iteration of each chunk is timed per pass with timestamp queries (where the
+Each chunk of up to ``chunk`` iterations is encoded as compute passes of 4 dispatches an iteration:
+    bin (+ the iteration counter and learning-rate scale) -> forward (+ per-pixel loss) -> backward
+    -> adam (the loss into the ring, fused fixed-order gradient reduction + Adam + materialised
+    scene, the next iteration's sigma),
+in one submission, or several for a long chunk (``first_submission`` iterations, then twice as
+many each time: the GPU runs each part while the next is encoded; ``submission_sizes``).
+Per-iteration losses land in a device ring buffer that is read back once per chunk, in one mapped
+buffer with whatever else the chunk brings back; no image or gradient leaves the device during a
+fit unless an event asks for them. The first iteration of each chunk is timed per pass with timestamp queries (where the
 adapter has them).
 
 Batches: ``target`` may be one image (H, W, 3) or a stack (B, H, W, 3) of equal-size images with
@@ -26,7 +28,7 @@ import wgpu
 from ..errors import DeviceLostError, NumericalFault
 from ..fitloop import FitSettings, Schedule, values_from_raw
 from .backend import GpuBackend, pack_scenes
-from .workspace import COPY_DST, COPY_SRC, PARAMS_PER_GROUP, STORAGE, UNIFORM, Shape, Workspace
+from .workspace import COPY_DST, COPY_SRC, MAP_READ, PARAMS_PER_GROUP, STORAGE, UNIFORM, Shape, Workspace
 
 RING = 256  # loss ring entries; a submission never encodes more iterations than this
 
@@ -56,6 +58,16 @@ class GpuFitLoop:
         }
         self.snaps = [{k: pool.acquire(STORAGE | COPY_DST | COPY_SRC, n * 4, f"snap-{k}")
                        for k, n in (("params", B * n_params), ("moments", 2 * B * n_params))} for _ in range(2)]
+        # what a chunk brings back, in one buffer mapped once: the loss ring, the first iteration's
+        # timestamps and, when an event follows, the parameters, moments and last image (each map
+        # is a round trip through the driver; up to five a chunk cost ~0.3 ms of GPU idle each)
+        self._out_size = {"ring": B * RING * 4, "timestamps": backend.timer.capacity * 8,
+                          "params": B * n_params * 4, "moments": B * n_params * 8,
+                          "image": H * W * 12}  # (the first image's: last_image is for one image)
+        self._out_at, end = {}, 0
+        for name, size in self._out_size.items():
+            self._out_at[name], end = end, end + (size + 7) // 8 * 8
+        self._out = pool.acquire(MAP_READ | COPY_DST, end, "read:chunk")
         self._dispatches = None
         backend.counters.upload_bytes += self.ws.set_frame(settings.loss) + self.ws.write(
             "target", np.ascontiguousarray(targets, dtype=np.float32))
@@ -85,7 +97,7 @@ class GpuFitLoop:
         up += self.ws.write("state", np.array([sigma0, lr0], dtype=np.float32), offset=4)
         up += self._write_extra("sched", schedule.pack())
         self.backend.counters.upload_bytes += up
-        self.set_state(raw, m, v)
+        self.set_state(raw, m, v)  # (with the next iteration's sigma in the scene records)
         self.sigma = sigma0
         # Two device-side snapshots of (params, moments), taken alternately at the start of each
         # submission, so a NaN can be rolled back without any per-iteration readback: the newest
@@ -99,6 +111,19 @@ class GpuFitLoop:
     def set_schedule(self, schedule: Schedule) -> None:
         self.schedule = schedule
         self.backend.counters.upload_bytes += self._write_extra("sched", schedule.pack())
+        self._write_next_sigma()
+
+    def _next_sigma(self) -> float:
+        return self.schedule.at(self.iter + 1)[0]
+
+    def _write_next_sigma(self) -> None:
+        """The next iteration's sigma into every scene record: binning, the forward and the
+        backward read it there; each iteration's Adam dispatch writes the one after (adam.wgsl),
+        so the host does this only where it starts the loop or changes the schedule."""
+        sigma = np.array([self._next_sigma()], dtype=np.float32)
+        stride, slot = self.shape.scene_stride, self.n_tris * 10 + 3
+        for b in range(self.batch):
+            self.backend.counters.upload_bytes += self.ws.write("scene", sigma, offset=(b * stride + slot) * 4)
 
     def set_optim(self, settings: FitSettings) -> None:
         """New learning rates / Adam constants from the next iteration on."""
@@ -141,7 +166,7 @@ class GpuFitLoop:
         vals = [values_from_raw(r, self.n_tris) for r in raw]
         tris = np.stack([t for t, _ in vals])
         bg = np.stack([b for _, b in vals])
-        sigma = self.schedule.at(max(self.iter, 1))[0]
+        sigma = self._next_sigma()
         mv = np.stack([m, v], axis=-1).astype(np.float32).ravel()  # moments[2 * (b * n + j) + {0, 1}]
         up = self._write_extra("params", raw.ravel()) + self._write_extra("moments", mv)
         up += self.ws.write("scene", pack_scenes(tris, bg, np.full(B, sigma)))
@@ -180,10 +205,28 @@ class GpuFitLoop:
     def _state_from(self, reads):
         B, n = self.batch, self.n_tris * 10 + 3
         p, mo = reads
-        raw = Workspace.read(p, B * n * 4).astype(np.float64).reshape(B, n)
-        mv = Workspace.read(mo, B * n * 8).astype(np.float64).reshape(B, n, 2)
         self.backend.counters.readback_bytes += B * n * 12
+        return self._parse_state(Workspace.read(p, B * n * 4), Workspace.read(mo, B * n * 8))
+
+    def _parse_state(self, params: np.ndarray, moments: np.ndarray):
+        """(raw, m, v) float64 (B, n_params) from the float32 params and interleaved moments."""
+        B, n = self.batch, self.n_tris * 10 + 3
+        raw = params.view(np.float32).astype(np.float64).reshape(B, n)
+        mv = moments.view(np.float32).astype(np.float64).reshape(B, n, 2)
         return raw, mv[..., 0].copy(), mv[..., 1].copy()
+
+    def _read_out(self, names: list[str], ts_bytes: int) -> dict[str, np.ndarray]:
+        """Map the chunk's readback buffer once; each named region's bytes (uint8, copied)."""
+        sizes = {**self._out_size, "timestamps": ts_bytes}
+        names = names + (["timestamps"] if ts_bytes else [])
+        self._out.map_sync(wgpu.MapMode.READ, 0, self._out.size)
+        try:
+            got = {name: np.frombuffer(self._out.read_mapped(self._out_at[name], sizes[name], copy=True),
+                                       dtype=np.uint8) for name in names}
+        finally:
+            self._out.unmap()
+        self.backend.counters.readback_bytes += sum(sizes[name] for name in names)
+        return got
 
     def current_values(self):
         """Triangles, background and sigma as the device has them now (one small readback);
@@ -197,7 +240,9 @@ class GpuFitLoop:
         rec = Workspace.read(st, size).astype(np.float64).reshape(B, stride)
         self.backend.counters.readback_bytes += size
         T = self.n_tris
-        tris, bg, sigma = rec[:, : T * 10].reshape(B, T, 10), rec[:, T * 10 : T * 10 + 3], float(rec[0, T * 10 + 3])
+        tris, bg = rec[:, : T * 10].reshape(B, T, 10), rec[:, T * 10 : T * 10 + 3]
+        # the record holds the next iteration's sigma (adam.wgsl); the scene is the current one's
+        sigma = float(np.float32(self.schedule.at(max(self.iter, 1))[0]))
         return (tris, bg, sigma) if self.batched else (tris[0], bg[0], sigma)
 
     def gpu_image(self):
@@ -209,7 +254,7 @@ class GpuFitLoop:
 
     def release(self) -> None:
         self.ws.release()
-        for buf in list(self.extra.values()) + [b for snap in self.snaps for b in snap.values()]:
+        for buf in list(self.extra.values()) + [b for snap in self.snaps for b in snap.values()] + [self._out]:
             self.backend.pool.release(buf)
         self.extra = {}
         self.snaps = []
@@ -228,20 +273,16 @@ class GpuFitLoop:
         ws, span = self.ws, self.backend.timer.span
         B = self.shape.batch
         n_params = self.n_tris * 10 + 3
-        with span(cpass, "advance", timed):
-            ws.encode_custom(cpass, "advance.wgsl", ["frame", "sched", "state", "scene"], (1, 1, 1),
-                             self.extra)
-        with span(cpass, "bin", timed):
-            ws.encode_bin(cpass)
+        with span(cpass, "bin", timed):  # (+ the iteration's start: counter, learning-rate scale)
+            ws.encode_bin(cpass, self.extra)
         with span(cpass, "forward", timed):
             ws.encode_forward(cpass)
-        with span(cpass, "loss", timed):
-            ws.encode_loss(cpass)
         with span(cpass, "backward", timed):
             ws.encode_backward(cpass)
-        with span(cpass, "reduce+adam", timed):
+        with span(cpass, "reduce+adam", timed):  # (+ the loss into the ring: loss_record.wgsl)
             ws.encode_custom(cpass, "adam.wgsl",
-                             ["frame", "opt", "partial", "tile_mask", "state", "params", "moments", "scene"],
+                             ["frame", "opt", "partial", "tile_mask", "state", "params", "moments", "scene",
+                              "loss_partial", "ring", "sched"],
                              ((n_params + PARAMS_PER_GROUP - 1) // PARAMS_PER_GROUP, B, 1), self.extra)
 
     def run(self, n: int, read_state: bool = False, read_image: bool = False) -> np.ndarray:
@@ -269,43 +310,41 @@ class GpuFitLoop:
         while done < n:
             k = min(self.settings.chunk, n - done, RING)
             slot = self.snap_turn
-            # a long chunk goes in two submissions, a few iterations first: the GPU runs them while
-            # the rest is encoded (encoding a whole chunk before submitting left the GPU idle)
-            first = self.settings.first_submission
-            k1 = first if 0 < first and 2 * first < k else k
+            parts = submission_sizes(k, self.settings.first_submission)
             fast = self._iteration_dispatches()
             with host.phase("encode"):
                 enc = self.device.create_command_encoder()
                 self._encode_snapshot(enc, slot)
                 cpass = enc.begin_compute_pass()
                 self._encode_iteration(cpass, timed=True)
-                _encode_repeats(cpass, fast, k1 - 1)
+                _encode_repeats(cpass, fast, parts[0] - 1)
                 cpass.end()
-                self.backend.timer.resolve(enc)
-            if k1 < k:
+                ts_bytes = self.backend.timer.resolve(enc, self._out, self._out_at["timestamps"])
+            for part in parts[1:]:  # the GPU runs what was submitted while the next part is encoded
                 with host.phase("submit"):
                     self.device.queue.submit([enc.finish()])
                     self.backend.counters.submissions += 1
                 with host.phase("encode"):
                     enc = self.device.create_command_encoder()
                     cpass = enc.begin_compute_pass()
-                    _encode_repeats(cpass, fast, k - k1)
+                    _encode_repeats(cpass, fast, part)
                     cpass.end()
             with host.phase("encode"):
-                ring, _ = self.ws.copy_out(enc, "ring", self.batch * RING * 4)
                 last = done + k >= n
-                state_reads = self._encode_state_copy(enc) if read_state and last else None
-                image_read = self.ws.copy_out(enc, "image", H * W * 12)[0] if read_image and last else None
+                wanted = ["ring"] + (["params", "moments"] if read_state and last else []) + \
+                    (["image"] if read_image and last else [])
+                sources = {"ring": self.ws.buffers["ring"], "image": self.ws.buffers["image"], **self.extra}
+                for name in wanted:
+                    enc.copy_buffer_to_buffer(sources[name], 0, self._out, self._out_at[name], self._out_size[name])
             with host.phase("submit"):
                 self.device.queue.submit([enc.finish()])
                 self.backend.counters.submissions += 1
             with host.phase("readback"):
-                values = Workspace.read(ring, self.batch * RING * 4).reshape(self.batch, RING)
-                self.backend.counters.readback_bytes += self.batch * RING * 4
-                state = self._state_from(state_reads) if state_reads is not None else None
-                image = Workspace.read(image_read, H * W * 12).reshape(H, W, 3) if image_read is not None else None
-                self.backend.counters.readback_bytes += H * W * 12 if image is not None else 0
-                self.backend.timer.collect()
+                got = self._read_out(wanted, ts_bytes)
+                values = got["ring"].view(np.float32).reshape(self.batch, RING)
+                state = self._parse_state(got["params"], got["moments"]) if "params" in got else None
+                image = got["image"].view(np.float32).reshape(H, W, 3) if "image" in got else None
+                self.backend.timer.collect(got.get("timestamps"))
             slots = (np.arange(self.iter + 1, self.iter + k + 1)) % RING
             losses = values[:, slots].T.astype(np.float64)  # (k, B): image b's ring is at b * RING
             self.snap_iter[slot] = self.iter
@@ -324,6 +363,25 @@ class GpuFitLoop:
         self.sigma = self.schedule.at(self.iter)[0]
         losses = np.concatenate(out) if out else np.empty((0, self.batch))
         return losses if self.batched else losses[:, 0]
+
+
+def submission_sizes(k: int, first: int) -> list[int]:
+    """Iterations per submission of a k-iteration chunk: ``first``, then twice as many each time
+    (the last part takes the rest), or all k at once when ``first`` is 0 or the chunk is short.
+
+    Why: the GPU idles until a submission arrives. Encoding an iteration costs the host about a
+    third of what running it costs an H200 (30 vs 80-100 us at 176 px, 150 triangles), so the
+    next part, twice as long as the one running, is ready before the GPU runs out of work. A
+    chunk in two parts (8 iterations, then the rest) left the GPU waiting ~2 ms for the rest."""
+    if first <= 0 or 2 * first >= k:
+        return [k]
+    sizes, left, size = [first], k - first, 2 * first
+    while left > 0:
+        take = size if left > 1.5 * size else left  # (no short tail part)
+        sizes.append(take)
+        left -= take
+        size *= 2
+    return sizes
 
 
 def _encode_repeats(cpass, dispatches: list[tuple], n: int) -> None:

@@ -56,6 +56,10 @@ def kernel_source(name: str, subgroups: bool, kb: int = 1, subgroup_size: int = 
         parts.append(source("reduce_subgroup.wgsl" if subgroups else "reduce_workgroup.wgsl"))
     if name == "adam.wgsl":
         parts.append(source("reduce.wgsl").split("@group(0)")[0])  # reduce_param, before the bindings
+    if name in ("adam.wgsl", "loss_reduce.wgsl"):
+        parts.append(source("loss_record.wgsl"))
+    if name in ("adam.wgsl", "bin.wgsl"):
+        parts.append(source("schedule.wgsl"))
     parts.append(source(name))
     return "\n".join(parts)
 

@@ -85,25 +85,33 @@ class GpuTimer:
         yield
         write_timestamp(cpass, self.query_set, i + 1)
 
-    def resolve(self, encoder) -> int:
-        """Encode the query resolve + copy; returns bytes that will be read back."""
+    def resolve(self, encoder, into=None, offset: int = 0) -> int:
+        """Encode the query resolve + copy (into the timer's own readback buffer, or ``into`` at
+        ``offset``, a multiple of 8, for a caller that maps one buffer for everything it reads);
+        returns bytes that will be read back."""
         n = len(self._names) * 2
         if not self.enabled or n == 0:
             return 0
         encoder.resolve_query_set(self.query_set, 0, n, self.resolve_buf, 0)
-        encoder.copy_buffer_to_buffer(self.resolve_buf, 0, self.read_buf, 0, n * 8)
+        if into is None:
+            into, offset = self.read_buf, 0
+        encoder.copy_buffer_to_buffer(self.resolve_buf, 0, into, offset, n * 8)
         return n * 8
 
-    def collect(self) -> dict[str, float]:
-        """After the submission completed: read the timestamps, record and return ms per name."""
+    def collect(self, data=None) -> dict[str, float]:
+        """After the submission completed: read the timestamps (or take ``data``, the bytes
+        ``resolve(..., into=...)`` copied), record and return ms per name."""
         n = len(self._names) * 2
         if not self.enabled or n == 0:
             return {}
-        self.read_buf.map_sync(wgpu.MapMode.READ, 0, self.read_buf.size)
-        try:
-            ts = np.frombuffer(self.read_buf.read_mapped(0, n * 8, copy=True), dtype=np.uint64)
-        finally:
-            self.read_buf.unmap()
+        if data is not None:
+            ts = np.frombuffer(data, dtype=np.uint64, count=n)
+        else:
+            self.read_buf.map_sync(wgpu.MapMode.READ, 0, self.read_buf.size)
+            try:
+                ts = np.frombuffer(self.read_buf.read_mapped(0, n * 8, copy=True), dtype=np.uint64)
+            finally:
+                self.read_buf.unmap()
         out: dict[str, float] = defaultdict(float)
         for k, name in enumerate(self._names):
             start, end = int(ts[2 * k]), int(ts[2 * k + 1])

@@ -233,9 +233,14 @@ class Workspace:
         s = self.shape
         return (s.tiles_x, s.tiles_y, s.batch)
 
-    def encode_bin(self, cpass) -> None:
-        self._dispatch(cpass, "bin.wgsl", ["frame", "scene", "tile_count", "tile_list", "tile_mask"],
-                       self.tile_groups)
+    def encode_bin(self, cpass, fit: dict | None = None) -> None:
+        """``fit``: the fit loop's buffers (its ``sched``); binning then also starts the iteration
+        (bin.wgsl's fit_main)."""
+        names = ["frame", "scene", "tile_count", "tile_list", "tile_mask"]
+        if fit is None:
+            self._dispatch(cpass, "bin.wgsl", names, self.tile_groups)
+        else:
+            self._dispatch(cpass, "bin.wgsl", names + ["state", "sched"], self.tile_groups, "fit_main", fit)
 
     def encode_forward(self, cpass) -> None:
         self._dispatch(cpass, "forward.wgsl", ["frame", "scene", "tile_count", "tile_list", "image",

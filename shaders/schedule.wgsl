@@ -1,0 +1,27 @@
+// The fit loop's schedules (render/fitloop.py Schedule.at, the same formulas): sigma annealed
+// geometrically, the learning-rate scale by a cosine. The including kernel declares `sched`.
+// No kernel of its own: bin.wgsl's fit_main starts each iteration (counter, learning-rate scale)
+// and adam.wgsl ends it (the next iteration's sigma into the scene record), one dispatch fewer an
+// iteration than a kernel of their own (~6 us plus a barrier on the H200).
+
+struct Schedule {
+    sigma_start: f32,      // fraction of the shorter side
+    sigma_end: f32,
+    sigma_iters: f32,      // geometric anneal from start to end over this many iterations
+    lr_decay_iters: f32,   // learning-rate scale: cosine from lr_start down to lr_final over these
+    lr_final: f32,
+    iter_offset: f32,      // the sigma anneal starts at this iteration
+    lr_offset: f32,        // ... and the learning-rate cosine at this one
+    lr_start: f32,
+}
+
+fn schedule_sigma(it: u32) -> f32 {
+    let u = max(f32(it) - sched.iter_offset, 0.0);
+    let fs = clamp(u / max(sched.sigma_iters, 1.0), 0.0, 1.0);
+    return sched.sigma_start * pow(sched.sigma_end / sched.sigma_start, fs);
+}
+
+fn schedule_lr(it: u32) -> f32 {
+    let fl = clamp((f32(it) - sched.lr_offset) / max(sched.lr_decay_iters, 1.0), 0.0, 1.0);
+    return sched.lr_final + (sched.lr_start - sched.lr_final) * 0.5 * (1.0 + cos(3.14159265 * fl));
+}
