@@ -66,14 +66,15 @@ class FitSettings:
     insert_radius: float = 0.6    # ... and small (x the first triangles' size), so adding one never
                                   # throws away what the fit has (a 60-triangle test: +0.8 dB at 300 it)
     insert_shape: str = "residual"  # new triangles shaped to the residual around them (render/placement.py); "random"
-    overgrow: float = 1.5         # grow to this many times the triangles, then prune back to them (by exact
+    overgrow: float = 1.75        # grow to this many times the triangles, then prune back to them (by exact
                                   # removal cost, render/placement.py); 1 = off. 12 s lavapipe: +0.7 / +0.2 dB
+                                  # (1.5 then); 1.75 with 24 cycles: H200 7,500 it +0.07 / +0.08 dB (QUALITY.md)
     prune_until: float = 0.85     # ... in prune_stages equal steps between growth_until and this fraction of the plan,
     prune_stages: int = 2
-    overgrow_cycles: int = 16     # ... in up to this many cycles (each after the first grows back, then prunes),
+    overgrow_cycles: int = 24     # ... in up to this many cycles (each after the first grows back, then prunes),
     prune_hold: float = 0.0       # ... each cycle holding its peak for this fraction of it before the pruning steps,
     prune_cycle_min: int = 100    # ... each at least this many iterations long (a 12 s lavapipe plan has three
-                                  # cycles, a 1 s H200 plan ~14; QUALITY.md)
+                                  # cycles, a 1 s H200 plan ~24; QUALITY.md)
     cycle_lr: float = 2.0         # >0: each pruning cycle after the first restarts the learning-rate scale at (at
                                   # least) this, cosine down to lr_final at the plan's end (H200 5,000 it: +0.3 /
                                   # +0.2 dB with 16 cycles; 12 s lavapipe: +0.4 / +0.3 dB; QUALITY.md)

@@ -292,7 +292,7 @@ class Fitter:
     def _prune_cycles(self) -> int:
         """Pruning cycles in this plan: as many of at least prune_cycle_min iterations as fit
         between growth_until and prune_until, up to overgrow_cycles (with the defaults, a 12 s
-        lavapipe plan of ~1,000 iterations has three, a 5,000-iteration plan sixteen)."""
+        lavapipe plan of ~1,000 iterations has three, a 7,500-iteration plan twenty-four)."""
         s = self.settings
         span = (s.prune_until - s.growth_until) * s.planned_iterations
         return max(1, min(s.overgrow_cycles, int(span // max(1, s.prune_cycle_min))))

@@ -415,7 +415,7 @@ def test_gpu_loop_follows_the_reference_loop_through_a_new_schedule(gpu_engine, 
 
 
 @pytest.mark.parametrize("settings", [
-    {},                                                        # the defaults: up to 16 cycles
+    {},                                                        # the defaults: up to 24 cycles
     {"overgrow_cycles": 1, "prune_until": 0.75},                # one cycle
     {"prune_hold": 0.5},                                        # each cycle holds its peak first
     {"overgrow_cycles": 3, "prune_stages": 8, "prune_hold": 0.3},

@@ -169,6 +169,12 @@ VARIANTS = {
     "cycles 60 until 0.9": {"overgrow_cycles": 60, "prune_until": 0.9},
     "cycles 24": {"overgrow_cycles": 24},
     "cycles 32": {"overgrow_cycles": 32},
+    "cycles 24 until 0.9": {"overgrow_cycles": 24, "prune_until": 0.9},
+    "cycles 24 overgrow 1.75": {"overgrow_cycles": 24, "overgrow": 1.75},
+    "cycle lr 1.5": {"cycle_lr": 1.5},
+    "cycle lr 2.5": {"cycle_lr": 2.5},
+    "lr_final 0.05": {"lr_final": 0.05},
+    "16 cycles overgrow 1.5": {"overgrow_cycles": 16, "overgrow": 1.5},  # the defaults until 7th session
 }
 
 
@@ -221,7 +227,8 @@ def budgeted(a):
                 sigmas.append(scene.sigma * min(scene.width, scene.height))
                 f.close()
             print(f"{name:24s} {Path(image).name:14s} seeds {a.seeds}: PSNR mean {np.mean(psnrs):.2f} "
-                  f"({min(psnrs):.2f}-{max(psnrs):.2f}) sigma {np.mean(sigmas):.2f} px", flush=True)
+                  f"({min(psnrs):.2f}-{max(psnrs):.2f}) sigma {np.mean(sigmas):.2f} px "
+                  f"[{' '.join(f'{p:.2f}' for p in psnrs)}]", flush=True)
 
 
 if __name__ == "__main__":
