@@ -1,6 +1,6 @@
 """The optimisation loop's pieces shared by both backends: the raw parameter layout, the sigma
 and learning-rate schedules, and the settings. The GPU loop (render/gpu/fitloop.py) evaluates the
-same formulas in WGSL (shaders/advance.wgsl, shaders/adam.wgsl); the reference loop below runs them
+same formulas in WGSL (shaders/schedule.wgsl, shaders/adam.wgsl); the reference loop below runs them
 in float64 numpy and is what the GPU loop is compared against.
 
 Raw parameters, per image: ``T * 10 + 3`` floats -- for each triangle its six vertex coordinates
@@ -88,7 +88,7 @@ class FitSettings:
 
 @dataclass
 class Schedule:
-    """What advance.wgsl evaluates each iteration (sigma as a fraction of the shorter side)."""
+    """What schedule.wgsl evaluates each iteration (sigma as a fraction of the shorter side)."""
 
     sigma_start: float
     sigma_end: float

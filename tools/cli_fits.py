@@ -47,10 +47,11 @@ def main():
                 scene = Scene.load(out)
                 meta = scene.meta
                 r = {"image": Path(path).name, "run": run, "iterations": meta.get("iterations"),
-                     "adapter": meta.get("adapter"), **score(scene, target)}
+                     "adapter": meta.get("adapter"), "sigma_px": scene.sigma * min(scene.width, scene.height),
+                     **score(scene, target)}
                 rows.append(r)
                 print(f"{r['image']:28s} run {run} PSNR {r['psnr']:.2f} SSIM {r['ssim'] or float('nan'):.3f} "
-                      f"iterations {r['iterations']} ({r['adapter']})", flush=True)
+                      f"iterations {r['iterations']} sigma {r['sigma_px']:.2f} px ({r['adapter']})", flush=True)
     for image in dict.fromkeys(r["image"] for r in rows):
         v = [r["psnr"] for r in rows if r["image"] == image]
         print(f"# {image}: mean {np.mean(v):.2f} ({min(v):.2f}-{max(v):.2f}) over {len(v)} runs", flush=True)

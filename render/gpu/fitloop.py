@@ -8,8 +8,8 @@ in one submission, or several for a long chunk (``first_submission`` iterations,
 many each time: the GPU runs each part while the next is encoded; ``submission_sizes``).
 Per-iteration losses land in a device ring buffer that is read back once per chunk, in one mapped
 buffer with whatever else the chunk brings back; no image or gradient leaves the device during a
-fit unless an event asks for them. The first iteration of each chunk is timed per pass with timestamp queries (where the
-adapter has them).
+fit unless an event asks for them. The first iteration of each chunk is timed per pass with
+timestamp queries (where the adapter has them).
 
 Batches: ``target`` may be one image (H, W, 3) or a stack (B, H, W, 3) of equal-size images with
 ``raw`` (B, T*10 + 3) -- every kernel already indexes per image (scene records, parameters and
@@ -60,7 +60,7 @@ class GpuFitLoop:
                        for k, n in (("params", B * n_params), ("moments", 2 * B * n_params))} for _ in range(2)]
         # what a chunk brings back, in one buffer mapped once: the loss ring, the first iteration's
         # timestamps and, when an event follows, the parameters, moments and last image (each map
-        # is a round trip through the driver; up to five a chunk cost ~0.3 ms of GPU idle each)
+        # is a round trip through the driver, while the GPU waits for the next chunk)
         self._out_size = {"ring": B * RING * 4, "timestamps": backend.timer.capacity * 8,
                           "params": B * n_params * 4, "moments": B * n_params * 8,
                           "image": H * W * 12}  # (the first image's: last_image is for one image)
@@ -73,11 +73,15 @@ class GpuFitLoop:
             "target", np.ascontiguousarray(targets, dtype=np.float32))
         zeros = np.zeros((B, n_params))
         self.reset(_per_image(raw, B, n_params), zeros, zeros, iteration, schedule, settings)
-        # Build the iteration's pipelines (and the render one that growth and respawn use) now,
-        # not inside the first step: a driver compiling shaders into a cold cache would spend a
-        # time-limited fit's first few hundred ms there.
+        # Build every pipeline a fit uses now, not inside its steps: the iteration's, the render
+        # (growth, respawn, sigma probes) and the loss-and-gradient call's (pruning's removal costs:
+        # binning's plain entry, the loss sum, the gradient reduction). A driver compiling shaders
+        # into a cold cache would spend a time-limited fit's time there (a process's first fit
+        # overran 1 s by ~0.2 s when the iteration's pipelines were built inside it).
         self._iteration_dispatches()
-        self.ws.pipeline("render.wgsl")
+        for kernel, entry in (("render.wgsl", "main"), ("bin.wgsl", "main"), ("loss_reduce.wgsl", "main"),
+                              ("reduce.wgsl", "reduce_grad")):
+            self.ws.pipeline(kernel, entry)
 
     # ------------------------------------------------------------------ state
     def _write_extra(self, name, arr) -> int:
