@@ -6,8 +6,8 @@ warm-up submission, then ``repeats`` timed submissions, each encoding ``calls`` 
 back to back in one compute pass and waiting for the result; the figure is wall ms per call
 (amortised over the calls of a submission). We quote the median over repeats and the min-max.
 A per-pass breakdown comes from GPU timestamps of one separate call. The fit-iteration cell
-runs the device-resident fitter (chunks of 25 or 100 iterations a readback, each in two
-submissions since the sixth session: the first 8 iterations, then the rest).
+runs the device-resident fitter (chunks of 25 or 100 iterations a readback, each in growing
+submissions since the seventh session: 8, 16, 32, ... iterations; two before, 8 then the rest).
 """
 
 from __future__ import annotations
