@@ -56,8 +56,8 @@ def new_triangles(target: np.ndarray, n: int, image: np.ndarray | None, rng: np.
     H, W = target.shape[:2]
     S = min(W, H)
     residual = _residual(target, image)
-    # sampled in proportion to the error: what rng.choice(p=...) does, without its checks of p
-    # (a respawn places a few triangles, and those checks were a third of its cost)
+    # sampled in proportion to the error: what rng.choice(p=...) does (the same draws from the
+    # same random stream), without its validation of p, which a respawn of a few triangles paid
     cdf = np.cumsum(error_map(target, image, residual).ravel())
     idx = np.searchsorted(cdf / cdf[-1], rng.random(n), side="right")
     cy, cx = (idx // W + rng.uniform(0, 1, n)) / H, (idx % W + rng.uniform(0, 1, n)) / W
