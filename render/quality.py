@@ -40,6 +40,11 @@ def score(scene: Scene, target: np.ndarray) -> dict[str, float | None]:
     return {"psnr": 10 * np.log10(1 / mse) if mse > 0 else float("inf"), "ssim": ssim(img, target.astype(np.float64))}
 
 
+def score_as_saved(scene: Scene, target: np.ndarray) -> dict[str, float | None]:
+    """:func:`score` of exactly what a saved scene file holds (the JSON round trip)."""
+    return score(Scene.from_json(scene.to_json()), np.asarray(target, dtype=np.float64))
+
+
 def fit_and_score(engine: Engine, image_path: str, tris: int, seed: int, size: int,
                   stop: StopConditions, out_dir: Path | None = None, **settings) -> dict:
     target = load_image(image_path, size)
@@ -50,9 +55,8 @@ def fit_and_score(engine: Engine, image_path: str, tris: int, seed: int, size: i
     scene = f.scene
     if out_dir is not None:
         scene.save(out_dir / f"{Path(image_path).stem}-{tris}-s{seed}.json")
-    scene = Scene.from_json(scene.to_json())  # score exactly what a saved file holds
     row = {"image": Path(image_path).name, "triangles": tris, "seed": seed, "iterations": f.iteration,
-           "wall_s": wall, "respawned": f.respawned, **score(scene, target.astype(np.float64))}
+           "wall_s": wall, "respawned": f.respawned, **score_as_saved(scene, target)}
     f.close()
     return row
 

@@ -19,13 +19,13 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import render.fitter as fitter_mod  # noqa: E402
-from render import Engine, Fitter, Scene, StopConditions, load_image  # noqa: E402
-from render.quality import score  # noqa: E402
+from render import Engine, Fitter, StopConditions, load_image  # noqa: E402
+from render.quality import score_as_saved  # noqa: E402
 from resources import sample_path  # noqa: E402
 
 
 def psnr_of(f: Fitter, target: np.ndarray) -> float:
-    return score(Scene.from_json(f.scene.to_json()), target.astype(np.float64))["psnr"]
+    return score_as_saved(f.scene, target)["psnr"]
 
 
 def main() -> None:

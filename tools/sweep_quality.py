@@ -207,8 +207,8 @@ def main():
 def budgeted(a):
     import numpy as np
 
-    from render import Fitter, Scene, load_image
-    from render.quality import score
+    from render import Fitter, load_image
+    from render.quality import score_as_saved
 
     eng = Engine("gpu")
     print(f"# budgeted plan of {a.budgeted_plan} on {eng.description}, {time.strftime('%Y-%m-%d')}", flush=True)
@@ -223,7 +223,7 @@ def budgeted(a):
                 f.plan(a.budgeted_plan)
                 f.step(a.budgeted_plan)
                 scene = f.scene
-                psnrs.append(score(Scene.from_json(scene.to_json()), target.astype(np.float64))["psnr"])
+                psnrs.append(score_as_saved(scene, target)["psnr"])
                 sigmas.append(scene.sigma * min(scene.width, scene.height))
                 f.close()
             print(f"{name:24s} {Path(image).name:14s} seeds {a.seeds}: PSNR mean {np.mean(psnrs):.2f} "
