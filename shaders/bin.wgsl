@@ -35,7 +35,6 @@ fn fit_main(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_index) 
     if (li == 0u && wid.x == 0u && wid.y == 0u && wid.z == 0u) {
         let it = state.iter + 1u;
         state.iter = it;
-        state.sigma = schedule_sigma(it);
         state.lr_scale = schedule_lr(it);
     }
 }

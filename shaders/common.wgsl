@@ -188,7 +188,7 @@ fn tile_pixel(tile: vec2u, li: u32) -> vec2u {
 // Device-side loop state (the fitter advances it; one-shot calls leave iter at 0).
 struct State {
     iter: u32,
-    sigma: f32,
+    sigma: f32,     // no kernel reads it: sigma travels in each image's scene record
     lr_scale: f32,
     _pad: u32,
 }
