@@ -1,10 +1,12 @@
-"""The fit worker: one Python thread that owns the Fitter and steps it in short chunks.
+"""The fit worker: a thread shell around the run loop (render.run.FitRun).
 
 The GUI never touches the fitter (its methods are not thread-safe) and never waits on the GPU.
-It sends commands through a thread-safe queue; the worker applies them between chunks and
-reports back through Qt signals, which Qt delivers on the GUI thread (queued connections).
-Chunks are sized from measured iteration times so one chunk stays under ``CHUNK_TARGET_S``;
-that bounds how long a live change (count, sigma, learning rate, pause) waits.
+It sends commands through a thread-safe queue; the worker hands live changes to the run loop,
+which applies them between chunks (and records them, with their iteration, in the scene's meta),
+steps the run loop one chunk at a time, and reports back through Qt signals, which Qt delivers
+on the GUI thread (queued connections). The run loop sizes chunks to ``CHUNK_TARGET_S``, which
+bounds how long a live change (count, sigma, learning rate, pause) waits. What a fit computes --
+its schedules, events and stops -- is the run loop's and the strategy's, as for the CLI.
 
 A plain ``threading.Thread`` (not a QThread) so that "no leaked threads" is checkable with
 ``threading.active_count()`` and ``join()``. GPU use is shared with the canvas through a
@@ -25,14 +27,13 @@ import numpy as np
 from PySide6 import QtCore
 
 import render
-from render import StopConditions
+from render import FitRun, StopConditions
 
 from .gpu_gate import GpuGate
 
 log = logging.getLogger("trifit.app")
 
 CHUNK_TARGET_S = 0.015  # one chunk of iterations should take about this long (a preview frame follows each)
-MAX_CHUNK = 256         # the GPU fit loop's loss ring holds 256 iterations per submission
 TIMINGS_EVERY_S = 0.5   # how often per-pass timings and counters are sent to the plots
 REFERENCE_PREVIEW_EVERY_S = 0.5  # reference backend: host render of the preview, at most this often
 AUTOSAVE_EVERY_S = 30.0  # default autosave period while fitting (app/session.py; TRIFIT_AUTOSAVE_SECONDS)
@@ -88,66 +89,6 @@ class AutosaveSnapshot:
     n_triangles: int            # triangles in the scene now (the fitter may still be growing)
     backend: str
     running: bool
-
-
-@dataclass
-class StopTracker:
-    """Stop conditions measured from the moment the user pressed Start."""
-
-    rules: StopConditions
-    start_iteration: int
-    start_wall_s: float
-    best_loss: float = float("inf")
-    best_at: int = 0
-
-    def remaining_iterations(self, iteration: int) -> int | None:
-        if self.rules.iterations is None:
-            return None
-        return self.rules.iterations - (iteration - self.start_iteration)
-
-    def reason_to_stop(self, stats, iteration: int, wall_s: float) -> str | None:
-        r = self.rules
-        left = self.remaining_iterations(iteration)
-        if left is not None and left <= 0:
-            return f"reached {r.iterations} iterations"
-        if r.time_limit is not None and wall_s - self.start_wall_s >= r.time_limit:
-            return f"reached the time limit of {r.time_limit:g} s"
-        if r.target_psnr is not None and stats.psnr >= r.target_psnr:
-            return f"reached {stats.psnr:.2f} dB (target {r.target_psnr:g} dB)"
-        if stats.loss < self.best_loss * (1 - 1e-3):
-            self.best_loss, self.best_at = stats.loss, iteration
-        elif r.plateau is not None and iteration - self.best_at >= r.plateau:
-            return f"no 0.1% improvement in {r.plateau} iterations"
-        return None
-
-
-class ChunkSizer:
-    """Iterations per chunk so that a chunk takes about ``target_s`` (running average per iteration)."""
-
-    def __init__(self, target_s: float = CHUNK_TARGET_S, max_chunk: int = MAX_CHUNK):
-        self.target_s = target_s
-        self.max_chunk = max_chunk
-        self.seconds_per_iteration: float | None = None
-
-    def reset(self) -> None:
-        # A new fit (size, count) costs differently; start again from one iteration.
-        self.seconds_per_iteration = None
-
-    def next(self) -> int:
-        if self.seconds_per_iteration is None:
-            return 1
-        return int(min(max(self.target_s / self.seconds_per_iteration, 1), self.max_chunk))
-
-    def observe(self, iterations: int, seconds: float) -> None:
-        if iterations <= 0:
-            return
-        per = seconds / iterations
-        if self.seconds_per_iteration is None:
-            self.seconds_per_iteration = per
-        else:
-            # React fast to slower chunks (a change must land within ~100 ms), slowly to faster ones.
-            weight = 0.7 if per > self.seconds_per_iteration else 0.3
-            self.seconds_per_iteration += weight * (per - self.seconds_per_iteration)
 
 
 # ---------------------------------------------------------------------- commands
@@ -207,8 +148,8 @@ class FitWorker:
         self._last_load: _Load | None = None
         self._running = False
         self._stop_rules = StopConditions()
-        self._tracker: StopTracker | None = None
-        self._sizer = ChunkSizer()
+        self._run: FitRun | None = None          # the run loop while running (stop rules from Start)
+        self._steps = None                       # ... and its iterator
         self._last_timings = 0.0
         self._last_preview = 0.0
         self._params: FitParams | None = None    # the current fit's settings, live changes included
@@ -383,65 +324,54 @@ class FitWorker:
             return
         if cmd.kind == "stop":
             self._stop_rules = cmd.value
-            if self._tracker is not None:
-                self._tracker.rules = cmd.value
-            if self._running:
-                self._plan()
+            if self._run is not None:
+                self._run.request("stop", cmd.value)
             return
         if self._fitter is None:
             return  # the next fit is built from the controls' values anyway
-        try:
-            if cmd.kind == "triangles":
-                self._fitter.set_triangles(cmd.value)
-                self._sizer.reset()
-            elif cmd.kind == "sigma":
-                self._fitter.set_sigma(cmd.value)
-            elif cmd.kind == "lr":
-                self._fitter.set_learning_rate(cmd.value)
-        except (ValueError, render.TrifitError) as exc:
-            self.signals.failed.emit("Cannot apply the change", str(exc))
-            return
+        if self._run is not None:  # applied by the run loop at the next chunk boundary
+            self._run.request(cmd.kind, cmd.value)
+        else:
+            try:
+                self._fitter.apply(cmd.kind, cmd.value)
+            except (ValueError, render.TrifitError) as exc:
+                self.signals.failed.emit("Cannot apply the change", str(exc))
+                return
+            self.signals.applied.emit(cmd.kind, time.perf_counter() - cmd.sent_at)
         if self._params is not None:
             field_name = {"triangles": "triangles", "sigma": "sigma_px", "lr": "lr_scale"}[cmd.kind]
             setattr(self._params, field_name, cmd.value)
-        self.signals.applied.emit(cmd.kind, time.perf_counter() - cmd.sent_at)
 
     def _set_running(self, running: bool) -> None:
         if running and self._fitter is None:
             running = False
         if running and not self._running:
             f = self._fitter
-            self._tracker = StopTracker(self._stop_rules, f.iteration, f.wall_s, best_at=f.iteration)
-            self._plan()
+            # stop rules count from Start; with none the run goes on until paused
+            self._run = FitRun(f, replace(self._stop_rules), chunk_s=CHUNK_TARGET_S, first_chunk=1)
+            self._steps = iter(self._run)
             if f.iteration == self._autosaved_iteration:
                 self._autosave_t = time.perf_counter()  # nothing unsaved: the period starts now
         if not running and self._running:
+            self._end_run()
             self._autosave_now = True  # paused or stopped: save what the fit has (if anything is new)
         if running != self._running:
             self._running = running
             self.signals.running_changed.emit(running)
 
-    def _plan(self) -> None:
-        """Fit the fitter's schedules (sigma anneal, lr decay, coarse stage, growth) to the stop
-        rules, as Fitter.run does: to the iteration limit, or to what the measured speed
-        predicts for the time limit (re-estimated after every chunk); otherwise the fitter's
-        default plan stands."""
-        f, t, rules = self._fitter, self._tracker, self._stop_rules
-        if f is None or t is None:
-            return
-        if rules.iterations is not None:
-            f.plan(t.start_iteration + rules.iterations)
-        elif rules.time_limit is not None:
-            done = f.iteration - t.start_iteration
-            elapsed = f.wall_s - t.start_wall_s
-            if done < 5 or elapsed <= 0:
-                if f.settings.planned_iterations <= f.iteration:
-                    f.plan(f.iteration + 100)  # a first guess, corrected from the speed
-                return
-            # the fitter's own planner: each stage's speed measured on its own (a planner here that
-            # took the average speed flip-flopped the plan, and with it sigma, every chunk once the
-            # half-size stage was over)
-            f.replan_for_time(t.start_iteration, elapsed, rules.time_limit)
+    def _end_run(self) -> None:
+        """Drop the run loop; changes it had not applied yet apply now (nothing asked is lost)."""
+        run, self._run, self._steps = self._run, None, None
+        if run is not None:
+            try:
+                self._emit_applied(run.apply_pending())
+            except (ValueError, render.TrifitError) as exc:
+                self.signals.failed.emit("Cannot apply the change", str(exc))
+
+    def _emit_applied(self, applied) -> None:
+        for kind, seconds in applied:
+            if kind != "stop":
+                self.signals.applied.emit(kind, seconds)
 
     def _do_load(self, cmd: _Load) -> None:
         p = cmd.params
@@ -460,6 +390,7 @@ class FitWorker:
             return
         # Only now, with the new fit built, is the old one paused and replaced.
         self._set_running(False)
+        self._end_run()
         if self._fitter is not None:
             self._fitter.close()
         self._fitter = fitter
@@ -468,7 +399,6 @@ class FitWorker:
         self._autosave_t = time.perf_counter()
         self._autosaved_iteration = fitter.iteration
         self._autosave_now = False
-        self._sizer.reset()
         self._last_timings = 0.0
         self._last_preview = 0.0
         self.signals.loaded.emit(FitInfo(cmd.source, fitter.target.copy(), fitter.width, fitter.height,
@@ -493,26 +423,22 @@ class FitWorker:
             self.signals.job_done.emit(job.job_id, result)
 
     def _step_chunk(self) -> tuple[Progress, str | None] | None:
-        """One chunk of iterations; returns what to publish once the GPU is released."""
+        """One chunk of the run loop; returns what to publish once the GPU is released."""
         f = self._fitter
-        n = self._sizer.next()
-        left = self._tracker.remaining_iterations(f.iteration) if self._tracker else None
-        if left is not None:
-            n = max(min(n, left), 0)
-        if n == 0:
-            self._finish(f"reached {self._tracker.rules.iterations} iterations")
-            return None
-        first = len(f.history)
-        t0 = time.perf_counter()
         try:
-            stats = f.step(n)
+            step = next(self._steps)
+        except StopIteration:
+            self._set_running(False)
+            return None
         except (render.TrifitError, ValueError) as exc:
             self._set_running(False)
             self.signals.failed.emit("The fit stopped", str(exc))
             return None
-        self._sizer.observe(n, time.perf_counter() - t0)
-        progress = Progress(stats, np.asarray(f.history.iterations[first:]),
-                            np.asarray(f.history.losses[first:]), n)
+        self._emit_applied(step.applied)
+        if step.chunk == 0 and step.reason:
+            self._finish(step.reason)
+            return None
+        progress = Progress(step.stats, step.iterations, step.losses, step.chunk)
         now = time.perf_counter()
         if now - self._last_timings >= TIMINGS_EVERY_S:
             self._last_timings = now
@@ -523,10 +449,7 @@ class FitWorker:
         elif now - self._last_preview >= REFERENCE_PREVIEW_EVERY_S:
             self._last_preview = now
             progress.pixels = self.engine.render(f.scene)
-        reason = self._tracker.reason_to_stop(stats, f.iteration, f.wall_s) if self._tracker else None
-        if not reason and self._stop_rules.time_limit is not None and self._stop_rules.iterations is None:
-            self._plan()
-        return progress, reason
+        return progress, step.reason
 
     def _autosave_snapshot(self) -> AutosaveSnapshot | None:
         """The fit to autosave, when a save is due: ``_autosave_s`` seconds of fitting since the

@@ -15,11 +15,12 @@ __version__ = "0.1.0"
 
 from .engine import Engine, Gradient  # noqa: E402
 from .errors import AdapterError, BatchError, ImageError, SceneError, TrifitError  # noqa: E402
-from .fitter import Fitter, StopConditions  # noqa: E402
+from .fitter import BatchFitter, Fitter  # noqa: E402
 from .imageio import load_image  # noqa: E402
+from .run import FitRun, Progress, StopConditions, replay_run  # noqa: E402
 from .scene import Scene  # noqa: E402
 
 __all__ = [
-    "AdapterError", "BatchError", "Engine", "Fitter", "Gradient", "ImageError", "Scene",
+    "AdapterError", "BatchError", "BatchFitter", "Engine", "FitRun", "Fitter", "Progress", "replay_run", "Gradient", "ImageError", "Scene",
     "SceneError", "StopConditions", "TrifitError", "__version__", "load_image",
 ]

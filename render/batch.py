@@ -8,17 +8,17 @@ and pooled GPU buffers are built once and reused), on one of two paths:
   ``--target-psnr`` or ``--plateau``): the images are loaded at the working size, grouped by
   that size, and each group (up to :data:`BATCH_CHUNK` images) runs in lockstep through one
   :class:`render.fitter.BatchFitter` -- one set of GPU dispatches per iteration for the whole
-  group. Trade-off: the batched fit has a fixed triangle count and no growth stages, no
-  respawn and no coarse stage, so at the same iterations it usually ends a little below the
-  full fitter's PSNR, in exchange for throughput. Should a batched fit fail, its images are
-  fitted one by one instead.
+  group, and the same strategy as a single fit (growth, pruning, respawn, sigma probes, the
+  coarse stage: events at the same iterations for every image, decided per image). Should a
+  batched fit fail, its images are fitted one by one instead.
 * **Sequential** (``sequential=True`` / ``--sequential``, any time limit, PSNR or plateau stop --
-  those are per image -- or the reference backend): one full :class:`render.fitter.Fitter` per
+  those are per image -- or the reference backend): one :class:`render.fitter.Fitter` per
   image, one after another.
 
-On either path each fit is independent and seeded: an image's result does not depend (beyond
-float precision) on which other images are in the batch -- the batched kernels index every buffer
-per image. ``trifit batch`` without ``--iters`` (the default 600 iterations) stays sequential.
+Both paths run through the one run loop (render/run.py). Each fit is independent and seeded: an
+image's result does not depend (beyond float precision) on which other images are in the batch
+-- the batched kernels index every buffer per image, and each image has its own random stream.
+``trifit batch`` without ``--iters`` (the default 600 iterations) stays sequential.
 
 Guarantees:
 
@@ -171,7 +171,7 @@ BATCH_CHUNK = 16
 
 
 def run_batch(inputs: Iterable[str] | Iterable[Path], outdir, *, triangles: int = 150, size: int = 176,
-              stop=None, seed: int = 0, loss: str = "mse", engine=None, backend: str = "auto",
+              stop=None, seed: int = 0, loss: str = "mse", strategy: str = "default", engine=None, backend: str = "auto",
               render: bool = False, reports: bool = False, force: bool = False,
               progress: bool = True, on_result: Callable[[ImageResult], None] | None = None,
               sequential: bool = False, batch_chunk: int = BATCH_CHUNK) -> BatchResult:
@@ -179,7 +179,7 @@ def run_batch(inputs: Iterable[str] | Iterable[Path], outdir, *, triangles: int 
     from tqdm import tqdm
 
     from .engine import Engine
-    from .fitter import StopConditions
+    from .run import StopConditions
     from .imageio import load_image
 
     images = find_images([str(s) for s in inputs])
@@ -201,8 +201,8 @@ def run_batch(inputs: Iterable[str] | Iterable[Path], outdir, *, triangles: int 
 
     only_iterations = (stop.iterations is not None and stop.time_limit is None
                        and stop.target_psnr is None and stop.plateau is None)
-    opts = dict(triangles=triangles, size=size, seed=seed, loss=loss, render=render, reports=reports,
-                progress=progress, bar=bar, record=record, outdir=outdir, names=names)
+    opts = dict(triangles=triangles, size=size, seed=seed, loss=loss, strategy=strategy, render=render,
+                reports=reports, progress=progress, bar=bar, record=record, outdir=outdir, names=names)
     try:
         pending = []
         for img_path in images:
@@ -266,11 +266,12 @@ def _failure(img_path, scene_path, exc, t0) -> ImageResult:
     return ImageResult(str(img_path), str(scene_path), "failed", error=err, seconds=time.perf_counter() - t0)
 
 
-def _fit_sequential(img_path, target, engine, stop, *, triangles, size, seed, loss, render, reports,
+def _fit_sequential(img_path, target, engine, stop, *, triangles, size, seed, loss, strategy, render, reports,
                     progress, bar, record, outdir, names) -> None:
     """The per-image path: a full Fitter (growth, respawn, coarse stage, any stop condition)."""
     from .fitter import Fitter
     from .imageio import load_image
+    from .run import FitRun
 
     name = names[img_path]
     scene_path = outdir / f"{name}.trifit.json"
@@ -280,12 +281,12 @@ def _fit_sequential(img_path, target, engine, stop, *, triangles, size, seed, lo
         if target is None:
             target = load_image(img_path, size)
         fitter = Fitter(target, triangles=triangles, size=size, seed=seed, engine=engine,
-                        source=str(img_path), loss=loss)
+                        source=str(img_path), loss=loss, strategy=strategy)
         try:
             def step(stats, _name=img_path.name):
                 bar.set_postfix_str(f"{_name[:30]} it {stats.iteration} psnr {stats.psnr:.2f}")
 
-            fitter.run(stop, callback=step if progress else None)
+            FitRun(fitter, stop).run(step if progress else None)
             psnr = _save_outputs(fitter.scene, fitter, engine, name, outdir, render, reports)
             r = ImageResult(str(img_path), str(scene_path), "done", psnr, fitter.iteration,
                             time.perf_counter() - t0)
@@ -296,23 +297,24 @@ def _fit_sequential(img_path, target, engine, stop, *, triangles, size, seed, lo
     record(r)
 
 
-def _fit_batched(members, engine, stop, *, triangles, size, seed, loss, render, reports,
+def _fit_batched(members, engine, stop, *, triangles, size, seed, loss, strategy, render, reports,
                  progress, bar, record, outdir, names) -> None:
     """Equal-size images through one BatchFitter; each scene is written as soon as the group
     ends. Should the batched fit itself fail, the group's images are fitted one by one instead."""
     import logging
 
     from .fitter import BatchFitter
+    from .run import FitRun
 
-    opts = dict(triangles=triangles, size=size, seed=seed, loss=loss, render=render, reports=reports,
-                progress=progress, bar=bar, record=record, outdir=outdir, names=names)
+    opts = dict(triangles=triangles, size=size, seed=seed, loss=loss, strategy=strategy, render=render,
+                reports=reports, progress=progress, bar=bar, record=record, outdir=outdir, names=names)
     bar.set_postfix_str(f"{len(members)} x {members[0][0].name[:30]} (batched)")
     t0 = time.perf_counter()
     try:
         bf = BatchFitter([t for _, t in members], triangles=triangles, size=size, seeds=seed, engine=engine,
-                         sources=[str(p) for p, _ in members], loss=loss)
+                         sources=[str(p) for p, _ in members], loss=loss, strategy=strategy)
         try:
-            bf.run(stop.iterations)
+            FitRun(bf, stop).run()
             scenes = bf.scenes
         finally:
             bf.close()

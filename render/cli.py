@@ -78,7 +78,13 @@ def build_parser() -> argparse.ArgumentParser:
     f.add_argument("--seed", type=int, default=0)
     f.add_argument("--loss", choices=["mse", "l1"], default="mse")
     f.add_argument("--backend", choices=["auto", "gpu", "reference"], default="auto")
+    f.add_argument("--strategy", choices=["default", "fixed"], default="default",
+                   help="fit policy: default (coarse stage, growth, pruning, respawn, sigma probes) "
+                        "or fixed (the count from the start, plain schedules)")
     f.add_argument("--resume", metavar="SCENE.json", help="start from this scene instead of a fresh one")
+    f.add_argument("--replay", metavar="SCENE.json",
+                   help="re-run the fit that wrote SCENE.json exactly: its settings, iterations, plans and "
+                        "live changes (the same adapter writes the same triangles)")
     f.add_argument("-o", "--output", default=None, metavar="OUT.json", help="scene file (default IMAGE.trifit.json)")
     f.add_argument("--report", default=None, metavar="REPORT.json|.html", help="write a run report")
     f.add_argument("--animation", default=None, metavar="OUT.gif",
@@ -111,6 +117,7 @@ def build_parser() -> argparse.ArgumentParser:
     bt.add_argument("--seed", type=int, default=0)
     bt.add_argument("--loss", choices=["mse", "l1"], default="mse")
     bt.add_argument("--backend", choices=["auto", "gpu", "reference"], default="auto")
+    bt.add_argument("--strategy", choices=["default", "fixed"], default="default", help="fit policy (see fit)")
     bt.add_argument("--png", action="store_true", help="also write a PNG render of each scene (NAME.trifit.png)")
     bt.add_argument("--reports", action="store_true",
                     help="also write a JSON report per image (NAME.trifit-report.json)")
@@ -173,11 +180,17 @@ def cmd_fit(args) -> int:
     from tqdm import tqdm
 
     from .engine import Engine
-    from .fitter import Fitter, StopConditions
+    from .fitter import Fitter
     from .imageio import load_image
+    from .run import FitRun, StopConditions, replay_run
     from .scene import Scene
 
-    target = load_image(args.image, args.size)  # validates before any GPU work
+    settings = {"triangles": args.tris, "size": args.size, "seed": args.seed, "loss": args.loss,
+                "strategy": args.strategy}
+    replay = _replay_settings(args) if args.replay else None
+    if replay is not None:
+        settings = replay["settings"]
+    target = load_image(args.image, settings["size"])  # validates before any GPU work
     init = Scene.load(args.resume) if args.resume else None
     out = Path(args.output) if args.output else Path(args.image).with_suffix(".trifit.json")
     _check_writable(out)
@@ -192,9 +205,10 @@ def cmd_fit(args) -> int:
     stop = StopConditions(args.iters, args.time_limit, args.target_psnr, args.plateau)
     if not stop.any():
         stop.iterations = 600
+    if replay is not None:
+        stop = StopConditions(iterations=replay["iterations"])
     engine = Engine(args.backend)
-    fitter = Fitter(target, triangles=args.tris, size=args.size, seed=args.seed, engine=engine,
-                    init_scene=init, source=str(args.image), loss=args.loss)
+    fitter = Fitter(target, engine=engine, init_scene=init, source=str(args.image), **settings)
     t0 = time.perf_counter()
     total = stop.iterations if stop.iterations else None
     bar = tqdm(total=total, unit="it", disable=args.quiet, desc="fit", dynamic_ncols=True,
@@ -209,8 +223,11 @@ def cmd_fit(args) -> int:
 
     if recorder is not None:
         recorder.capture(fitter)  # the starting state
-    try:  # with an animation, submissions are cut at the frame interval so frames land on it
-        fitter.run(stop, callback=progress, chunk=min(recorder.every, fitter.settings.chunk) if recorder else None)
+    chunk = min(recorder.every, fitter.settings.chunk) if recorder else None  # frames land on the interval
+    run = replay_run(fitter, replay) if replay is not None else FitRun(fitter, stop, chunk=chunk)
+    run.chunk = chunk
+    try:
+        run.run(progress)
     finally:
         bar.close()
     if recorder is not None:
@@ -230,6 +247,26 @@ def cmd_fit(args) -> int:
         _write_report(Path(args.report), report, fitter)
     fitter.close()
     return EXIT_OK
+
+
+def _replay_settings(args) -> dict:
+    """What --replay re-runs: the scene's recorded settings, iterations and changes."""
+    from .fitloop import FitSettings
+    from .scene import Scene
+
+    if args.resume or any(v is not None for v in (args.iters, args.time_limit, args.target_psnr, args.plateau)):
+        raise UsageError("trifit fit: --replay takes its settings and iterations from the scene; "
+                         "drop --resume, --iters, --time-limit, --target-psnr and --plateau")
+    meta = Scene.load(args.replay).extra.get("meta")
+    known = set(FitSettings().as_dict())
+    if not isinstance(meta, dict) or not isinstance(meta.get("settings"), dict) \
+            or not isinstance(meta.get("iterations"), int) or not isinstance(meta.get("changes", []), list):
+        raise TrifitError(f"{args.replay}: no record of the fit to replay (meta.settings, meta.iterations, "
+                          f"meta.changes); it was not written by this version of trifit's fit")
+    unknown = sorted(set(meta["settings"]) - known)
+    if unknown:
+        raise TrifitError(f"{args.replay}: meta.settings has settings this version does not know: {', '.join(unknown)}")
+    return {"settings": dict(meta["settings"]), "iterations": meta["iterations"], "changes": meta.get("changes", [])}
 
 
 def fit_report(fitter, engine, wall: float, mse: float, psnr: float, args) -> dict:
@@ -294,7 +331,7 @@ def cmd_render(args) -> int:
 # ---------------------------------------------------------------------- batch
 def cmd_batch(args) -> int:
     from .batch import run_batch
-    from .fitter import StopConditions
+    from .run import StopConditions
 
     out = Path(args.output)
     if out.exists() and not out.is_dir():
@@ -303,7 +340,7 @@ def cmd_batch(args) -> int:
     if not stop.any():
         stop.iterations = 600
     result = run_batch(args.inputs, out, triangles=args.tris, size=args.size, stop=stop, seed=args.seed,
-                       loss=args.loss, backend=args.backend, render=args.png, reports=args.reports,
+                       loss=args.loss, strategy=args.strategy, backend=args.backend, render=args.png, reports=args.reports,
                        force=args.force, progress=not args.quiet,
                        # batching needs an iteration count the user chose (see render/batch.py)
                        sequential=args.sequential or args.iters is None)

@@ -65,6 +65,7 @@ class FitSettings:
     insert_alpha: float = 0.15    # triangles added later (growth, respawn, a larger count) start faint
     insert_radius: float = 0.6    # ... and small (x the first triangles' size), so adding one never
                                   # throws away what the fit has (a 60-triangle test: +0.8 dB at 300 it)
+    strategy: str = "default"     # the fit policy (render/strategy.py): "default" or "fixed"
     insert_shape: str = "residual"  # new triangles shaped to the residual around them (render/placement.py); "random"
     overgrow: float = 1.75        # grow to this many times the triangles, then prune back to them (by exact
                                   # removal cost, render/placement.py); 1 = off. 12 s lavapipe: +0.7 / +0.2 dB
@@ -98,14 +99,32 @@ class Schedule:
     iter_offset: float = 0.0  # the sigma anneal starts here
     lr_offset: float = 0.0    # the learning-rate cosine starts here, at lr_start
     lr_start: float = 1.0
+    # each image's own final sigma (a batch anneals every image from sigma_start to its own end);
+    # None: sigma_end for every image
+    sigma_ends: tuple[float, ...] | None = None
+
+    def _anneal(self, it: int) -> float:
+        u = max(it - self.iter_offset, 0.0)
+        return min(max(u / max(self.sigma_iters, 1.0), 0.0), 1.0)
 
     def at(self, it: int) -> tuple[float, float]:
-        u = max(it - self.iter_offset, 0.0)
-        fs = min(max(u / max(self.sigma_iters, 1.0), 0.0), 1.0)
-        sigma = self.sigma_start * (self.sigma_end / self.sigma_start) ** fs
+        """(sigma towards sigma_end, learning-rate scale) at iteration ``it``."""
+        sigma = self.sigma_start * (self.sigma_end / self.sigma_start) ** self._anneal(it)
         fl = min(max((it - self.lr_offset) / max(self.lr_decay_iters, 1.0), 0.0), 1.0)
         lr = self.lr_final + (self.lr_start - self.lr_final) * 0.5 * (1.0 + math.cos(math.pi * fl))
         return sigma, lr
+
+    def ends(self, batch: int) -> np.ndarray:
+        """(batch,) final sigmas: ``sigma_ends`` or ``sigma_end`` for every image."""
+        if self.sigma_ends is None:
+            return np.full(batch, self.sigma_end)
+        if len(self.sigma_ends) != batch:
+            raise ValueError(f"{len(self.sigma_ends)} final sigmas for {batch} images")
+        return np.asarray(self.sigma_ends, dtype=np.float64)
+
+    def sigmas(self, it: int, batch: int) -> np.ndarray:
+        """(batch,) sigma of each image at iteration ``it`` (schedule.wgsl's schedule_sigma)."""
+        return self.sigma_start * (self.ends(batch) / self.sigma_start) ** self._anneal(it)
 
     def pack(self) -> np.ndarray:
         return np.array([self.sigma_start, self.sigma_end, self.sigma_iters, self.lr_decay_iters,
@@ -162,9 +181,14 @@ class ReferenceFitLoop:
         self.schedule = schedule
         self.iter = iteration
         self.set_state(raw, m, v)
-        self.sigma = schedule.at(max(iteration, 1))[0]
+        self.sigmas = schedule.sigmas(max(iteration, 1), self.batch)
         self._good = [(self.get_state(), iteration)] * 2  # see GpuFitLoop: two verified snapshots
         self._turn = 0
+
+    @property
+    def sigma(self) -> float:
+        """The first image's sigma at the current iteration."""
+        return float(self.sigmas[0])
 
     def set_optim(self, settings: FitSettings) -> None:
         self.settings = settings
@@ -223,10 +247,11 @@ class ReferenceFitLoop:
         losses = np.empty((n, self.batch))
         for k in range(n):
             self.iter += 1
-            self.sigma, lr_scale = self.schedule.at(self.iter)
+            lr_scale = self.schedule.at(self.iter)[1]
+            self.sigmas = self.schedule.sigmas(self.iter, self.batch)
             for b in range(self.batch):
                 tris, bg = values_from_raw(self.raw[b], self.n_tris)
-                scene = Scene(W, H, self.sigma, bg, tris)
+                scene = Scene(W, H, float(self.sigmas[b]), bg, tris)
                 with self.backend.host.phase("forward+backward"):
                     loss, gt, gb = reference.loss_and_grad(scene, self.targets[b], s.loss)
                 g = np.concatenate([gt.ravel(), gb])
@@ -247,13 +272,16 @@ class ReferenceFitLoop:
         vals = [values_from_raw(r, self.n_tris) for r in self.raw]
         if not self.batched:
             return vals[0][0], vals[0][1], self.sigma
-        return np.stack([t for t, _ in vals]), np.stack([b for _, b in vals]), self.sigma
+        return np.stack([t for t, _ in vals]), np.stack([b for _, b in vals]), self.sigmas.copy()
 
     def gpu_image(self):
         return None
 
     def last_image(self):
         return None
+
+    def read_image(self):
+        return None  # no image is kept: placement renders the current values
 
     def gpu_phase_samples(self) -> dict[str, list[float]]:
         return {}

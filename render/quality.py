@@ -19,7 +19,8 @@ import numpy as np
 from . import __version__
 from . import reference
 from .engine import Engine
-from .fitter import Fitter, StopConditions
+from .fitter import Fitter
+from .run import StopConditions
 from .imageio import load_image
 from .scene import Scene
 

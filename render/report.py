@@ -534,7 +534,8 @@ def main(argv: list[str] | None = None) -> int:  # pragma: no cover - used to re
     import time
 
     from .engine import Engine
-    from .fitter import Fitter, StopConditions
+    from .fitter import Fitter
+    from .run import StopConditions
 
     argv = list(sys.argv[1:] if argv is None else argv)
     out = Path(argv[0] if argv else "docs/example-report.html")

@@ -32,13 +32,14 @@ struct Optim {
 @group(0) @binding(8) var<storage, read> loss_partial: array<f32>;
 @group(0) @binding(9) var<storage, read_write> ring: array<f32>;
 @group(0) @binding(10) var<uniform> sched: Schedule;
+@group(0) @binding(11) var<storage, read> sigma_end: array<f32>;  // each image's final sigma
 
 @compute @workgroup_size(256)
 fn main(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_index) li: u32) {
     let b = wid.y;
     if (wid.x == 0u) {  // (wid is uniform in a workgroup: barriers allowed)
         record_loss(b, li);
-        if (li == 0u) { scene[b * frame.scene_stride + frame.n_tris * 10u + 3u] = schedule_sigma(state.iter + 1u); }
+        if (li == 0u) { scene[b * frame.scene_stride + frame.n_tris * 10u + 3u] = schedule_sigma(state.iter + 1u, sigma_end[b]); }
     }
     let n_params = frame.n_tris * 10u + 3u;
     let col = li % PARAMS_PER_GROUP;

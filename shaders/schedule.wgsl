@@ -15,10 +15,12 @@ struct Schedule {
     lr_start: f32,
 }
 
-fn schedule_sigma(it: u32) -> f32 {
+// `end`: the image's own final sigma (a batch anneals each image towards its own; the fit loop
+// keeps them in a storage array beside the schedule).
+fn schedule_sigma(it: u32, end: f32) -> f32 {
     let u = max(f32(it) - sched.iter_offset, 0.0);
     let fs = clamp(u / max(sched.sigma_iters, 1.0), 0.0, 1.0);
-    return sched.sigma_start * pow(sched.sigma_end / sched.sigma_start, fs);
+    return sched.sigma_start * pow(end / sched.sigma_start, fs);
 }
 
 fn schedule_lr(it: u32) -> f32 {

@@ -13,7 +13,7 @@ from PIL import Image
 from render import Scene
 from render.batch import SUMMARY_NAME, find_images, output_names, run_batch
 from render.cli import main
-from render.fitter import StopConditions
+from render.run import StopConditions
 
 pytestmark = pytest.mark.gpu
 
@@ -130,6 +130,9 @@ def test_batched_and_sequential_paths(tmp_path, images, gpu_ctx):
     assert main(["batch", str(images), "-o", str(seq), "--backend", "gpu", "--sequential", *FIT]) == 0
     a = Scene.load(out / "a.trifit.json")
     assert a.meta["batched"] == 2 and Scene.load(out / "c.trifit.json").meta["batched"] == 1
-    assert a.meta["settings"]["growth_stages"] == 1 and a.meta["iterations"] == 5
+    assert a.meta["settings"]["strategy"] == "default" and a.meta["iterations"] == 5
+    for name in ("a", "b", "c"):  # the same strategy in lockstep: each image as its own fit gives it
+        batched, alone = Scene.load(out / f"{name}.trifit.json"), Scene.load(seq / f"{name}.trifit.json")
+        np.testing.assert_allclose(batched.triangles, alone.triangles, atol=1e-5)
     assert "batched" not in Scene.load(seq / "a.trifit.json").meta
     assert _scenes(out) == _scenes(seq) == ["a.trifit.json", "b.trifit.json", "c.trifit.json"]

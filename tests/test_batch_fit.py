@@ -1,5 +1,6 @@
 """The batched fit path: B images stepped in lockstep by one loop give what B single-image loops
-give (batching never mixes images), on the GPU and against the reference loop."""
+give (batching never mixes images), on the GPU and against the reference loop; a BatchFitter runs
+the same strategy as a Fitter, so each of its images ends as that image's own fit."""
 
 import numpy as np
 import pytest
@@ -7,7 +8,10 @@ import pytest
 from render import Fitter, Scene, StopConditions
 from render import reference as R
 from render.fitloop import FitSettings
-from render.fitter import BATCH_FIXED, BatchFitter, default_schedule, initial_raw
+from render.fitter import BatchFitter
+from render.placement import initial_raw
+from render.run import FitRun
+from render.strategy import plan_schedule as default_schedule
 
 pytestmark = pytest.mark.gpu
 
@@ -93,29 +97,42 @@ def test_batched_rollback_restores_every_image(gpu_engine):
     loop.release()
 
 
-def test_batch_fitter_matches_fitter_and_is_deterministic(gpu_engine):
+# every event of the default strategy inside 60 iterations: a half-size stage, growth stages,
+# over-growth and pruning cycles, respawns, sigma probes
+EVENTFUL = dict(chunk=7, coarse_min_size=16, growth_until=0.3, prune_cycle_min=8, respawn_every=5,
+                sigma_probes=3)
+
+
+@pytest.mark.parametrize("strategy", ["default", "fixed"])
+def test_batch_fitter_is_each_image_fitted_alone(gpu_engine, strategy):
     targets = _targets(3)
     seeds = [4, 5, 6]
     runs = []
     for _ in range(2):
         bf = BatchFitter(targets, triangles=T, size=40, seeds=seeds, engine=gpu_engine,
-                         sources=["a", "b", "c"], chunk=5)
-        last = bf.run(12)
+                         sources=["a", "b", "c"], strategy=strategy, **EVENTFUL)
+        FitRun(bf, StopConditions(iterations=60)).run()
         runs.append(bf.scenes)
-        assert np.all(last < [h.losses[0] for h in bf.history])
+        assert np.all(bf.last_losses() < [h.losses[0] for h in bf.histories])
         bf.close()
     for a, b in zip(*runs):
-        np.testing.assert_array_equal(a.triangles, b.triangles)
+        assert a.to_json() == b.to_json()
     scenes = runs[0]
     meta = scenes[1].meta
-    assert meta["seed"] == 5 and meta["source"] == "b" and meta["iterations"] == 12
-    assert meta["settings"]["growth_stages"] == 1 and meta["settings"]["respawn_every"] == 0
-    assert meta["software"].startswith("trifit")
-    # image 1 alone through Fitter (same init helper, same settings) gives the same scene
-    f = Fitter(targets[1], triangles=T, size=40, seed=5, engine=gpu_engine, chunk=5, **BATCH_FIXED)
-    f.run(StopConditions(iterations=12))
-    np.testing.assert_allclose(f.scene.triangles, scenes[1].triangles, atol=1e-5)
-    f.close()
+    assert meta["seed"] == 5 and meta["source"] == "b" and meta["iterations"] == 60 and meta["batched"] == 3
+    assert meta["settings"]["strategy"] == strategy and meta["software"].startswith("trifit")
+    for b in range(3):  # each image alone through Fitter gives its scene: events decided per image
+        f = Fitter(targets[b], triangles=T, size=40, seed=seeds[b], engine=gpu_engine, strategy=strategy,
+                   **EVENTFUL)
+        f.run(StopConditions(iterations=60))
+        alone = f.scene
+        assert alone.n_triangles == scenes[b].n_triangles == T
+        # the kernels index every buffer per image: the same bits, not merely close ones
+        np.testing.assert_array_equal(alone.triangles, scenes[b].triangles)
+        assert alone.sigma == scenes[b].sigma
+        f.close()
+    if strategy == "default":  # the probes tuned each image's own sigma
+        assert len({s.sigma for s in scenes}) == 3
 
 
 def test_batch_fitter_refuses_mixed_sizes(gpu_engine):

@@ -22,14 +22,20 @@ def test_nan_rolls_back_lowers_lr_and_continues(backend, request):
                coarse_fraction=0)
     f.step(10)
     good = f.scene.triangles.copy()
-    lr0 = f.settings.lr_vertex
+    lr0 = f.learning_rates()["lr_vertex"]
     f.inject_fault("nan")
     with pytest.warns(RuntimeWarning, match="non-finite loss"):
         st = f.step(10)
-    assert f.faults == 1 and f.settings.lr_vertex == pytest.approx(lr0 / 2)
+    assert f.faults == 1 and f.learning_rates()["lr_vertex"] == pytest.approx(lr0 / 2)
     assert np.isfinite(st.loss) and f.iteration == 20
     assert list(f.history.iterations) == list(range(1, 21)) and np.all(np.isfinite(f.history.losses))
     assert np.all(np.isfinite(f.scene.triangles)) and not np.array_equal(f.scene.triangles, good)
+    # a live learning-rate change scales the rates in force: the halving stays
+    f.set_learning_rate(0.5)
+    assert f.learning_rates()["lr_vertex"] == pytest.approx(lr0 / 4)
+    assert f.settings.lr_vertex == pytest.approx(lr0)  # the settings (and the scene's meta) keep what was asked
+    f.set_learning_rate(1.0)
+    assert f.learning_rates()["lr_vertex"] == pytest.approx(lr0 / 2)
 
 
 @pytest.mark.gpu

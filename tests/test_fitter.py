@@ -1,5 +1,6 @@
-"""The fitter: device-resident loop against the reference loop, determinism, live changes,
-submissions and pooled buffers."""
+"""The fitter's mechanics: device-resident loop against the reference loop, determinism, live
+changes, events at their iterations, submissions and pooled buffers (the strategy's decisions:
+tests/test_strategy.py; the run loop: tests/test_run.py)."""
 
 import json
 
@@ -10,6 +11,8 @@ from render import Fitter, Scene, StopConditions
 from render import reference as R
 from render import fitter as fitter_mod
 from render import placement
+from render.run import COARSE_COST_GUESS, FitRun, TimePlanner
+from render.strategy import plan_schedule
 
 
 def _target(W=40, H=30, seed=0):
@@ -112,7 +115,9 @@ def test_live_changes_between_steps(backend, request):
     assert st.sigma_px == pytest.approx(3.0, rel=1e-5)
     assert f.scene.sigma * 24 == pytest.approx(3.0, rel=1e-5)
     f.set_learning_rate(0.5)
-    assert f.settings.lr_vertex == pytest.approx(0.003)
+    assert f.learning_rates()["lr_vertex"] == pytest.approx(0.003)
+    assert [c[1:] for c in f.changes] == [["triangles", 12], ["triangles", 6], ["sigma", 3.0], ["lr", 0.5]]
+    assert [c[0] for c in f.changes] == [5, 8, 8, 10]  # each at the iteration it applied at
     f.step(2)
     assert f.iteration == 12 and len(f.history) == 12
     sc = f.scene
@@ -124,8 +129,8 @@ def test_stop_conditions(ref_engine):
     f = Fitter(_target(16, 12), triangles=4, size=16, seed=0, engine=ref_engine, chunk=3)
     st = f.run(StopConditions(iterations=7))
     assert f.iteration == 7 and st.iteration == 7
-    f.run(StopConditions(target_psnr=1.0))  # reached at once
-    assert f.iteration == 10
+    f.run(StopConditions(target_psnr=1.0))  # reached at once, decided at the next check (CHECK_EVERY)
+    assert f.iteration == 50
     with pytest.raises(ValueError):
         f.run(StopConditions())
 
@@ -145,8 +150,8 @@ def test_resume_from_scene(ref_engine):
 def test_respawn_replaces_dead_triangles_on_top(gpu_engine):
     f = Fitter(_target(), triangles=12, size=40, seed=1, engine=gpu_engine, respawn_every=10)
     raw, m, v = f._loop.get_state()
-    raw[9] = -12.0                        # triangle 0 invisible (opacity ~6e-6)
-    raw[10:16] = raw[10:16] + 5.0         # triangle 1 far off the frame
+    raw[0, 9] = -12.0                     # triangle 0 invisible (opacity ~6e-6)
+    raw[0, 10:16] = raw[0, 10:16] + 5.0   # triangle 1 far off the frame
     f._loop.set_state(raw, m, v)
     f.step(10)
     assert f.respawned >= 2
@@ -161,9 +166,9 @@ def test_coarse_stage_then_full_size(ref_engine):
     f.plan(4)
     assert f.coarse_until == 2
     f.step(1)
-    assert f._loop.target_shape == (64, 64, 3)
+    assert f.coarse and f._loop.target_shape == (1, 64, 64, 3)
     f.step(2)
-    assert f._loop.target_shape == (128, 128, 3) and f.iteration == 3
+    assert not f.coarse and f._loop.target_shape == (1, 128, 128, 3) and f.iteration == 3 and f.full_from == 2
 
 
 def test_time_limited_run_plans_the_schedule(ref_engine):
@@ -176,10 +181,7 @@ def test_time_limited_run_plans_the_schedule(ref_engine):
 def test_time_limited_run_ends_within_the_limit(ref_engine, monkeypatch):
     # a fake clock on which every iteration takes 7 ms: the run must stop at or before 1 s, not
     # one ~0.1 s step past it
-    import render.fitter as fitter_module
-
     clock = [0.0]
-    monkeypatch.setattr(fitter_module.time, "perf_counter", lambda: clock[0])
     f = Fitter(_target(16, 12), triangles=3, size=16, seed=0, engine=ref_engine, chunk=50,
                respawn_every=0, overgrow=1.0, growth_stages=1, coarse_fraction=0)  # one loop throughout
     run = f._loop.run
@@ -190,7 +192,7 @@ def test_time_limited_run_ends_within_the_limit(ref_engine, monkeypatch):
         return run(k, **hints)
 
     f._loop.run = timed_run
-    f.run(StopConditions(time_limit=1.0))
+    FitRun(f, StopConditions(time_limit=1.0), clock=lambda: clock[0]).run()
     assert 0.95 <= clock[0] <= 1.0 and f.iteration == int(clock[0] / 0.007 + 1e-9)
 
 
@@ -234,7 +236,7 @@ def test_long_plans_prune_in_cycles_that_grow_back(ref_engine):
     assert counts[5:24] == [10] * 3 + [8] * 3 + [10] * 3 + [8] * 3 + [10] * 3 + [8] * 3 + [8], counts
     assert counts[-1] == 8 and f.scene.n_triangles == 8
     f.plan(24)  # a shorter plan fits fewer cycles of 6
-    assert f._prune_cycles() == 2
+    assert f.strategy.prune_cycles() == 2
 
 
 def _cycling_fitter(engine, **settings):
@@ -252,7 +254,7 @@ def test_later_pruning_cycles_restart_the_learning_rate(ref_engine):
     for _ in range(30):
         f.step(1)
         lr[f.iteration + 1] = f._loop.schedule.at(f.iteration + 1)[1]  # what the next iteration uses
-    main = fitter_mod.default_schedule(f.settings, f.short_side)
+    main = plan_schedule(f.settings, f.short_side)
     assert all(lr[i] == pytest.approx(main.at(i)[1]) for i in range(2, 13))  # growth, first cycle
     assert lr[13] > 1.95 and lr[19] > 1.9                         # cycles 2 and 3 start over at 2.0
     assert lr[18] < lr[13] and lr[31] == pytest.approx(f.settings.lr_final, abs=0.01)  # ... down to lr_final
@@ -264,14 +266,14 @@ def test_later_pruning_cycles_restart_the_learning_rate(ref_engine):
 def test_respawns_stop_where_pruning_begins(ref_engine):
     f = _cycling_fitter(ref_engine, respawn_every=2)
     at = []
-    respawn = f._respawn
-    f._respawn = lambda: at.append(f.iteration) or respawn()
+    respawn = f.strategy._respawn
+    f.strategy._respawn = lambda: at.append(f.iteration) or respawn()
     f.step(30)
     assert at and max(at) < 6            # pruning (from iteration 6) removes what stopped contributing
     g = Fitter(_target(24, 18), triangles=8, size=24, seed=0, engine=ref_engine, overgrow=1.0,
                respawn_every=2, respawn_until=0.8, growth_stages=1, coarse_fraction=0)
     g.plan(30)
-    assert g._respawn_until() == pytest.approx(24)  # no over-growth: respawn_until of the plan
+    assert g.strategy.respawn_until() == pytest.approx(24)  # no over-growth: respawn_until of the plan
 
 
 @pytest.mark.gpu
@@ -307,7 +309,7 @@ def test_events_read_the_state_that_came_back_with_the_losses(gpu_engine, monkey
         c0 = gpu_engine.counters()["submissions"]
         f.step(30)
         subs.append(gpu_engine.counters()["submissions"] - c0)
-        assert f._probes_done == 3 and f._host_snapshot[3] >= 25
+        assert f.strategy.probes_done == 3 and f._host_snapshot[3] >= 25
         scenes.append(f.scene.to_json())
         f.close()
     assert scenes[0] == scenes[1]
@@ -321,18 +323,24 @@ def test_the_loop_brings_its_last_image_back_for_placement(gpu_engine):
     loop = f._loop
     loop.run(5)
     assert loop.last_image() is None                 # not asked for
-    before = loop.current_values()
+    before = [v[0] for v in loop.current_values()]
     loop.run(3, read_image=True)
-    image = loop.last_image()
+    image = loop.last_image()[0]
     assert image.shape == f.target.shape
     # the last forward drew the parameters before the last Adam step: close to, not equal to, now
-    tris, bg, sigma = loop.current_values()
+    tris, bg, sigma = (v[0] for v in loop.current_values())
     now = gpu_engine.render(Scene(40, 30, sigma, bg, tris))
     assert 0 < np.abs(image - now).max() < 0.05
     assert np.abs(image - gpu_engine.render(Scene(40, 30, before[2], before[1], before[0]))).max() > 0
-    assert f._render_now(tris, bg, sigma) is image    # growth and respawn place against it
+    c0 = gpu_engine.counters()["submissions"]
+    np.testing.assert_array_equal(f.placement_image()[0], image)  # growth and respawn place against it,
+    assert gpu_engine.counters()["submissions"] == c0             # with no render or read of their own
     loop.run(1)
-    assert loop.last_image() is None                 # stale after another iteration
+    assert loop.last_image() is None                 # stale after another iteration ...
+    read = loop.read_image()                         # ... but the device still has it: a round trip
+    assert read.shape == (1, 30, 40, 3) and np.abs(read[0] - image).max() > 0
+    f.set_triangles(12)                              # a new state: no forward of it yet
+    assert f._loop.read_image() is None
     f.close()
 
 
@@ -345,7 +353,7 @@ def test_sigma_probes_move_the_final_sigma_towards_a_better_loss(ref_engine):
                coarse_fraction=0, respawn_every=0, sigma_end_px=0.5, sigma_fraction=0.5, sigma_probes=4)
     f.plan(40)
     f.step(40)
-    assert f._probes_done == 4 and f._sigma_scale > 1.2
+    assert f.strategy.probes_done == 4 and f.strategy.sigma_scales[0] > 1.2
     scene = f.scene
     planned = Scene(scene.width, scene.height, 0.5 / 18, scene.background, scene.triangles)
     assert np.mean((R.render(scene) - t) ** 2) < np.mean((R.render(planned) - t) ** 2)
@@ -414,37 +422,14 @@ def test_gpu_loop_follows_the_reference_loop_through_a_new_schedule(gpu_engine, 
         fitter_mod.release_loop(lp)
 
 
-@pytest.mark.parametrize("settings", [
-    {},                                                        # the defaults: up to 24 cycles
-    {"overgrow_cycles": 1, "prune_until": 0.75},                # one cycle
-    {"prune_hold": 0.5},                                        # each cycle holds its peak first
-    {"overgrow_cycles": 3, "prune_stages": 8, "prune_hold": 0.3},
-])
-def test_prune_events_land_where_the_schedule_changes(ref_engine, settings):
-    # the fit only looks at the schedule at events: the next event must be exactly the next
-    # iteration at which the wanted count differs, for any plan length
-    f = Fitter(_target(24, 18), triangles=150, size=24, seed=0, engine=ref_engine, respawn_every=0,
-               coarse_fraction=0, **settings)
-    for plan in (1111, 3777, 4999, 5000):
-        f.plan(plan)
-        wanted = [f._growth_target(i) for i in range(plan + 2)]
-        start = int(f.settings.growth_until * plan)
-        assert len(set(wanted[start:])) > 1  # the plan prunes
-        for it in range(start - 2, plan):
-            f.n_triangles = wanted[it]
-            change = next((a for a in range(it + 1, plan + 2) if wanted[a] != wanted[it]), None)
-            if change is not None:
-                assert f._next_prune_at(it) == change, (plan, it)
-
-
 def test_pruning_keeps_what_costs_most_to_remove(ref_engine):
     f = Fitter(_target(24, 18), triangles=12, size=24, seed=1, engine=ref_engine, growth_stages=1,
                respawn_every=0, coarse_fraction=0)
     f.plan(10)
     f.step(3)
-    tris, bg, sigma = f._loop.current_values()
+    tris, bg, sigma = (v[0] for v in f._loop.current_values())
     costs = placement.removal_costs(tris, bg, sigma, f.target.astype(np.float64))
-    f._prune(6)
+    f.keep(f.most_costly(6))
     best = np.sort(np.argsort(-costs)[:6])  # kept in their painting order
     np.testing.assert_allclose(f.scene.triangles, tris[best], atol=1e-12)
     assert f.n_triangles == 6 and f.step(1).loss > 0
@@ -482,7 +467,7 @@ def test_time_limited_short_plans_spend_more_at_half_size(ref_engine):
     f = Fitter(t, triangles=3, size=128, seed=0, engine=ref_engine, respawn_every=0, growth_stages=1)
     f.plan(400)
     assert f.coarse_until == int(0.3 * 400)          # fixed iteration count: the default share
-    f._time_budgeted = True                            # what replan_for_time sets
+    f.strategy.time_budgeted = True                    # what a time limit's plans set
     assert f.coarse_until == int(0.85 * 400)         # short time-limited plan: up to 0.85
     f.plan(3000)
     assert f.coarse_until == int(0.3 * 3000)         # long plans keep the default
@@ -494,18 +479,19 @@ def test_time_plan_measures_each_stage_on_its_own(ref_engine):
     f = Fitter(t, triangles=3, size=128, seed=0, engine=ref_engine, respawn_every=0, growth_stages=1)
     f.plan(40)
     f.step(10)
-    assert f._loop_is_coarse()
-    f.replan_for_time(0, 1.0, 60.0)
+    assert f.coarse
+    planner = TimePlanner(f, 0, 60.0)
+    planner.replan(1.0)
     plan, c_end = f.settings.planned_iterations, f.coarse_until
-    predicted = 1.0 + (c_end - 10) * 0.1 + (plan - c_end) * 0.1 / fitter_mod.COARSE_COST_GUESS
+    predicted = 1.0 + (c_end - 10) * 0.1 + (plan - c_end) * 0.1 / COARSE_COST_GUESS
     assert predicted == pytest.approx(60.0, abs=1.0)  # the plan ends with the time limit
     f.step(c_end - 10)
     elapsed = 1.0 + (c_end - 10) * 0.1
-    f.replan_for_time(0, elapsed, 60.0)               # the chunk that ended the coarse stage
+    planner.replan(elapsed)               # the chunk that ended the coarse stage
     f.step(20)
-    assert not f._loop_is_coarse()
+    assert not f.coarse
     elapsed += 20 * 0.5
-    f.replan_for_time(0, elapsed, 60.0)
+    planner.replan(elapsed)
     # the full-size speed is what was measured since the switch, not the average over the fit
     assert f.settings.planned_iterations == pytest.approx(f.iteration + (60.0 - elapsed) / 0.5, abs=2)
     # steady: more full-size chunks at the same speed leave the plan (and with it sigma) alone --
@@ -514,7 +500,7 @@ def test_time_plan_measures_each_stage_on_its_own(ref_engine):
     for _ in range(6):
         f.step(5)
         elapsed += 5 * 0.5
-        f.replan_for_time(0, elapsed, 60.0)
+        planner.replan(elapsed)
         plans.add(f.settings.planned_iterations)
         assert f.coarse_until <= f.iteration
     assert len(plans) == 1

@@ -29,7 +29,7 @@ from app.gpu_gate import GpuGate  # noqa: E402
 from app.main import build_parser  # noqa: E402
 from app.qtcompat import guard_pyside_refcounts  # noqa: E402
 from app.window import MainWindow  # noqa: E402
-from app.worker import ChunkSizer, StopTracker  # noqa: E402
+from render.run import ChunkSizer  # noqa: E402
 from resources import sample_path  # noqa: E402
 
 pytestmark = pytest.mark.gui
@@ -130,28 +130,12 @@ def test_layout_keeps_aspect_and_stacks_when_tall():
 
 
 def test_chunk_sizer_targets_chunk_time():
-    sizer = ChunkSizer(target_s=0.06)
+    sizer = ChunkSizer(target_s=0.06, first=1)
     assert sizer.next() == 1
     sizer.observe(1, 0.01)
     assert sizer.next() == 6
     sizer.observe(6, 0.6)                   # got slow: shrink fast
     assert sizer.next() <= 2
-
-
-def test_stop_tracker_rules():
-    class S:
-        def __init__(self, loss, psnr):
-            self.loss, self.psnr = loss, psnr
-
-    t = StopTracker(render.StopConditions(iterations=10), start_iteration=5, start_wall_s=0.0, best_at=5)
-    assert t.remaining_iterations(12) == 3
-    assert t.reason_to_stop(S(0.1, 10), 15, 1.0)
-    t = StopTracker(render.StopConditions(target_psnr=20), 0, 0.0)
-    assert t.reason_to_stop(S(0.1, 19), 1, 0.1) is None
-    assert "dB" in t.reason_to_stop(S(0.001, 30), 2, 0.2)
-    t = StopTracker(render.StopConditions(plateau=3), 0, 0.0)
-    assert t.reason_to_stop(S(0.1, 10), 1, 0.1) is None
-    assert t.reason_to_stop(S(0.1, 10), 4, 0.1) is not None
 
 
 def test_gpu_gate_never_makes_the_gui_wait():
@@ -396,3 +380,28 @@ def test_status_says_when_an_overgrown_fit_prunes_back(qtbot, window):
                           n_triangles=placed, sigma_px=1.0)
         window._on_progress(Progress(stats=stats, iterations=np.arange(6, 11), losses=np.full(5, 0.01), chunk=5))
         assert window.status_triangles.text() == expect
+
+
+def test_a_gui_fit_writes_the_scene_the_cli_writes(qtbot, window, tmp_path, monkeypatch):
+    # one run loop behind both front ends: equal settings and iterations, identical triangles
+    from tqdm import tqdm
+
+    from render.cli import main
+
+    monkeypatch.setattr(tqdm, "monitor_interval", 0)  # (no tqdm monitor thread for the leak check)
+    win = window
+    win.controls.stop_iterations.setValue(90)
+    win.open_image(sample_path("astronaut.png"), start=True)
+    wait_loaded(qtbot, win)
+    qtbot.waitUntil(lambda: "Stopped" in win.last_message, timeout=WAIT_MS)
+    got = []
+    win.worker.submit(lambda f: f.scene, on_done=got.append)
+    qtbot.waitUntil(lambda: bool(got), timeout=WAIT_MS)
+    gui = got[0]
+    out = tmp_path / "cli.json"
+    assert main(["fit", sample_path("astronaut.png"), "--tris", str(TRIANGLES), "--size", str(SIZE),
+                 "--iters", "90", "--seed", "0", "--backend", "gpu", "--quiet", "-o", str(out)]) == 0
+    cli = render.Scene.load(out)
+    assert gui.meta["iterations"] == cli.meta["iterations"] == 90
+    assert gui.triangles.tobytes() == cli.triangles.tobytes() and gui.sigma == cli.sigma
+    assert gui.background.tobytes() == cli.background.tobytes()

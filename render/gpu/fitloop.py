@@ -55,6 +55,7 @@ class GpuFitLoop:
             "moments": pool.acquire(STORAGE | COPY_DST | COPY_SRC, B * n_params * 8, "moments"),
             "sched": pool.acquire(UNIFORM | COPY_DST, 32, "sched"),
             "opt": pool.acquire(UNIFORM | COPY_DST, 32, "opt"),
+            "sigma_end": pool.acquire(STORAGE | COPY_DST, max(16, B * 4), "sigma_end"),
         }
         self.snaps = [{k: pool.acquire(STORAGE | COPY_DST | COPY_SRC, n * 4, f"snap-{k}")
                        for k, n in (("params", B * n_params), ("moments", 2 * B * n_params))} for _ in range(2)]
@@ -63,12 +64,13 @@ class GpuFitLoop:
         # is a round trip through the driver, while the GPU waits for the next chunk)
         self._out_size = {"ring": B * RING * 4, "timestamps": backend.timer.capacity * 8,
                           "params": B * n_params * 4, "moments": B * n_params * 8,
-                          "image": H * W * 12}  # (the first image's: last_image is for one image)
+                          "image": B * H * W * 12}
         self._out_at, end = {}, 0
         for name, size in self._out_size.items():
             self._out_at[name], end = end, end + (size + 7) // 8 * 8
         self._out = pool.acquire(MAP_READ | COPY_DST, end, "read:chunk")
         self._dispatches = None
+        self._image_iter = None  # the iteration whose forward the image buffer holds (None: stale)
         backend.counters.upload_bytes += self.ws.set_frame(settings.loss) + self.ws.write(
             "target", np.ascontiguousarray(targets, dtype=np.float32))
         zeros = np.zeros((B, n_params))
@@ -96,13 +98,14 @@ class GpuFitLoop:
         self.iter = iteration
         self.schedule = schedule
         self.set_optim(settings)
-        sigma0, lr0 = schedule.at(max(iteration, 1))
+        self.sigmas = schedule.sigmas(max(iteration, 1), self.batch)
+        lr0 = schedule.at(max(iteration, 1))[1]
         up = self.ws.write("state", np.array([iteration, 0, 0, 0], dtype=np.uint32))
-        up += self.ws.write("state", np.array([sigma0, lr0], dtype=np.float32), offset=4)
+        up += self.ws.write("state", np.array([self.sigmas[0], lr0], dtype=np.float32), offset=4)
         up += self._write_extra("sched", schedule.pack())
+        up += self._write_extra("sigma_end", schedule.ends(self.batch).astype(np.float32))
         self.backend.counters.upload_bytes += up
         self.set_state(raw, m, v)  # (with the next iteration's sigma in the scene records)
-        self.sigma = sigma0
         # Two device-side snapshots of (params, moments), taken alternately at the start of each
         # submission, so a NaN can be rolled back without any per-iteration readback: the newest
         # one whose chunk began with a finite loss is good. Slot 1 starts as this state.
@@ -112,22 +115,28 @@ class GpuFitLoop:
         self._encode_snapshot(enc, 1)
         self.device.queue.submit([enc.finish()])
 
+    @property
+    def sigma(self) -> float:
+        """The first image's sigma at the current iteration."""
+        return float(self.sigmas[0])
+
     def set_schedule(self, schedule: Schedule) -> None:
         self.schedule = schedule
-        self.backend.counters.upload_bytes += self._write_extra("sched", schedule.pack())
+        self.backend.counters.upload_bytes += self._write_extra("sched", schedule.pack()) + \
+            self._write_extra("sigma_end", schedule.ends(self.batch).astype(np.float32))
         self._write_next_sigma()
 
-    def _next_sigma(self) -> float:
-        return self.schedule.at(self.iter + 1)[0]
+    def _next_sigma(self) -> np.ndarray:
+        return self.schedule.sigmas(self.iter + 1, self.batch)
 
     def _write_next_sigma(self) -> None:
         """The next iteration's sigma into every scene record: binning, the forward and the
         backward read it there; each iteration's Adam dispatch writes the one after (adam.wgsl),
         so the host does this only where it starts the loop or changes the schedule."""
-        sigma = np.array([self._next_sigma()], dtype=np.float32)
+        sigma = self._next_sigma().astype(np.float32)
         stride, slot = self.shape.scene_stride, self.n_tris * 10 + 3
         for b in range(self.batch):
-            self.backend.counters.upload_bytes += self.ws.write("scene", sigma, offset=(b * stride + slot) * 4)
+            self.backend.counters.upload_bytes += self.ws.write("scene", sigma[b:b + 1], offset=(b * stride + slot) * 4)
 
     def set_optim(self, settings: FitSettings) -> None:
         """New learning rates / Adam constants from the next iteration on."""
@@ -173,9 +182,9 @@ class GpuFitLoop:
         sigma = self._next_sigma()
         mv = np.stack([m, v], axis=-1).astype(np.float32).ravel()  # moments[2 * (b * n + j) + {0, 1}]
         up = self._write_extra("params", raw.ravel()) + self._write_extra("moments", mv)
-        up += self.ws.write("scene", pack_scenes(tris, bg, np.full(B, sigma)))
+        up += self.ws.write("scene", pack_scenes(tris, bg, sigma))
         self.backend.counters.upload_bytes += up
-        self._read_state = self._read_image = None
+        self._read_state = self._read_image = self._image_iter = None
 
     def get_state(self):
         """Raw parameters and Adam moments, (n_params,) each or (B, n_params) for a stack: the copy
@@ -192,13 +201,30 @@ class GpuFitLoop:
         return (raw, m, v) if self.batched else (raw[0], m[0], v[0])
 
     def last_image(self) -> np.ndarray | None:
-        """The render of the last iteration's forward, (H, W, 3) float32, when the last
-        ``run(..., read_image=True)`` brought it back and nothing ran or changed since; else None.
-        It shows the parameters before that iteration's Adam step: what growth and respawn place
-        new triangles against, without a render of their own."""
-        if self._read_image is not None and self._read_image[0] == self.iter and not self.batched:
-            return self._read_image[1]
+        """The render of the last iteration's forward, (H, W, 3) float32 or (B, H, W, 3) for a
+        stack, when the last ``run(..., read_image=True)`` brought it back and nothing ran or
+        changed since; else None. It shows the parameters before that iteration's Adam step:
+        what growth and respawn place new triangles against, without a render of their own."""
+        if self._read_image is not None and self._read_image[0] == self.iter:
+            return self._read_image[1] if self.batched else self._read_image[1][0]
         return None
+
+    def read_image(self) -> np.ndarray | None:
+        """The last forward's image as ``last_image`` has it, read from the device when the
+        chunk did not bring it back (a round trip); None when the buffer holds no forward of the
+        current state (nothing ran since a reset or a new state)."""
+        image = self.last_image()
+        if image is not None or self._image_iter != self.iter:
+            return image
+        B, H, W = self.batch, self.shape.height, self.shape.width
+        enc = self.device.create_command_encoder()
+        st, size = self.ws.copy_out(enc, "image", B * H * W * 12)
+        self.device.queue.submit([enc.finish()])
+        self.backend.counters.submissions += 1
+        self.backend.counters.readback_bytes += size
+        image = Workspace.read(st, size).reshape(B, H, W, 3)
+        self._read_image = (self.iter, image)
+        return image if self.batched else image[0]
 
     def _encode_state_copy(self, enc):
         B, n = self.batch, self.n_tris * 10 + 3
@@ -246,8 +272,8 @@ class GpuFitLoop:
         T = self.n_tris
         tris, bg = rec[:, : T * 10].reshape(B, T, 10), rec[:, T * 10 : T * 10 + 3]
         # the record holds the next iteration's sigma (adam.wgsl); the scene is the current one's
-        sigma = float(np.float32(self.schedule.at(max(self.iter, 1))[0]))
-        return (tris, bg, sigma) if self.batched else (tris[0], bg[0], sigma)
+        sigma = self.schedule.sigmas(max(self.iter, 1), B).astype(np.float32).astype(np.float64)
+        return (tris, bg, sigma) if self.batched else (tris[0], bg[0], float(sigma[0]))
 
     def gpu_image(self):
         """(buffer, width, height): the last forward's float32 rgb image, on the device."""
@@ -286,7 +312,7 @@ class GpuFitLoop:
         with span(cpass, "reduce+adam", timed):  # (+ the loss into the ring: loss_record.wgsl)
             ws.encode_custom(cpass, "adam.wgsl",
                              ["frame", "opt", "partial", "tile_mask", "state", "params", "moments", "scene",
-                              "loss_partial", "ring", "sched"],
+                              "loss_partial", "ring", "sched", "sigma_end"],
                              ((n_params + PARAMS_PER_GROUP - 1) // PARAMS_PER_GROUP, B, 1), self.extra)
 
     def run(self, n: int, read_state: bool = False, read_image: bool = False) -> np.ndarray:
@@ -347,7 +373,7 @@ class GpuFitLoop:
                 got = self._read_out(wanted, ts_bytes)
                 values = got["ring"].view(np.float32).reshape(self.batch, RING)
                 state = self._parse_state(got["params"], got["moments"]) if "params" in got else None
-                image = got["image"].view(np.float32).reshape(H, W, 3) if "image" in got else None
+                image = got["image"].view(np.float32).reshape(self.batch, H, W, 3) if "image" in got else None
                 self.backend.timer.collect(got.get("timestamps"))
             slots = (np.arange(self.iter + 1, self.iter + k + 1)) % RING
             losses = values[:, slots].T.astype(np.float64)  # (k, B): image b's ring is at b * RING
@@ -359,12 +385,13 @@ class GpuFitLoop:
             self.snap_turn = slot ^ 1
             out.append(losses)
             self.iter += k
+            self._image_iter = self.iter
             done += k
             if state is not None:
                 self._read_state = (self.iter, *state)
             if image is not None:
                 self._read_image = (self.iter, image)
-        self.sigma = self.schedule.at(self.iter)[0]
+        self.sigmas = self.schedule.sigmas(self.iter, self.batch)
         losses = np.concatenate(out) if out else np.empty((0, self.batch))
         return losses if self.batched else losses[:, 0]
 

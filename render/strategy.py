@@ -1,0 +1,365 @@
+"""Fit policy: how many triangles a fit has when, where new ones go, what is removed, and the
+sigma and learning-rate schedules -- decided by iteration number alone.
+
+A strategy is an object with its own state, attached to one :class:`render.fitter.Fitter`. The
+fitter runs the iterations and calls the strategy at the iterations it names
+(:meth:`Strategy.next_event`); the strategy acts through the fitter's operations (``add``,
+``keep``, ``replace``, ``use_schedule``, ``to_full_size``), which keep parameters and Adam moments
+consistent. Every decision is a function of the iteration, the plan (``planned_iterations``) and
+the state at that iteration -- never of wall-clock time or of how the iterations were chunked --
+so a fit's scene depends only on its inputs and the iterations run.
+
+Two strategies:
+
+* ``"fixed"`` (:class:`FixedStrategy`): the count asked for from the start, a geometric sigma
+  anneal and a cosine learning-rate decay over the plan; no events.
+* ``"default"`` (:class:`DefaultStrategy`): a half-size coarse stage, growth in stages where the
+  error is largest, over-growth to ``overgrow`` x the count and pruning back in cycles (each
+  later cycle grows back and restarts the learning rate), respawn of triangles that stopped
+  contributing, and sigma probes that tune each image's final sigma after the anneal.
+
+In a batch every image sees the same events at the same iterations (counts are shared); what an
+event does is decided per image (where triangles go, which are removed, each image's sigma).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from .fitloop import FitSettings, Schedule
+from .placement import new_triangles
+
+STRATEGIES = ("default", "fixed")
+_NEVER = 1 << 40
+
+
+def make_strategy(name: str, fit) -> "FixedStrategy":
+    """The strategy called ``name``, attached to ``fit``."""
+    kinds = {"default": DefaultStrategy, "fixed": FixedStrategy}
+    if name not in kinds:
+        raise ValueError(f"unknown strategy {name!r}; choose one of {', '.join(STRATEGIES)}")
+    return kinds[name](fit)
+
+
+def plan_schedule(settings: FitSettings, short_side: int, sigma_fixed: float | None = None) -> Schedule:
+    """The sigma anneal and learning-rate decay over ``settings.planned_iterations`` (sigma as a
+    fraction of the shorter side; ``sigma_fixed`` pins it)."""
+    plan = max(1, settings.planned_iterations)
+    start, end = settings.sigma_start_px / short_side, settings.sigma_end_px / short_side
+    if sigma_fixed is not None:
+        start = end = sigma_fixed
+    return Schedule(start, end, settings.sigma_fraction * plan, plan, settings.lr_final)
+
+
+class FixedStrategy:
+    """A fixed triangle count and the plain schedules: the baseline, and what a user picks to
+    see gradient descent alone."""
+
+    name = "fixed"
+    uses_coarse_stage = False
+
+    def __init__(self, fit):
+        self.fit = fit
+        self.settings: FitSettings = fit.settings
+        self.sigma_fixed: float | None = None  # set_sigma() pins sigma (fraction of the short side)
+        self.time_budgeted = False             # the plan comes from a time limit (run.TimePlanner)
+
+    # ------------------------------------------------------------------ what the fitter asks
+    def initial_count(self) -> int:
+        return self.settings.triangles
+
+    def coarse_until(self, plan: int | None = None, time_budgeted: bool | None = None) -> int:
+        """Iteration at which the half-size stage ends (0: none), for this plan or ``plan``."""
+        return 0
+
+    def schedule(self, iteration: int) -> Schedule:
+        """The schedule in force after the events at ``iteration``."""
+        return plan_schedule(self.settings, self.fit.short_side, self.sigma_fixed)
+
+    def next_event(self, iteration: int) -> int:
+        """The first iteration after ``iteration`` at which :meth:`on_event` must run."""
+        return _NEVER
+
+    def wants_image(self, iteration: int) -> bool:
+        """Whether the event at ``iteration`` may place triangles (the chunk brings its image)."""
+        return False
+
+    def on_event(self, iteration: int) -> None:
+        pass
+
+    def finish(self) -> None:
+        """The run ended (a stop condition held)."""
+
+    # ------------------------------------------------------------------ live changes
+    def refine(self) -> None:
+        """The fit starts from a saved scene: keep its triangles (no coarse stage, no over-growth)."""
+        self.settings.overgrow = 1.0
+
+    def set_count(self, n: int) -> None:
+        """A count set by hand is the count: grow where the error is largest or keep what would
+        cost most to remove; no more over-growing."""
+        self.settings.triangles = n
+        self.settings.overgrow = 1.0
+        fit = self.fit
+        if n > fit.n_triangles:
+            fit.add(self._place(n - fit.n_triangles, n))
+        elif n < fit.n_triangles:
+            fit.keep(fit.most_costly(n, transient=True))
+
+    def set_sigma(self, sigma: float | None) -> None:
+        self.sigma_fixed = sigma
+        self.fit.use_schedule(self.schedule(self.fit.iteration))
+
+    # ------------------------------------------------------------------ helpers
+    def _place(self, k: int, n_after: int) -> list[np.ndarray]:
+        """k new triangles per image (values, (k, 10) each) where the image's error is largest."""
+        fit = self.fit
+        image = fit.placement_image()
+        return [new_triangles(fit.targets[b], k, image[b], fit.rngs[b], self.settings,
+                              self.settings.insert_radius, n_after) for b in range(fit.batch)]
+
+
+class DefaultStrategy(FixedStrategy):
+    """Coarse stage, growth stages, over-growth with pruning cycles, respawn, sigma probes."""
+
+    name = "default"
+    uses_coarse_stage = True
+
+    def __init__(self, fit):
+        super().__init__(fit)
+        self.pruning = False      # the count has begun to fall back to settings.triangles
+        self.probes_done = 0
+        self.sigma_scales = np.ones(fit.batch)  # each image's final-sigma factor, from the probes
+        self._plan_key = None
+        self._counts: list[tuple[int, int]] = []  # (first iteration, wanted count), by iteration
+
+    # ------------------------------------------------------------------ the plan
+    def peak(self) -> int:
+        """The most triangles the plan grows to: overgrow x the count, for counts up to overgrow_max."""
+        s = self.settings
+        if s.triangles > s.overgrow_max:
+            return s.triangles
+        return max(s.triangles, math.ceil(s.triangles * s.overgrow))
+
+    def prune_cycles(self) -> int:
+        """Pruning cycles in this plan: as many of at least prune_cycle_min iterations as fit
+        between growth_until and prune_until, up to overgrow_cycles."""
+        s = self.settings
+        span = (s.prune_until - s.growth_until) * s.planned_iterations
+        return max(1, min(s.overgrow_cycles, int(span // max(1, s.prune_cycle_min))))
+
+    def cycles(self) -> tuple[float, float, int]:
+        """(first iteration, length, count) of the pruning cycles in this plan."""
+        s = self.settings
+        n = self.prune_cycles()
+        length = max(1.0, (s.prune_until - s.growth_until) * s.planned_iterations / n)
+        return s.growth_until * s.planned_iterations, length, n
+
+    def count_plan(self) -> list[tuple[int, int]]:
+        """The wanted count as steps: [(first iteration, count)], increasing iterations. Growth
+        stages up to the peak, then (over-grown) each pruning cycle: back up to its first step,
+        down in prune_stages steps after holding for prune_hold of it, to the count asked for."""
+        s = self.settings
+        key = (s.planned_iterations, s.triangles, s.overgrow, s.growth_stages, s.growth_until,
+               s.prune_until, s.prune_stages, s.prune_hold, s.overgrow_cycles, s.prune_cycle_min)
+        if key == self._plan_key:
+            return self._counts
+        peak, stages = self.peak(), max(1, s.growth_stages)
+        steps = [(0, peak)]
+        if stages > 1:
+            stage_len = max(1.0, s.growth_until * s.planned_iterations / stages)
+            steps = [(math.ceil(k * stage_len - 1e-9), max(1, math.ceil(peak * (k + 1) / stages)))
+                     for k in range(stages)]
+        if peak > s.triangles:
+            start, length, cycles = self.cycles()
+            hold = s.prune_hold * length
+            stage = max(length - hold, 1e-9) / s.prune_stages
+            for j in range(cycles):
+                c0 = start + j * length
+                steps.append((math.ceil(c0 - 1e-6), peak))
+                for i in range(s.prune_stages):
+                    drop = math.ceil((peak - s.triangles) * (i + 1) / s.prune_stages)
+                    steps.append((math.ceil(c0 + hold + i * stage - 1e-6), max(s.triangles, peak - drop)))
+            steps.append((math.ceil(start + cycles * length - 1e-6), s.triangles))
+        merged: dict[int, int] = {}
+        for at, count in steps:  # a later step at the same iteration replaces an earlier one
+            merged[max(at, 0)] = count
+        self._counts = sorted(merged.items())
+        self._plan_key = key
+        return self._counts
+
+    def wanted(self, iteration: int) -> int:
+        """The count the plan wants at ``iteration`` (once pruning has begun, never the growth
+        stages again, whatever re-planning does)."""
+        if self.pruning and self.peak() > self.settings.triangles:
+            iteration = max(iteration, math.ceil(self.cycles()[0] - 1e-6))
+        count = self.settings.triangles
+        for at, c in self.count_plan():
+            if at > iteration:
+                break
+            count = c
+        return count
+
+    def initial_count(self) -> int:
+        return self.wanted(0)
+
+    def coarse_until(self, plan: int | None = None, time_budgeted: bool | None = None) -> int:
+        s = self.settings
+        if not self.fit.has_coarse_stage:
+            return 0
+        plan = s.planned_iterations if plan is None else plan
+        share = s.coarse_fraction
+        if (self.time_budgeted if time_budgeted is None else time_budgeted) and s.coarse_fraction > 0:
+            # a short time-limited plan (a slow adapter) spends more of it at half size
+            short = min(max((2000 - plan) / 1500, 0.0), 1.0)
+            share += (max(s.coarse_max_fraction, s.coarse_fraction) - s.coarse_fraction) * short
+        return int(share * plan)
+
+    def respawn_until(self) -> float:
+        """Respawns stop at respawn_until of the plan, or where pruning begins in an over-grown
+        fit (pruning removes what stopped contributing anyway)."""
+        s = self.settings
+        until = s.respawn_until * s.planned_iterations
+        return min(until, s.growth_until * s.planned_iterations) if self.peak() > s.triangles else until
+
+    def later_cycle_start(self, iteration: int) -> float | None:
+        """First iteration of the pruning cycle after the first that ``iteration`` is in (the
+        last once the cycles have ended), when cycles restart the learning rate; else None."""
+        s = self.settings
+        if s.cycle_lr <= 0 or self.peak() <= s.triangles:
+            return None
+        start, length, cycles = self.cycles()
+        # (the same rounding as the count plan's cycle starts, so a restart lands on that event)
+        j = min(int((iteration + 1e-6 - start) / length), cycles - 1) if iteration + 1e-6 >= start else 0
+        return start + j * length if j >= 1 else None
+
+    def probe_at(self, k: int) -> int:
+        """Iteration of probe k: sigma_probes of them, evenly from the anneal's end to the plan's end."""
+        s = self.settings
+        start = s.sigma_fraction * s.planned_iterations
+        return math.ceil(start + k * (s.planned_iterations - start) / (s.sigma_probes + 1))
+
+    def _probing(self) -> bool:
+        """Probes left to run (none at half size, nor with sigma pinned by hand)."""
+        s = self.settings
+        return s.sigma_probes > 0 and self.sigma_fixed is None and self.probes_done < s.sigma_probes \
+            and not self.fit.coarse
+
+    def schedule(self, iteration: int) -> Schedule:
+        """The plan's schedule with each image's probed final sigma; inside a pruning cycle after
+        the first (cycle_lr), the learning rate restarts at the cycle's start, so the whole scene
+        moves again around the triangles the cycle grew back."""
+        main = plan_schedule(self.settings, self.fit.short_side, self.sigma_fixed)
+        if self.sigma_fixed is None and np.any(self.sigma_scales != 1.0):
+            main.sigma_ends = tuple(float(main.sigma_end * k) for k in self.sigma_scales)
+        cycle_start = self.later_cycle_start(iteration)
+        if cycle_start is None:
+            return main
+        main.lr_start = max(self.settings.cycle_lr, main.at(cycle_start)[1])
+        main.lr_offset = cycle_start
+        main.lr_decay_iters = self.settings.planned_iterations - cycle_start
+        return main
+
+    # ------------------------------------------------------------------ events
+    def next_event(self, iteration: int) -> int:
+        s, fit = self.settings, self.fit
+        found = [at for at, _ in self.count_plan() if at > iteration][:1]
+        if fit.coarse:
+            found.append(max(self.coarse_until(), iteration + 1))
+        every = s.respawn_every
+        if every > 0:
+            nxt = (iteration // every + 1) * every
+            if nxt < self.respawn_until():
+                found.append(nxt)
+        if self._probing():
+            found.append(max(self.probe_at(self.probes_done), iteration + 1))
+        # (each pruning cycle's start, where the learning rate restarts, is a step of the count plan)
+        return min(found) if found else _NEVER
+
+    def _respawn_due(self, iteration: int) -> bool:
+        every = self.settings.respawn_every
+        return every > 0 and iteration % every == 0 and iteration < self.respawn_until()
+
+    def wants_image(self, iteration: int) -> bool:
+        if self.fit.coarse and iteration < self.coarse_until():
+            return False  # placement renders at full size
+        return self._respawn_due(iteration) or self.wanted(iteration) > self.fit.n_triangles
+
+    def on_event(self, iteration: int) -> None:
+        fit, s = self.fit, self.settings
+        if fit.coarse and iteration >= self.coarse_until():
+            fit.to_full_size()
+        want = self.wanted(iteration)
+        if want > fit.n_triangles and (not self.pruning or self.prune_cycles() > 1):
+            fit.add(self._place(want - fit.n_triangles, want))  # (a later pruning cycle grows back first)
+        elif want < fit.n_triangles and self.peak() > s.triangles:
+            self.pruning = True  # from here (with one cycle) the count only falls
+            fit.keep(fit.most_costly(max(want, s.triangles)))
+        if self._respawn_due(iteration):
+            self._respawn()
+        schedule = self.schedule(iteration)
+        if self._probing() and iteration >= self.probe_at(self.probes_done):
+            self._probe_sigma()
+            schedule = self.schedule(iteration)
+        if schedule != fit.schedule:
+            fit.use_schedule(schedule)
+
+    def finish(self) -> None:
+        """Stopped before pruning ended: keep the count asked for, by removal cost."""
+        if self.fit.n_triangles > self.settings.triangles:
+            self.pruning = True
+            self.fit.keep(self.fit.most_costly(self.settings.triangles))
+
+    def set_count(self, n: int) -> None:
+        super().set_count(n)
+        self._plan_key = None
+
+    def refine(self) -> None:
+        super().refine()
+        self._plan_key = None
+
+    # ------------------------------------------------------------------ the events' work
+    def _respawn(self) -> None:
+        """Re-place, on top, the triangles that stopped contributing (opacity under
+        respawn_alpha, or under 1 px^2 of opacity-weighted area on the frame), where the error
+        is largest; each image its own."""
+        fit, s = self.fit, self.settings
+        tris = fit.values()[0]
+        dead = [np.flatnonzero((t[:, 9] < s.respawn_alpha) | (self._usefulness(t) / np.maximum(t[:, 9], 1e-9) < 1.0))
+                for t in tris]
+        if not any(len(d) for d in dead):
+            return
+        image = fit.placement_image()
+        new = [new_triangles(fit.targets[b], len(d), image[b], fit.rngs[b], s, s.insert_radius) if len(d) else None
+               for b, d in enumerate(dead)]
+        fit.replace(dead, new)
+
+    def _usefulness(self, tris: np.ndarray) -> np.ndarray:
+        """Opacity x on-frame area (in pixels) of each triangle: how much it can matter."""
+        fit = self.fit
+        v = np.clip(tris[:, :6].reshape(-1, 3, 2), 0.0, 1.0) * [fit.width, fit.height]
+        e1, e2 = v[:, 1] - v[:, 0], v[:, 2] - v[:, 0]
+        return tris[:, 9] * 0.5 * np.abs(e1[:, 0] * e2[:, 1] - e1[:, 1] * e2[:, 0])
+
+    def _probe_sigma(self) -> None:
+        """One Newton step on log(sigma) per image: render at sigma x e^(-eps, 0, +eps), fit a
+        parabola to the loss, move the image's final-sigma factor to its minimum (at most 2 eps
+        a probe; downhill by eps where the parabola is not convex). The scene has one sigma, and
+        what suits a photograph differs from one to the next."""
+        fit, s = self.fit, self.settings
+        self.probes_done += 1
+        eps = s.sigma_probe_eps
+        tris, bg, sigmas = fit.values()
+        B = fit.batch
+        factors = np.exp(np.array([-eps, 0.0, eps]))
+        images = fit.render(np.repeat(tris, 3, axis=0), np.repeat(bg, 3, axis=0),
+                            (sigmas[:, None] * factors[None]).ravel())
+        target = fit.working_targets()
+        err = ((images.reshape(B, 3, *images.shape[1:]) - target[:, None]) ** 2).mean(axis=(2, 3, 4))
+        for b, (lm, l0, lp) in enumerate(err.astype(np.float64)):
+            curv, slope = (lp + lm - 2 * l0) / eps ** 2, (lp - lm) / (2 * eps)
+            step = -slope / curv if curv > 0 else -math.copysign(eps, slope)
+            step = min(max(step * s.sigma_probe_gain, -2 * eps), 2 * eps)
+            self.sigma_scales[b] = min(max(self.sigma_scales[b] * math.exp(step), 0.25), 4.0)

@@ -1,0 +1,161 @@
+"""The run loop: a fit's scene depends on its inputs and the iterations run -- not on chunk sizes,
+machine load or which front end drove it -- and what does depend on time (a time limit's plans,
+live changes) is recorded and replays to the same bytes."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from render import FitRun, Fitter, Scene, StopConditions, replay_run
+from render import reference as R
+from render.cli import main
+from render.fitter import BatchFitter
+from render.run import CHECK_EVERY, ChunkSizer
+
+pytestmark = pytest.mark.gpu
+
+# every event of the default strategy within 150 iterations at 64 px: the half-size stage,
+# growth stages, over-growth and pruning cycles (with learning-rate restarts), respawns, sigma
+# probes and host snapshots
+EVENTFUL = dict(coarse_min_size=16, growth_until=0.3, prune_cycle_min=12, respawn_every=7,
+                sigma_probes=3, host_snapshot_every=40)
+
+
+def _target(W=64, H=48, seed=3):
+    truth = Scene.random(30, W, H, seed=seed, sigma_px=1.2)
+    return np.clip(R.render(truth) + np.random.default_rng(seed).normal(0, 0.02, (H, W, 3)), 0, 1)
+
+
+def _fit(engine, stop, chunk=None, sizer=None, **settings):
+    f = Fitter(_target(), triangles=24, size=64, seed=5, engine=engine, **{**EVENTFUL, **settings})
+    run = FitRun(f, stop, chunk=chunk)
+    if sizer is not None:
+        run.sizer = sizer
+    run.run()
+    scene = f.scene
+    f.close()
+    return scene
+
+
+def _bytes(scene: Scene) -> bytes:
+    return scene.triangles.tobytes() + scene.background.tobytes() + np.float64(scene.sigma).tobytes()
+
+
+class _RandomSizer(ChunkSizer):
+    """Chunk sizes as a loaded machine might produce them: anything from 1 to 90."""
+
+    def __init__(self, seed):
+        super().__init__(0.1)
+        self.rng = np.random.default_rng(seed)
+
+    def next(self) -> int:
+        return int(self.rng.integers(1, 91))
+
+
+class _BusyCPU:
+    """Every core busy with other work while the fit runs."""
+
+    def __enter__(self):
+        import os
+        self.procs = [subprocess.Popen([sys.executable, "-c", "while True: pass"])
+                      for _ in range(os.cpu_count() or 2)]
+
+    def __exit__(self, *exc):
+        for p in self.procs:
+            p.kill()
+            p.wait()
+
+
+def test_chunk_sizes_and_load_leave_the_scene_alone(gpu_engine):
+    stop = StopConditions(iterations=150)
+    reference = _fit(gpu_engine, stop, chunk=1)
+    assert reference.n_triangles == 24
+    for chunk in (7, 64, None):
+        assert _bytes(_fit(gpu_engine, stop, chunk=chunk)) == _bytes(reference), chunk
+    assert _bytes(_fit(gpu_engine, stop, sizer=_RandomSizer(1))) == _bytes(reference)
+    with _BusyCPU():
+        assert _bytes(_fit(gpu_engine, stop)) == _bytes(reference)
+
+
+@pytest.mark.parametrize("stop", [StopConditions(target_psnr=24.0, iterations=400),
+                                  StopConditions(plateau=20, iterations=600)],
+                         ids=["target-psnr", "plateau"])
+def test_loss_based_stops_end_at_the_same_iteration_whatever_the_chunking(gpu_engine, stop):
+    scenes = [_fit(gpu_engine, stop, chunk=c, sigma_probes=0) for c in (1, 7, 64, None)]
+    scenes.append(_fit(gpu_engine, stop, sizer=_RandomSizer(2), sigma_probes=0))
+    ends = {s.meta["iterations"] for s in scenes}
+    assert len(ends) == 1 and next(iter(ends)) % CHECK_EVERY == 0
+    assert next(iter(ends)) < stop.iterations  # the loss rule, not the iteration cap, stopped it
+    assert len({_bytes(s) for s in scenes}) == 1
+
+
+def test_live_changes_are_recorded_and_replay_exactly(gpu_engine):
+    f = Fitter(_target(), triangles=24, size=64, seed=5, engine=gpu_engine, **EVENTFUL)
+    run = FitRun(f, StopConditions(iterations=140), chunk=9)
+    for progress in run:  # what a GUI user does, at whatever iteration the chunks happen to end
+        if progress.stats.iteration == 27:
+            run.request("triangles", 30)
+        elif progress.stats.iteration == 54:
+            run.request("sigma", 0.8)
+            run.request("lr", 0.7)
+        elif progress.stats.iteration == 90:
+            run.request("sigma", None)
+    original = f.scene
+    f.close()
+    kinds = [c[1] for c in original.meta["changes"]]
+    assert kinds == ["plan", "triangles", "sigma", "lr", "sigma"]
+    assert [c[0] for c in original.meta["changes"]][1:] == [27, 54, 54, 90]
+    g = Fitter(_target(), engine=gpu_engine, **original.meta["settings"])
+    replay_run(g, original.meta).run()
+    assert g.scene.to_json() == original.to_json()
+    g.close()
+
+
+def test_a_time_limited_fit_replays_from_its_scene(gpu_engine, tmp_path):
+    from PIL import Image
+
+    image = tmp_path / "t.png"
+    Image.fromarray((_target() * 255).astype(np.uint8)).save(image)
+    first, again = tmp_path / "a.json", tmp_path / "b.json"
+    assert main(["fit", str(image), "--tris", "24", "--size", "64", "--time-limit", "1.5", "--quiet",
+                 "--backend", "gpu", "-o", str(first)]) == 0
+    meta = json.loads(first.read_text())["meta"]
+    assert meta["changes"][0][1] == "time_plan" and meta["iterations"] > 0
+    assert main(["fit", str(image), "--replay", str(first), "--quiet", "--backend", "gpu", "-o", str(again)]) == 0
+    a, b = Scene.load(first), Scene.load(again)
+    assert _bytes(a) == _bytes(b) and a.meta["changes"] == b.meta["changes"]
+    assert main(["fit", str(image), "--replay", str(first), "--iters", "5", "-o", str(again)]) == 2
+
+
+def test_batched_fits_score_as_sequential_ones(gpu_engine):
+    # four crops of a photograph, the same iterations: the batch runs the same strategy in
+    # lockstep, so each image ends as its own fit does (exactly, on the adapters tested)
+    from render.imageio import load_image
+    from resources import sample_path
+
+    photo = load_image(sample_path("astronaut.png"), 128)
+    crops = [photo[y:y + 64, x:x + 64] for y in (0, 64) for x in (0, 64)]
+    settings = dict(triangles=20, size=64, coarse_min_size=16)
+    bf = BatchFitter(crops, seeds=[0, 1, 2, 3], engine=gpu_engine, **settings)
+    FitRun(bf, StopConditions(iterations=160)).run()
+    batched = [_psnr(gpu_engine, s, t) for s, t in zip(bf.scenes, crops)]
+    bf.close()
+    alone = []
+    for k, crop in enumerate(crops):
+        f = Fitter(crop, seed=k, engine=gpu_engine, **settings)
+        f.run(StopConditions(iterations=160))
+        alone.append(_psnr(gpu_engine, f.scene, crop))
+        f.close()
+    assert abs(np.mean(batched) - np.mean(alone)) < 0.1
+    flat = [10 * np.log10(1 / np.mean((c - c.mean(axis=(0, 1))) ** 2)) for c in crops]
+    assert all(b > f + 3.0 for b, f in zip(batched, flat))  # each well above its mean colour
+
+
+def _psnr(engine, scene, target) -> float:
+    mse = float(np.mean((engine.render(scene).astype(np.float64) - target) ** 2))
+    return 10 * np.log10(1 / mse)

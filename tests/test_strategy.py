@@ -1,0 +1,99 @@
+"""The fit policy (render/strategy.py): counts by iteration, events exactly where the plan
+changes, and the plain fixed-count strategy."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from render import Fitter, Scene, StopConditions
+from render import reference as R
+from render.strategy import STRATEGIES, make_strategy
+
+
+def _target(W=24, H=18, seed=0):
+    return np.clip(R.render(Scene.random(12, W, H, seed=seed, sigma_px=1.0)), 0, 1)
+
+
+def _wanted_by_formula(s, peak, it, pruning=False):
+    """The count plan written out directly, one iteration at a time (growth stages up to the
+    peak, then pruning cycles of prune_stages steps after a hold)."""
+    plan, stages = s.planned_iterations, max(1, s.growth_stages)
+    n = max(1, min(s.overgrow_cycles, int((s.prune_until - s.growth_until) * plan // max(1, s.prune_cycle_min))))
+    start = s.growth_until * plan
+    cycle = max(1.0, (s.prune_until - s.growth_until) * plan / n)
+    if peak > s.triangles and (pruning or it >= start - 1e-6):
+        u = max(0.0, it - start)
+        j = int((u + 1e-6) / cycle)
+        if j >= n:
+            return s.triangles
+        hold = s.prune_hold * cycle
+        uc = u - j * cycle
+        k = 0 if uc < hold - 1e-6 else min(s.prune_stages, int((uc - hold + 1e-6) * s.prune_stages / max(cycle - hold, 1e-9)) + 1)
+        return max(s.triangles, peak - math.ceil((peak - s.triangles) * k / s.prune_stages))
+    if stages == 1:
+        return peak
+    stage_len = max(1.0, s.growth_until * plan / stages)
+    return max(1, math.ceil(peak * min(stages, int((it + 1e-9) // stage_len) + 1) / stages))
+
+
+@pytest.mark.parametrize("settings", [
+    {},                                                        # the defaults: up to 24 cycles
+    {"overgrow_cycles": 1, "prune_until": 0.75},               # one cycle
+    {"prune_hold": 0.5},                                       # each cycle holds its peak first
+    {"overgrow_cycles": 3, "prune_stages": 8, "prune_hold": 0.3},
+])
+def test_the_count_plan_and_its_events(ref_engine, settings):
+    f = Fitter(_target(), triangles=150, size=24, seed=0, engine=ref_engine, respawn_every=0,
+               coarse_fraction=0, sigma_probes=0, **settings)
+    st = f.strategy
+    for plan in (1111, 3777, 4999, 5000):
+        f.plan(plan)
+        wanted = [st.wanted(i) for i in range(plan + 2)]
+        assert wanted == [_wanted_by_formula(f.settings, st.peak(), i) for i in range(plan + 2)]
+        assert len(set(wanted[int(f.settings.growth_until * plan):])) > 1  # the plan prunes
+        # an event at every iteration where the wanted count changes (events in between are harmless)
+        events, it = set(), 0
+        while it <= plan:
+            it = st.next_event(it)
+            events.add(it)
+        changes = {i for i in range(1, plan + 2) if wanted[i] != wanted[i - 1]}
+        assert changes <= events, sorted(changes - events)[:5]
+
+
+def test_the_fixed_strategy_keeps_its_count_and_has_no_events(ref_engine):
+    f = Fitter(_target(), triangles=9, size=24, seed=0, engine=ref_engine, strategy="fixed")
+    assert f.n_triangles == 9 and not f.coarse and f.strategy.next_event(0) > 10 ** 9
+    counts = []
+    f.run(StopConditions(iterations=30), callback=lambda st: counts.append(st.n_triangles))
+    assert set(counts) == {9} and f.respawned == 0 and f.scene.meta["settings"]["strategy"] == "fixed"
+    g = Fitter(_target(), triangles=9, size=24, seed=0, engine=ref_engine)
+    assert g.n_triangles != 9 or g.coarse  # the default strategy starts otherwise
+
+
+def test_unknown_strategies_are_refused(ref_engine):
+    from render.errors import TrifitError
+
+    assert STRATEGIES == ("default", "fixed")
+    with pytest.raises(TrifitError, match="unknown strategy 'greedy'"):
+        Fitter(_target(), triangles=4, size=24, engine=ref_engine, strategy="greedy")
+    with pytest.raises(ValueError):
+        make_strategy("greedy", None)
+
+
+def test_a_new_plan_moves_later_events_only(ref_engine):
+    # a plan change between events (a time limit re-planning) moves later events, never the
+    # ones that already ran: an event at or before the current iteration is not run again
+    f = Fitter(_target(), triangles=9, size=24, seed=0, engine=ref_engine, growth_stages=3, growth_until=0.6,
+               respawn_every=0, coarse_fraction=0, overgrow=1.0, sigma_probes=0)
+    f.plan(10)                      # stages of 2 iterations: 3 -> 6 -> 9
+    f.step(2)
+    assert f.n_triangles == 6
+    f.plan(20)                      # stages of 4: iteration 2 wants 3 again, but counts only grow here
+    assert f.strategy.next_event(2) == 4
+    f.step(2)
+    assert f.n_triangles == 6       # 4 wants 6: nothing to do
+    f.step(4)
+    assert f.n_triangles == 9
