@@ -206,7 +206,7 @@ class ReferenceFitLoop:
     def set_schedule(self, schedule: Schedule) -> None:
         self.schedule = schedule
 
-    def set_state(self, raw, m, v) -> None:
+    def set_state(self, raw, m, v, images=None) -> None:
         self.raw, self.m, self.v = (self._stack(a).copy() for a in (raw, m, v))
 
     def get_state(self):

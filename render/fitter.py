@@ -205,7 +205,7 @@ class Fitter:
                 tri[b] = tri[b][order]
                 tri[b, len(order) - len(d):] = raw_new if j == 0 else 0.0
             self.respawned += len(d)
-        self._join(out, self.n_triangles)
+        self._join(out, self.n_triangles, images=[b for b, d in enumerate(dead) if len(d)])
 
     def use_schedule(self, schedule) -> None:
         self.schedule = schedule
@@ -231,19 +231,26 @@ class Fitter:
         T, B = self.n_triangles, self.batch
         return [(a[:, : T * 10].reshape(B, T, 10), a[:, T * 10:]) for a in self._state()]
 
-    def _join(self, parts, n: int) -> None:
+    def _join(self, parts, n: int, images=None) -> None:
         raw, m, v = (np.concatenate([tri.reshape(self.batch, -1), rest], axis=1) for tri, rest in parts)
-        self._set(raw, m, v, n, self.iteration)
+        self._set(raw, m, v, n, self.iteration, images)
 
-    def _set(self, raw, m, v, n: int, iteration: int) -> None:
+    def _set(self, raw, m, v, n: int, iteration: int, images=None) -> None:
         """Continue from this state with n triangles: a kept loop of that count and working size
-        reset (pruning cycles return to a few counts dozens of times a second), or a new one."""
+        reset (pruning cycles return to a few counts dozens of times a second), or a new one.
+        ``images``: the same count and size, and only these images changed (a respawn): the
+        loop takes their new state and leaves the others' bits alone, so an image's fit never
+        depends on what happens to the others in its batch."""
         raw = np.asarray(raw, dtype=np.float32).astype(np.float64)
         m = np.zeros_like(raw) if m is None else np.asarray(m, dtype=np.float32).astype(np.float64)
         v = np.zeros_like(raw) if v is None else np.asarray(v, dtype=np.float32).astype(np.float64)
         self.n_triangles = n
         target = self.working_targets()
         key = (n, target.shape)
+        if images is not None and self._loops.get(key) is self._loop:
+            self._loop.set_state(raw, m, v, images=images)
+            self._cached = (self._loop, iteration, raw, m, v)
+            return
         loop = self._loops.pop(key, None)
         if loop is None:
             loop = self.engine.impl.fit_loop(target, raw, n, self._optim(), self.schedule, iteration)

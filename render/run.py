@@ -186,7 +186,8 @@ class FitRun:
                 self.sizer.observe(*last)
                 self._apply_script()
                 its = np.asarray(f.history.iterations[first:])
-                self._track(its, first)
+                if self.stop.plateau is not None:
+                    self._track(its, first)
                 reason = self._reason_after(stats)
                 if reason is None and self.planner is not None:
                     self.planner.replan(self.clock() - self.t0)

@@ -219,8 +219,7 @@ def budgeted(a):
             psnrs, sigmas = [], []
             for seed in [int(s) for s in a.seeds.split(",")]:
                 f = Fitter(target, triangles=a.tris, size=176, seed=seed, engine=eng, **VARIANTS[name])
-                f._time_budgeted = True  # what replan_for_time sets: the short-budget coarse share
-                f.plan(a.budgeted_plan)
+                f.plan(a.budgeted_plan, time_budgeted=True)  # as a time limit plans it
                 f.step(a.budgeted_plan)
                 scene = f.scene
                 psnrs.append(score_as_saved(scene, target)["psnr"])

@@ -171,18 +171,26 @@ class GpuFitLoop:
         self.device.queue.write_buffer(self.extra["params"], 0, nan)
         self.device.queue.write_buffer(self.ws.buffers["scene"], 0, nan)
 
-    def set_state(self, raw: np.ndarray, m: np.ndarray, v: np.ndarray) -> None:
-        """Raw parameters and Adam moments: (n_params,) for one image, (B, n_params) for a stack."""
+    def set_state(self, raw: np.ndarray, m: np.ndarray, v: np.ndarray, images=None) -> None:
+        """Raw parameters and Adam moments: (n_params,) for one image, (B, n_params) for a stack.
+        ``images``: only these images changed -- the others keep their device values to the bit
+        (the scene record the device materialised is not the host's rounding of it)."""
         B, n = self.batch, self.n_tris * 10 + 3
         raw, m, v = (_per_image(a, B, n) for a in (raw, m, v))
         raw = raw.astype(np.float32)
         vals = [values_from_raw(r, self.n_tris) for r in raw]
-        tris = np.stack([t for t, _ in vals])
-        bg = np.stack([b for _, b in vals])
-        sigma = self._next_sigma()
-        mv = np.stack([m, v], axis=-1).astype(np.float32).ravel()  # moments[2 * (b * n + j) + {0, 1}]
-        up = self._write_extra("params", raw.ravel()) + self._write_extra("moments", mv)
-        up += self.ws.write("scene", pack_scenes(tris, bg, sigma))
+        records = pack_scenes(np.stack([t for t, _ in vals]), np.stack([b for _, b in vals]), self._next_sigma())
+        mv = np.stack([m, v], axis=-1).astype(np.float32)  # moments[2 * (b * n + j) + {0, 1}]
+        up = 0
+        if images is None:
+            up += self._write_extra("params", raw.ravel()) + self._write_extra("moments", mv.ravel())
+            up += self.ws.write("scene", records)
+        else:
+            queue, stride = self.device.queue, self.shape.scene_stride
+            for b in images:
+                queue.write_buffer(self.extra["params"], b * n * 4, np.ascontiguousarray(raw[b]))
+                queue.write_buffer(self.extra["moments"], b * n * 8, np.ascontiguousarray(mv[b]))
+                up += n * 12 + self.ws.write("scene", np.ascontiguousarray(records[b]), offset=b * stride * 4)
         self.backend.counters.upload_bytes += up
         self._read_state = self._read_image = self._image_iter = None
 
