@@ -275,8 +275,22 @@ class DefaultStrategy(FixedStrategy):
                 found.append(nxt)
         if self._probing():
             found.append(max(self.probe_at(self.probes_done), iteration + 1))
+        if self._count_change(iteration + 1) is not None:
+            found.append(iteration + 1)  # a new plan left the count behind: catch up at once
         # (each pruning cycle's start, where the learning rate restarts, is a step of the count plan)
         return min(found) if found else _NEVER
+
+    def _count_change(self, iteration: int) -> tuple[str, int] | None:
+        """("grow", n) or ("prune", n) when the count at ``iteration`` is not what the plan wants
+        there and may move to it (a later pruning cycle grows back first; with one cycle, once
+        pruning has begun, the count only falls); else None."""
+        s, n = self.settings, self.fit.n_triangles
+        want = self.wanted(iteration)
+        if want > n and (not self.pruning or self.prune_cycles() > 1):
+            return "grow", want
+        if self.peak() > s.triangles and max(want, s.triangles) < n:
+            return "prune", max(want, s.triangles)
+        return None
 
     def _respawn_due(self, iteration: int) -> bool:
         every = self.settings.respawn_every
@@ -285,18 +299,19 @@ class DefaultStrategy(FixedStrategy):
     def wants_image(self, iteration: int) -> bool:
         if self.fit.coarse and iteration < self.coarse_until():
             return False  # placement renders at full size
-        return self._respawn_due(iteration) or self.wanted(iteration) > self.fit.n_triangles
+        change = self._count_change(iteration)
+        return self._respawn_due(iteration) or (change is not None and change[0] == "grow")
 
     def on_event(self, iteration: int) -> None:
-        fit, s = self.fit, self.settings
+        fit = self.fit
         if fit.coarse and iteration >= self.coarse_until():
             fit.to_full_size()
-        want = self.wanted(iteration)
-        if want > fit.n_triangles and (not self.pruning or self.prune_cycles() > 1):
-            fit.add(self._place(want - fit.n_triangles, want))  # (a later pruning cycle grows back first)
-        elif want < fit.n_triangles and self.peak() > s.triangles:
+        change = self._count_change(iteration)
+        if change is not None and change[0] == "grow":
+            fit.add(self._place(change[1] - fit.n_triangles, change[1]))
+        elif change is not None:
             self.pruning = True  # from here (with one cycle) the count only falls
-            fit.keep(fit.most_costly(max(want, s.triangles)))
+            fit.keep(fit.most_costly(change[1]))
         if self._respawn_due(iteration):
             self._respawn()
         schedule = self.schedule(iteration)

@@ -10,6 +10,7 @@ import pytest
 
 from render import Fitter, Scene, StopConditions
 from render import reference as R
+from render.run import replay_run
 from render.strategy import STRATEGIES, make_strategy
 
 
@@ -97,3 +98,22 @@ def test_a_new_plan_moves_later_events_only(ref_engine):
     assert f.n_triangles == 6       # 4 wants 6: nothing to do
     f.step(4)
     assert f.n_triangles == 9
+
+
+def test_a_shorter_plan_prunes_at_the_next_iteration(ref_engine):
+    # a time limit re-plans between chunks: when the new plan wants fewer triangles than the fit
+    # has, the next iteration is an event (not the new plan's next step)
+    f = Fitter(_target(), triangles=8, size=24, seed=0, engine=ref_engine, growth_stages=1, growth_until=0.2,
+               prune_until=0.8, overgrow=1.5, prune_stages=2, overgrow_cycles=1, respawn_every=0,
+               coarse_fraction=0, sigma_probes=0)
+    f.plan(100)                                  # 12 until 20, then 10, then 8 from 50
+    f.step(15)
+    assert f.n_triangles == 12 and f.strategy.next_event(15) == 20
+    f.plan(40)                                   # 12 until 8, 10 until 20: iteration 16 wants 10
+    assert f.strategy.next_event(15) == 16
+    f.step(1)
+    assert f.n_triangles == 10 and f.strategy.next_event(16) == 20
+    f.finish()                                   # (what the end of a run does)
+    replay = Fitter(_target(), engine=ref_engine, **f.scene.meta["settings"])
+    replay_run(replay, f.scene.meta).run()      # the plans at their iterations: the same fit
+    assert replay.scene.to_json() == f.scene.to_json()
