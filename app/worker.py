@@ -30,65 +30,16 @@ import render
 from render import FitRun, StopConditions
 
 from .gpu_gate import GpuGate
+from .messages import AUTOSAVE_EVERY_S, AutosaveClock, AutosaveSnapshot, FitInfo, FitParams, Progress
+
+__all__ = ["AUTOSAVE_EVERY_S", "AutosaveSnapshot", "FitInfo", "FitParams", "FitWorker", "Progress"]
 
 log = logging.getLogger("trifit.app")
 
 CHUNK_TARGET_S = 0.015  # one chunk of iterations should take about this long (a preview frame follows each)
 TIMINGS_EVERY_S = 0.5   # how often per-pass timings and counters are sent to the plots
 REFERENCE_PREVIEW_EVERY_S = 0.5  # reference backend: host render of the preview, at most this often
-AUTOSAVE_EVERY_S = 30.0  # default autosave period while fitting (app/session.py; TRIFIT_AUTOSAVE_SECONDS)
 FRAME_WAIT_S = 0.1      # after a chunk, leave the GPU to the GUI for one preview frame, at most this long
-
-
-@dataclass
-class FitParams:
-    """What a new fit is built from; triangles, sigma and lr also change a running fit."""
-
-    triangles: int = 150
-    size: int = 176
-    seed: int = 0
-    sigma_px: float | None = None   # None: the fitter's annealing schedule
-    lr_scale: float = 1.0
-
-
-@dataclass
-class FitInfo:
-    """Sent when a new fit exists (new image, reset, scene opened)."""
-
-    source: str | None
-    target: np.ndarray          # float32 (H, W, 3) at the working size
-    width: int
-    height: int
-    triangles: int              # the count asked for (the fitter may start with fewer and grow)
-    backend: str
-    iteration: int
-
-
-@dataclass
-class Progress:
-    """Sent after every chunk."""
-
-    stats: Any                        # render.fitter.StepStats; None for a preview-only message
-    iterations: np.ndarray            # the chunk's iteration numbers
-    losses: np.ndarray                # and their losses
-    chunk: int                        # iterations in this chunk
-    timings: dict | None = None       # fitter.timings(), at most every TIMINGS_EVERY_S
-    gpu_image: tuple | None = None    # (buffer, W, H) on the shared device
-    pixels: np.ndarray | None = None  # reference backend preview (float32 H x W x 3)
-
-
-@dataclass
-class AutosaveSnapshot:
-    """What the autosave writer gets (on the worker thread): the fit as it is now."""
-
-    scene: Any                  # render.Scene (read back from the device, with meta)
-    source: str | None          # the target image the fit was opened from
-    params: FitParams           # the settings it runs with, live changes included
-    stop: StopConditions
-    iteration: int
-    n_triangles: int            # triangles in the scene now (the fitter may still be growing)
-    backend: str
-    running: bool
 
 
 # ---------------------------------------------------------------------- commands
@@ -153,11 +104,7 @@ class FitWorker:
         self._last_timings = 0.0
         self._last_preview = 0.0
         self._params: FitParams | None = None    # the current fit's settings, live changes included
-        self._autosave_writer: Callable[[AutosaveSnapshot], Any] | None = None
-        self._autosave_s = AUTOSAVE_EVERY_S
-        self._autosave_t = 0.0                   # when the last autosave was written (or the clock restarted)
-        self._autosaved_iteration = 0            # the iteration it held
-        self._autosave_now = False               # write at the next chance (the fit was paused or stopped)
+        self._autosave = AutosaveClock()
 
     # ------------------------------------------------------------------ GUI-thread API
     def start(self) -> None:
@@ -319,8 +266,7 @@ class FitWorker:
 
     def _apply_live(self, cmd: _Live) -> None:
         if cmd.kind == "autosave":
-            self._autosave_writer, self._autosave_s = cmd.value
-            self._autosave_t = time.perf_counter()
+            self._autosave.configure(*cmd.value)
             return
         if cmd.kind == "stop":
             self._stop_rules = cmd.value
@@ -350,11 +296,10 @@ class FitWorker:
             # stop rules count from Start; with none the run goes on until paused
             self._run = FitRun(f, replace(self._stop_rules), chunk_s=CHUNK_TARGET_S, first_chunk=1)
             self._steps = iter(self._run)
-            if f.iteration == self._autosaved_iteration:
-                self._autosave_t = time.perf_counter()  # nothing unsaved: the period starts now
+            self._autosave.started(f.iteration)
         if not running and self._running:
             self._end_run()
-            self._autosave_now = True  # paused or stopped: save what the fit has (if anything is new)
+            self._autosave.paused()
         if running != self._running:
             self._running = running
             self.signals.running_changed.emit(running)
@@ -396,9 +341,7 @@ class FitWorker:
         self._fitter = fitter
         self._last_load = cmd
         self._params = replace(p)
-        self._autosave_t = time.perf_counter()
-        self._autosaved_iteration = fitter.iteration
-        self._autosave_now = False
+        self._autosave.restart(fitter.iteration)
         self._last_timings = 0.0
         self._last_preview = 0.0
         self.signals.loaded.emit(FitInfo(cmd.source, fitter.target.copy(), fitter.width, fitter.height,
@@ -452,24 +395,16 @@ class FitWorker:
         return progress, step.reason
 
     def _autosave_snapshot(self) -> AutosaveSnapshot | None:
-        """The fit to autosave, when a save is due: ``_autosave_s`` seconds of fitting since the
-        last one, or the fit paused with iterations not yet saved."""
+        """The fit to autosave, when a save is due (AutosaveClock)."""
         f = self._fitter
-        if self._autosave_writer is None or f is None or self._autosave_s <= 0:
+        if f is None or not self._autosave.due(f.iteration):
             return None
-        if f.iteration == self._autosaved_iteration:
-            self._autosave_now = False
-            return None
-        if not (self._autosave_now or time.perf_counter() - self._autosave_t >= self._autosave_s):
-            return None
-        self._autosave_now = False
-        self._autosave_t = time.perf_counter()
         try:
             scene = f.scene
         except Exception as exc:  # a failed readback must not stop the fit; try again next period
             log.warning("autosave: cannot read the scene back (%s: %s)", type(exc).__name__, exc)
             return None
-        self._autosaved_iteration = f.iteration
+        self._autosave.saved_iteration = f.iteration
         return AutosaveSnapshot(scene, self._last_load.source if self._last_load else None,
                                 replace(self._params) if self._params else FitParams(),
                                 replace(self._stop_rules), f.iteration, f.n_triangles,
@@ -477,7 +412,7 @@ class FitWorker:
 
     def _write_autosave(self, snapshot: AutosaveSnapshot) -> None:
         try:
-            where = self._autosave_writer(snapshot)
+            where = self._autosave.writer(snapshot)
         except Exception as exc:  # a full disk or a read-only folder: say so, keep fitting
             log.warning("autosave failed: %s: %s", type(exc).__name__, exc)
             self.signals.autosave_failed.emit(f"{type(exc).__name__}: {exc}")

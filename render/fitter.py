@@ -8,9 +8,8 @@ coarse stage, the schedules -- is the strategy's (render/strategy.py); how long 
 when it stops, is the run loop's (render/run.py). ``step(n)`` cuts its chunks at the strategy's
 event iterations, so a fit's scene depends on the iterations run, never on how they were chunked.
 
-Operations (each keeps parameters and moments consistent; new triangles start with zero
-moments): ``add`` (on top), ``keep`` (per image, in painting order), ``replace`` (re-placed
-triangles move to the top), ``use_schedule``, ``to_full_size``.
+The state and the operations that change it (``add``, ``keep``, ``replace``, ``use_schedule``,
+``to_full_size``) are render/fitstate.py's.
 """
 
 from __future__ import annotations
@@ -25,7 +24,8 @@ import numpy as np
 from . import __version__
 from .engine import Engine
 from .errors import DeviceLostError, NumericalFault, TrifitError
-from .fitloop import FitSettings, logit, raw_from_scene, values_from_raw
+from .fitloop import FitSettings, raw_from_scene
+from .fitstate import FitState, half_size
 from .history import History, StepStats, loop_timings, psnr_from_mse, release_loop
 from .imageio import as_target
 from .placement import initial_raw
@@ -37,15 +37,11 @@ log = logging.getLogger("trifit")
 MAX_TRIANGLES_FIT = 20000
 #: consecutive numerical faults after which the fit gives up
 MAX_CONSECUTIVE_FAULTS = 8
-#: fit loops kept by (triangle count, working size): pruning cycles revisit a few counts, and a
-#: new loop's buffers and bind groups cost milliseconds; a count set by hand keeps none but its own
-MAX_CACHED_LOOPS = 8
-_LR_NAMES = ("lr_vertex", "lr_colour", "lr_alpha", "lr_background")
 
 __all__ = ["BatchFitter", "Fitter", "History", "StepStats", "MAX_TRIANGLES_FIT", "psnr_from_mse"]
 
 
-class Fitter:
+class Fitter(FitState):
     """Fit ``triangles`` soft triangles to ``target_image`` (path, PIL image or array).
 
     The target is resized so its longer side is ``size`` px. ``step(n)`` runs n iterations;
@@ -87,7 +83,7 @@ class Fitter:
         self._cached = None         # (loop, iteration, raw, m, v): the state as last read or set
         self._loops: dict = {}      # fit loops by (count, working size), least recently used first
         self._loop = None
-        self._half = _half_size(self.targets, s) if init_scene is None else None
+        self._half = half_size(self.targets, s) if init_scene is None else None
         self.strategy = make_strategy(s.strategy, self)
         if not self.strategy.uses_coarse_stage:
             self._half = None
@@ -138,139 +134,6 @@ class Fitter:
     @property
     def source(self) -> str | None:
         return self.sources[0]
-
-    def working_targets(self) -> np.ndarray:
-        return self._half if self.coarse else self.targets
-
-    def values(self):
-        """(triangles (B, T, 10), backgrounds (B, 3), sigmas (B,)) now, from the parameters'
-        sigmoids on the host (one readback, shared with the chunk's when it brought the state)."""
-        raw = self._state()[0]
-        vals = [values_from_raw(r, self.n_triangles) for r in raw]
-        return np.stack([t for t, _ in vals]), np.stack([b for _, b in vals]), np.array(self._loop.sigmas, float)
-
-    def placement_image(self) -> np.ndarray:
-        """(B, H, W, 3) at full size, what new triangles are placed against: the last forward's
-        image (no render of its own) at full size, else a render of the current values."""
-        if not self.coarse:
-            image = self._loop.read_image()
-            if image is not None:
-                return image.reshape(self.targets.shape)
-        tris, bg, sigmas = self.values()
-        return self.render(tris, bg, sigmas, full=True, transient=True)
-
-    def render(self, tris, bg, sigmas, *, full: bool = False, transient: bool = False) -> np.ndarray:
-        """Render B scenes at the working (or full) size: float32 (B, H, W, 3) in [0, 1]."""
-        H, W = (self.targets if full else self.working_targets()).shape[1:3]
-        out = self.engine.impl.render_batch(tris, np.clip(bg, 0, 1), sigmas, W, H, transient=transient)
-        return np.clip(out, 0.0, 1.0).astype(np.float32)
-
-    def most_costly(self, n: int, transient: bool = False, current: bool = False) -> np.ndarray:
-        """(B, n) indices, in painting order, of each image's n triangles whose removal would
-        cost most against the full-size target (a forward and backward on the GPU)."""
-        tris, bg, sigmas = self._loop_values() if current else self.values()
-        costs = self.engine.impl.removal_costs_batch(tris, np.clip(bg, 0, 1), sigmas,
-                                                     self.targets.astype(np.float64), transient=transient)
-        return np.sort(np.argsort(-np.asarray(costs), kind="stable", axis=1)[:, :n], axis=1)
-
-    # ------------------------------------------------------------------ operations
-    def add(self, new: list[np.ndarray]) -> None:
-        """Put each image's new triangles (values, (k, 10)) on top, with zero moments."""
-        fresh = np.stack(new).astype(np.float64)
-        fresh[..., 6:10] = logit(fresh[..., 6:10])
-        T, k = self.n_triangles, fresh.shape[1]
-        parts = [(tri, rest) for tri, rest in self._split()]
-        self._join([(np.concatenate([tri, fresh if j == 0 else np.zeros_like(fresh)], axis=1), rest)
-                    for j, (tri, rest) in enumerate(parts)], T + k)
-
-    def keep(self, idx: np.ndarray) -> None:
-        """Keep triangles ``idx[b]`` of each image b (all the same length), in that order."""
-        idx = np.asarray(idx)
-        self._join([(np.take_along_axis(tri, idx[:, :, None], axis=1), rest) for tri, rest in self._split()],
-                   idx.shape[1])
-
-    def replace(self, dead: list[np.ndarray], new: list[np.ndarray | None]) -> None:
-        """Move each image's ``dead`` triangles to the top as ``new`` (values), moments zeroed."""
-        parts = self._split()
-        out = [(tri.copy(), rest) for tri, rest in parts]
-        for b, (d, fresh) in enumerate(zip(dead, new)):
-            if not len(d):
-                continue
-            alive = np.ones(self.n_triangles, bool)
-            alive[d] = False
-            order = np.concatenate([np.flatnonzero(alive), d])
-            raw_new = np.array(fresh, dtype=np.float64)
-            raw_new[:, 6:10] = logit(raw_new[:, 6:10])
-            for j, (tri, _) in enumerate(out):
-                tri[b] = tri[b][order]
-                tri[b, len(order) - len(d):] = raw_new if j == 0 else 0.0
-            self.respawned += len(d)
-        self._join(out, self.n_triangles, images=[b for b, d in enumerate(dead) if len(d)])
-
-    def use_schedule(self, schedule) -> None:
-        self.schedule = schedule
-        self._loop.set_schedule(schedule)
-
-    def to_full_size(self) -> None:
-        """End the half-size stage: the fit goes on at the working size."""
-        raw, m, v = self._state()
-        self.coarse = False
-        self.full_from = self.iteration
-        self._set(raw, m, v, self.n_triangles, self.iteration)
-
-    # ------------------------------------------------------------------ mechanics
-    def _state(self):
-        c = self._cached
-        if c is not None and c[0] is self._loop and c[1] == self._loop.iter:
-            return tuple(a.copy() for a in c[2:])
-        raw, m, v = (np.asarray(a, dtype=np.float64).reshape(self.batch, -1) for a in self._loop.get_state())
-        self._cached = (self._loop, self._loop.iter, raw, m, v)
-        return raw.copy(), m.copy(), v.copy()
-
-    def _split(self):
-        T, B = self.n_triangles, self.batch
-        return [(a[:, : T * 10].reshape(B, T, 10), a[:, T * 10:]) for a in self._state()]
-
-    def _join(self, parts, n: int, images=None) -> None:
-        raw, m, v = (np.concatenate([tri.reshape(self.batch, -1), rest], axis=1) for tri, rest in parts)
-        self._set(raw, m, v, n, self.iteration, images)
-
-    def _set(self, raw, m, v, n: int, iteration: int, images=None) -> None:
-        """Continue from this state with n triangles: a kept loop of that count and working size
-        reset (pruning cycles return to a few counts dozens of times a second), or a new one.
-        ``images``: the same count and size, and only these images changed (a respawn): the
-        loop takes their new state and leaves the others' bits alone, so an image's fit never
-        depends on what happens to the others in its batch."""
-        raw = np.asarray(raw, dtype=np.float32).astype(np.float64)
-        m = np.zeros_like(raw) if m is None else np.asarray(m, dtype=np.float32).astype(np.float64)
-        v = np.zeros_like(raw) if v is None else np.asarray(v, dtype=np.float32).astype(np.float64)
-        self.n_triangles = n
-        target = self.working_targets()
-        key = (n, target.shape)
-        if images is not None and self._loops.get(key) is self._loop:
-            self._loop.set_state(raw, m, v, images=images)
-            self._cached = (self._loop, iteration, raw, m, v)
-            return
-        loop = self._loops.pop(key, None)
-        if loop is None:
-            loop = self.engine.impl.fit_loop(target, raw, n, self._optim(), self.schedule, iteration)
-            loop.set_state(raw, m, v)
-        else:
-            loop.reset(raw, m, v, iteration, self.schedule, self._optim())
-        self._loops[key] = loop
-        while len(self._loops) > MAX_CACHED_LOOPS:  # the current loop is the newest: never evicted
-            release_loop(self._loops.pop(next(iter(self._loops))))
-        self._loop = loop
-        self._cached = (loop, iteration, raw, m, v)
-
-    def _optim(self) -> FitSettings:
-        """The settings with the learning rates in force: as set x the live scale x fault halvings."""
-        f = self._lr_scale * self._lr_fault
-        return dc_replace(self.settings, **{k: getattr(self.settings, k) * f for k in _LR_NAMES})
-
-    def learning_rates(self) -> dict[str, float]:
-        opt = self._optim()
-        return {k: getattr(opt, k) for k in _LR_NAMES}
 
     def _record(self, kind: str, value) -> None:
         self.changes.append([self.iteration, kind, value])
@@ -427,11 +290,6 @@ class Fitter:
         return FitRun(self, stop, chunk=chunk).run(callback)
 
     # ------------------------------------------------------------------ results
-    def _loop_values(self):
-        tris, bg, sigma = self._loop.current_values()
-        return (np.asarray(tris).reshape(self.batch, self.n_triangles, 10), np.asarray(bg).reshape(self.batch, 3),
-                np.asarray(sigma, dtype=np.float64).reshape(-1) * np.ones(self.batch))
-
     def scenes_now(self) -> list[Scene]:
         """Each image's scene at the working size, with ``meta``: the count asked for -- while
         over-grown, the triangles that would cost most to remove."""
@@ -523,19 +381,3 @@ class BatchMember:
 
     def timings(self, recent: int | None = None) -> dict:
         return self.batch.timings(recent)
-
-
-def _half_size(targets: np.ndarray, s: FitSettings) -> np.ndarray | None:
-    """The targets at half size (LANCZOS) for the coarse stage, or None when there is none."""
-    H, W = targets.shape[1:3]
-    if s.coarse_fraction <= 0 or max(W, H) // 2 < s.coarse_min_size:
-        return None
-    from PIL import Image
-
-    out = []
-    for t in targets:
-        im = Image.fromarray((np.clip(t, 0, 1) * 255 + 0.5).astype(np.uint8), "RGB")
-        small = im.resize((max(1, W // 2), max(1, H // 2)), Image.Resampling.LANCZOS)
-        out.append(np.asarray(small, dtype=np.float32) / 255.0)
-    return np.stack(out)
-

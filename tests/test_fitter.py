@@ -9,7 +9,7 @@ import pytest
 
 from render import Fitter, Scene, StopConditions
 from render import reference as R
-from render import fitter as fitter_mod
+from render import fitstate, fitter as fitter_mod
 from render import placement
 from render.run import COARSE_COST_GUESS, FitRun, TimePlanner
 from render.strategy import plan_schedule
@@ -280,7 +280,7 @@ def test_respawns_stop_where_pruning_begins(ref_engine):
 def test_a_count_returned_to_reuses_its_loop_and_fits_the_same(gpu_engine, monkeypatch):
     scenes = []
     for keep in (8, 1):                     # 1: every count change builds a new loop
-        monkeypatch.setattr(fitter_mod, "MAX_CACHED_LOOPS", keep)
+        monkeypatch.setattr(fitstate, "MAX_CACHED_LOOPS", keep)
         f = _cycling_fitter(gpu_engine, respawn_every=5)
         loops = {}
         for _ in range(30):

@@ -28,6 +28,7 @@ import wgpu
 from ..errors import DeviceLostError, NumericalFault
 from ..fitloop import FitSettings, Schedule, values_from_raw
 from .backend import GpuBackend, pack_scenes
+from .encode import Recorder, encode_repeats, per_image, submission_sizes
 from .workspace import COPY_DST, COPY_SRC, MAP_READ, PARAMS_PER_GROUP, STORAGE, UNIFORM, Shape, Workspace
 
 RING = 256  # loss ring entries; a submission never encodes more iterations than this
@@ -74,7 +75,7 @@ class GpuFitLoop:
         backend.counters.upload_bytes += self.ws.set_frame(settings.loss) + self.ws.write(
             "target", np.ascontiguousarray(targets, dtype=np.float32))
         zeros = np.zeros((B, n_params))
-        self.reset(_per_image(raw, B, n_params), zeros, zeros, iteration, schedule, settings)
+        self.reset(per_image(raw, B, n_params), zeros, zeros, iteration, schedule, settings)
         # Build every pipeline a fit uses now, not inside its steps: the iteration's, the render
         # (growth, respawn, sigma probes) and the loss-and-gradient call's (pruning's removal costs:
         # binning's plain entry, the loss sum, the gradient reduction). A driver compiling shaders
@@ -176,7 +177,7 @@ class GpuFitLoop:
         ``images``: only these images changed -- the others keep their device values to the bit
         (the scene record the device materialised is not the host's rounding of it)."""
         B, n = self.batch, self.n_tris * 10 + 3
-        raw, m, v = (_per_image(a, B, n) for a in (raw, m, v))
+        raw, m, v = (per_image(a, B, n) for a in (raw, m, v))
         raw = raw.astype(np.float32)
         vals = [values_from_raw(r, self.n_tris) for r in raw]
         records = pack_scenes(np.stack([t for t, _ in vals]), np.stack([b for _, b in vals]), self._next_sigma())
@@ -302,7 +303,7 @@ class GpuFitLoop:
         """(pipeline, bind group, workgroups) of one iteration, resolved once: untimed iterations
         are encoded from this list with three wgpu calls per dispatch and no other Python work."""
         if self._dispatches is None:
-            recorder = _Recorder()
+            recorder = Recorder()
             self._encode_iteration(recorder, timed=False)
             self._dispatches = recorder.calls
         return self._dispatches
@@ -355,7 +356,7 @@ class GpuFitLoop:
                 self._encode_snapshot(enc, slot)
                 cpass = enc.begin_compute_pass()
                 self._encode_iteration(cpass, timed=True)
-                _encode_repeats(cpass, fast, parts[0] - 1)
+                encode_repeats(cpass, fast, parts[0] - 1)
                 cpass.end()
                 ts_bytes = self.backend.timer.resolve(enc, self._out, self._out_at["timestamps"])
             for part in parts[1:]:  # the GPU runs what was submitted while the next part is encoded
@@ -365,7 +366,7 @@ class GpuFitLoop:
                 with host.phase("encode"):
                     enc = self.device.create_command_encoder()
                     cpass = enc.begin_compute_pass()
-                    _encode_repeats(cpass, fast, part)
+                    encode_repeats(cpass, fast, part)
                     cpass.end()
             with host.phase("encode"):
                 last = done + k >= n
@@ -402,56 +403,3 @@ class GpuFitLoop:
         self.sigmas = self.schedule.sigmas(self.iter, self.batch)
         losses = np.concatenate(out) if out else np.empty((0, self.batch))
         return losses if self.batched else losses[:, 0]
-
-
-def submission_sizes(k: int, first: int) -> list[int]:
-    """Iterations per submission of a k-iteration chunk: ``first``, then twice as many each time
-    (the last part takes the rest), or all k at once when ``first`` is 0 or the chunk is short.
-
-    Why: the GPU idles until a submission arrives. Encoding an iteration costs the host about a
-    third of what running it costs an H200 (30 vs 80-100 us at 176 px, 150 triangles), so the
-    next part, twice as long as the one running, is ready before the GPU runs out of work. A
-    chunk in two parts (8 iterations, then the rest) left the GPU waiting ~2 ms for the rest."""
-    if first <= 0 or 2 * first >= k:
-        return [k]
-    sizes, left, size = [first], k - first, 2 * first
-    while left > 0:
-        take = size if left > 1.5 * size else left  # (no short tail part)
-        sizes.append(take)
-        left -= take
-        size *= 2
-    return sizes
-
-
-def _encode_repeats(cpass, dispatches: list[tuple], n: int) -> None:
-    """``n`` untimed iterations from the pre-resolved dispatch list: three wgpu calls a dispatch."""
-    for _ in range(n):
-        for pl, bg, groups in dispatches:
-            cpass.set_pipeline(pl)
-            cpass.set_bind_group(0, bg)
-            cpass.dispatch_workgroups(*groups)
-
-
-def _per_image(a, B: int, n: int) -> np.ndarray:
-    """``a`` as (B, n): one image's (n,) vector (B = 1) or a stack."""
-    a = np.asarray(a)
-    if a.size != B * n:
-        raise ValueError(f"expected {B} x {n} parameters, got shape {a.shape}")
-    return a.reshape(B, n)
-
-
-class _Recorder:
-    """Stands in for a compute pass to capture what one iteration dispatches."""
-
-    def __init__(self):
-        self.calls: list[tuple] = []
-        self._pl = self._bg = None
-
-    def set_pipeline(self, pl):
-        self._pl = pl
-
-    def set_bind_group(self, index, bg):
-        self._bg = bg
-
-    def dispatch_workgroups(self, *groups):
-        self.calls.append((self._pl, self._bg, groups))

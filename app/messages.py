@@ -1,0 +1,104 @@
+"""What the fit worker (app/worker.py) and the GUI thread pass each other."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from render import StopConditions
+
+AUTOSAVE_EVERY_S = 30.0  # default autosave period while fitting (app/session.py; TRIFIT_AUTOSAVE_SECONDS)
+
+
+@dataclass
+class FitParams:
+    """What a new fit is built from; triangles, sigma and lr also change a running fit."""
+
+    triangles: int = 150
+    size: int = 176
+    seed: int = 0
+    sigma_px: float | None = None   # None: the fitter's annealing schedule
+    lr_scale: float = 1.0
+
+
+@dataclass
+class FitInfo:
+    """Sent when a new fit exists (new image, reset, scene opened)."""
+
+    source: str | None
+    target: np.ndarray          # float32 (H, W, 3) at the working size
+    width: int
+    height: int
+    triangles: int              # the count asked for (the fitter may start with fewer and grow)
+    backend: str
+    iteration: int
+
+
+@dataclass
+class Progress:
+    """Sent after every chunk."""
+
+    stats: Any                        # render.fitter.StepStats; None for a preview-only message
+    iterations: np.ndarray            # the chunk's iteration numbers
+    losses: np.ndarray                # and their losses
+    chunk: int                        # iterations in this chunk
+    timings: dict | None = None       # fitter.timings(), at most every TIMINGS_EVERY_S
+    gpu_image: tuple | None = None    # (buffer, W, H) on the shared device
+    pixels: np.ndarray | None = None  # reference backend preview (float32 H x W x 3)
+
+
+@dataclass
+class AutosaveSnapshot:
+    """What the autosave writer gets (on the worker thread): the fit as it is now."""
+
+    scene: Any                  # render.Scene (read back from the device, with meta)
+    source: str | None          # the target image the fit was opened from
+    params: FitParams           # the settings it runs with, live changes included
+    stop: StopConditions
+    iteration: int
+    n_triangles: int            # triangles in the scene now (the fitter may still be growing)
+    backend: str
+    running: bool
+
+
+class AutosaveClock:
+    """When the worker's fit is due for an autosave: ``every_s`` seconds of fitting since the
+    last one, or at the next chance after a pause or stop -- and never twice for one iteration.
+    Owned and called by the worker thread alone."""
+
+    def __init__(self, every_s: float = AUTOSAVE_EVERY_S):
+        self.writer = None
+        self.every_s = every_s
+        self._t = 0.0            # when the last autosave was written (or the clock restarted)
+        self.saved_iteration = 0  # the iteration it held
+        self._now = False         # write at the next chance (the fit was paused or stopped)
+
+    def configure(self, writer, every_s: float) -> None:
+        self.writer, self.every_s = writer, every_s
+        self._t = time.perf_counter()
+
+    def restart(self, iteration: int) -> None:
+        """A new fit, saved as it is (nothing to write until it runs)."""
+        self._t, self.saved_iteration, self._now = time.perf_counter(), iteration, False
+
+    def started(self, iteration: int) -> None:
+        if iteration == self.saved_iteration:
+            self._t = time.perf_counter()  # nothing unsaved: the period starts now
+
+    def paused(self) -> None:
+        self._now = True  # save what the fit has (if anything is new)
+
+    def due(self, iteration: int) -> bool:
+        """Whether to save now; if so the period restarts (the caller then saves or retries later)."""
+        if self.writer is None or self.every_s <= 0:
+            return False
+        if iteration == self.saved_iteration:
+            self._now = False
+            return False
+        if not (self._now or time.perf_counter() - self._t >= self.every_s):
+            return False
+        self._now, self._t = False, time.perf_counter()
+        return True
