@@ -19,13 +19,12 @@ import os
 import struct
 import time
 from collections import deque
-from functools import lru_cache
+from functools import cache
 from importlib.resources import files
 
 import numpy as np
-from PySide6 import QtCore, QtGui, QtWidgets
-
 import wgpu
+from PySide6 import QtCore, QtGui, QtWidgets
 from rendercanvas.qt import QRenderWidget
 
 from .gpu_gate import GpuGate
@@ -101,7 +100,7 @@ def preferred_present_method() -> str:
     return "screen" if platform in ("xcb", "windows", "cocoa") else "bitmap"
 
 
-@lru_cache(maxsize=None)
+@cache
 def shader_source(name: str) -> str:
     """WGSL shipped beside this module (app/display.wgsl, app/unpack.wgsl)."""
     return files(__package__).joinpath(name).read_text(encoding="utf-8")

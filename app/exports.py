@@ -8,8 +8,8 @@ PNG/SVG/report come from ``render.export`` / ``render.report``; a build without 
 from __future__ import annotations
 
 import importlib
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 
 class ExportUnavailable(Exception):

@@ -38,7 +38,7 @@ import shutil
 import threading
 import time
 from dataclasses import asdict, dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -344,7 +344,7 @@ class SessionStore:
                 "format": SESSION_FORMAT,
                 "version": SESSION_VERSION,
                 "software": f"trifit {render.__version__}",
-                "saved_at": datetime.fromtimestamp(now, timezone.utc).isoformat(timespec="seconds"),
+                "saved_at": datetime.fromtimestamp(now, UTC).isoformat(timespec="seconds"),
                 "saved_at_unix": now,
                 "pid": os.getpid(),
                 "clean_exit": False,

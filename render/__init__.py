@@ -21,6 +21,7 @@ from .run import FitRun, Progress, StopConditions, replay_run  # noqa: E402
 from .scene import Scene  # noqa: E402
 
 __all__ = [
-    "AdapterError", "BatchError", "BatchFitter", "Engine", "FitRun", "Fitter", "Progress", "replay_run", "Gradient", "ImageError", "Scene",
+    "AdapterError", "BatchError", "BatchFitter", "Engine", "FitRun", "Fitter", "Gradient", "ImageError",
+    "Progress", "Scene", "replay_run",
     "SceneError", "StopConditions", "TrifitError", "__version__", "load_image",
 ]

@@ -26,7 +26,8 @@ Guarantees:
   the requested triangle count and working size is skipped (``force=True`` refits it).
 * **Never loses finished work**: each scene (and its optional render and report) is written
   atomically the moment its fit (for the batched path: its group's fit) ends; an interrupt loses
-  only the fit (or group) in progress, and no partial scene is ever written (so a resumed run refits that image instead of trusting half a fit).
+  only the fit (or group) in progress, and no partial scene is ever written (so a resumed run
+  refits that image instead of trusting half a fit).
 * **Bad images are reported and skipped**: an unreadable image, or a fit that fails, is recorded
   with its reason and the batch goes on; :attr:`BatchResult.exit_status` is 2 when any failed.
 
@@ -44,9 +45,9 @@ import json
 import os
 import sys
 import time
+from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Callable, Iterable
 
 from .errors import SceneError, TrifitError
 from .fileutil import atomic_write_bytes
@@ -179,8 +180,8 @@ def run_batch(inputs: Iterable[str] | Iterable[Path], outdir, *, triangles: int 
     from tqdm import tqdm
 
     from .engine import Engine
-    from .run import StopConditions
     from .imageio import load_image
+    from .run import StopConditions
 
     images = find_images([str(s) for s in inputs])
     outdir = Path(outdir)

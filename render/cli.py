@@ -310,10 +310,9 @@ def _check_writable(path: Path) -> None:
 
 # ---------------------------------------------------------------------- render
 def cmd_render(args) -> int:
+    from . import export
     from .engine import Engine
     from .scene import Scene
-
-    from . import export
 
     out = Path(args.output)
     suffix = out.suffix.lower()

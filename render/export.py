@@ -20,8 +20,8 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 from xml.sax.saxutils import quoteattr
 
 import numpy as np

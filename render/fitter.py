@@ -356,7 +356,7 @@ class BatchFitter(Fitter):
     def scenes(self) -> list[Scene]:
         return self.scenes_now()
 
-    def member(self, b: int, scene: Scene | None = None) -> "BatchMember":
+    def member(self, b: int, scene: Scene | None = None) -> BatchMember:
         """A Fitter-like view of image ``b`` (for render.report.build_report)."""
         return BatchMember(self, b, scene)
 

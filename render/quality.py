@@ -16,12 +16,11 @@ from pathlib import Path
 
 import numpy as np
 
-from . import __version__
-from . import reference
+from . import __version__, reference
 from .engine import Engine
 from .fitter import Fitter
-from .run import StopConditions
 from .imageio import load_image
+from .run import StopConditions
 from .scene import Scene
 
 SAMPLES = ("astronaut.png", "chelsea.png")

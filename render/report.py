@@ -1,16 +1,14 @@
 """Run reports: a JSON-able dict of a fit (:func:`build_report`) and one self-contained HTML page
 (:func:`write_html_report`).
 
-The HTML page embeds everything (images as base64 PNG, the report JSON in a script block): target,
-render and error map, loss and PSNR curves, the per-phase GPU timing table and plot, pool and
-submission counters, settings, seed, adapter and software versions. Plots are drawn by pyqtgraph
-and exported with its ImageExporter; without a display, Qt's ``offscreen`` platform is used.
+The HTML page embeds everything (images as base64 PNG, plots as inline SVG, the report JSON in a
+script block): target, render and error map, loss and PSNR curves, the per-phase GPU timing table
+and plot, pool and submission counters, settings, seed, adapter and software versions. Plots are
+drawn by :mod:`render.svgplot` in pure Python: no Qt, no display, any thread.
 
-Threading: :func:`build_report`, :func:`write_report` and :func:`write_html_report` may run on the
-thread that uses the fitter (the GUI's fit worker included). Only the plot drawing needs Qt widgets:
-it runs on the QApplication's thread -- directly when called there, else handed to it and waited
-for. A program with no QApplication (the CLI) gets one made on its main thread. If plots cannot be
-drawn, the page is written without them and says why.
+Threading: :func:`build_report`, :func:`write_report` and :func:`write_html_report` may run on any
+thread, the GUI's fit worker included. If plots cannot be drawn, the page is written without them
+and says why.
 
 The GUI calls ``write_report(path, fitter)``; the CLI calls ``build_report`` (through
 ``render.cli.fit_report``) and ``write_html_report``.
@@ -24,23 +22,18 @@ import html
 import io
 import json
 import math
-import os
 import platform
 import sys
-import threading
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from . import __version__
-from .errors import TrifitError
+from . import __version__, svgfigure, svgplot
 from .fileutil import atomic_write_bytes
 
 REPORT_FORMAT = "trifit-report"
 REPORT_VERSION = 1
-#: How long a worker thread waits for the GUI thread to draw a report's plots.
-PLOT_TIMEOUT_S = 60.0
 PHASES_NOTE = ("GPU passes: median ms of one iteration (timestamps on the first iteration of each "
                "submission); host:* phases: median ms per submission")
 
@@ -96,7 +89,7 @@ def build_report(fitter, engine=None, wall_s: float | None = None, *, image: str
     return {
         "format": REPORT_FORMAT,
         "version": REPORT_VERSION,
-        "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "created": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
         "software": f"trifit {__version__}",
         "versions": software_versions(),
         "image": image if image is not None else fitter.source,
@@ -162,184 +155,59 @@ def _uint8(image: np.ndarray) -> np.ndarray:
     return (np.clip(image, 0.0, 1.0) * 255.0 + 0.5).astype(np.uint8)
 
 
-def error_map(render: np.ndarray, target: np.ndarray, colormap: str = "viridis") -> tuple[np.ndarray, float]:
-    """Per-pixel RMS error over the channels, coloured by a pyqtgraph colour map.
+def error_map(render: np.ndarray, target: np.ndarray) -> tuple[np.ndarray, float]:
+    """Per-pixel RMS error over the channels, coloured with viridis.
 
     Returns uint8 (H, W, 3) and the error value at the top of the scale (the 99.5th percentile,
     so a few outliers do not wash out the rest).
     """
-    import pyqtgraph as pg
-
     err = np.sqrt(np.mean((np.asarray(render, np.float64) - np.asarray(target, np.float64)) ** 2, axis=2))
     top = float(np.percentile(err, 99.5)) if err.size else 0.0
     top = max(top, 1e-6)
-    cmap = pg.colormap.get(colormap)
-    rgba = cmap.map(np.clip(err / top, 0.0, 1.0).ravel(), mode="byte")
-    return np.asarray(rgba, dtype=np.uint8)[:, :3].reshape(err.shape + (3,)), top
+    return svgfigure.viridis(err / top), top
 
 
-# ---------------------------------------------------------------------- plots (pyqtgraph)
-def _qt_app():
-    """The QApplication to draw plots with, created (offscreen without a display) when there is
-    none. Returns ``(app, on_its_thread)``."""
-    if not (os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY")):
-        os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
-    from pyqtgraph.Qt import QtCore, QtWidgets
-
-    app = QtCore.QCoreApplication.instance()
-    if app is None:
-        if threading.current_thread() is not threading.main_thread():
-            raise TrifitError("no QApplication, and this is not the main thread to make one in")
-        import pyqtgraph as pg
-
-        app = pg.mkQApp("trifit-report")
-    if not isinstance(app, QtWidgets.QApplication):
-        raise TrifitError("plots need a QApplication (this process has a non-widget Qt application)")
-    return app, QtCore.QThread.currentThread() == app.thread()
-
-
-def make_plots(report: dict) -> dict[str, bytes]:
-    """PNG plots of a report: ``loss``, ``psnr`` (mse fits), ``gpu`` and ``host`` phase timings.
-
-    Qt widgets live on the GUI thread, so from any other thread (the GUI's fit worker) the drawing
-    is handed to the GUI thread and waited for (up to ``PLOT_TIMEOUT_S``); the caller's thread
-    does everything else. Raises :class:`TrifitError` when plots cannot be drawn.
-    """
-    app, on_gui_thread = _qt_app()
-    if on_gui_thread:
-        return _draw_plots(report)
-    from pyqtgraph.Qt import QtCore
-
-    done = threading.Event()
-    box: dict[str, Any] = {}
-
-    def work():
-        try:
-            box["plots"] = _draw_plots(report)
-        except BaseException as exc:  # noqa: BLE001 - re-raised on the caller's thread
-            box["error"] = exc
-        finally:
-            done.set()
-
-    QtCore.QTimer.singleShot(0, app, work)
-    if not done.wait(PLOT_TIMEOUT_S):
-        raise TrifitError(f"the GUI thread did not draw the report's plots within {PLOT_TIMEOUT_S:.0f} s")
-    if "error" in box:
-        raise box["error"]
-    return box["plots"]
-
-
-def _draw_plots(report: dict) -> dict[str, bytes]:
+# ---------------------------------------------------------------------- plots (SVG)
+def make_plots(report: dict) -> dict[str, str]:
+    """Inline SVG plots of a report: ``loss``, ``psnr`` (mse fits), ``gpu`` and ``host`` phase
+    timings (each left out when there is nothing to draw)."""
     plots = _curve_plots(report)
     phases = report.get("phases_ms") or {}
     gpu = {k: v for k, v in phases.items() if not k.startswith("host:")}
     host = {k[5:]: v for k, v in phases.items() if k.startswith("host:")}
     for key, sel, title, colour in (("gpu", gpu, "GPU passes: median ms of one iteration", "#2ca02c"),
                                     ("host", host, "host phases: median ms per submission", "#ff7f0e")):
-        png = _timing_plot(sel, title, colour)
-        if png:
-            plots[key] = png
+        items = [(k, float(v)) for k, v in sel.items() if v is not None and math.isfinite(float(v))]
+        if items:
+            plots[key] = svgplot.bar_plot(items, title=title, xlabel="ms", colour=colour).svg()
     return plots
 
 
-def _style_plot(widget, title: str, xlabel: str, ylabel: str) -> None:
-    import pyqtgraph as pg
-
-    item = widget.getPlotItem()
-    item.setTitle(title, color="#222", size="11pt")
-    for name, label in (("bottom", xlabel), ("left", ylabel)):
-        ax = item.getAxis(name)
-        ax.setPen(pg.mkPen("#444"))
-        ax.setTextPen(pg.mkPen("#222"))
-        ax.enableAutoSIPrefix(False)
-        if label:
-            ax.setLabel(label, color="#222")
-    item.showGrid(x=True, y=True, alpha=0.25)
-
-
-def _export_png(widget, width: int, height: int) -> bytes:
-    import pyqtgraph.exporters  # noqa: F401 - registers the exporters
-    from pyqtgraph.Qt import QtCore
-
-    # Lay the widget out at the export size without putting a window on any screen: a widget
-    # that was never shown ignores resize(), and the exporter would scale a 640x480 layout.
-    widget.setAttribute(QtCore.Qt.WidgetAttribute.WA_DontShowOnScreen, True)
-    widget.resize(width, height)
-    widget.show()
-    QtCore.QCoreApplication.processEvents()
-    exporter = pyqtgraph.exporters.ImageExporter(widget.getPlotItem())
-    exporter.parameters()["width"] = int(width)
-    exporter.parameters()["height"] = int(height)
-    exporter.parameters()["background"] = "w"
-    qimage = exporter.export(toBytes=True)
-    data = QtCore.QByteArray()
-    buf = QtCore.QBuffer(data)
-    buf.open(QtCore.QIODevice.OpenModeFlag.WriteOnly)
-    qimage.save(buf, "PNG")
-    buf.close()
-    widget.close()
-    return bytes(data.data())
-
-
-def _curve_plots(report: dict, width: int = 760, height: int = 300) -> dict[str, bytes]:
-    import pyqtgraph as pg
-
+def _curve_plots(report: dict, width: int = 760, height: int = 300) -> dict[str, str]:
     hist = report.get("history") or {}
     its = np.asarray(hist.get("iterations") or [], dtype=np.float64)
     losses = np.asarray(hist.get("losses") or [], dtype=np.float64)
-    ok = np.isfinite(losses) & (losses > 0)
+    n = min(len(its), len(losses))
+    its, losses = its[:n], losses[:n]
+    ok = np.isfinite(its) & np.isfinite(losses) & (losses > 0)
     its, losses = its[ok], losses[ok]
-    out: dict[str, bytes] = {}
+    out: dict[str, str] = {}
     if len(losses) == 0:
         return out
-    loss_name = (report.get("settings") or {}).get("loss", "mse")
+    loss_name = str((report.get("settings") or {}).get("loss", "mse"))
     coarse = int(report.get("coarse_until") or 0)
-
-    def mark_coarse(w):
-        if 0 < coarse < its[-1]:
-            pen = pg.mkPen("#888", width=1, style=QtCore.Qt.PenStyle.DashLine)
-            w.addItem(pg.InfiniteLine(pos=coarse, angle=90, pen=pen, label="full size from here",
-                                      labelOpts={"position": 0.92, "color": "#555"}))
-
-    from pyqtgraph.Qt import QtCore
-
-    w = pg.PlotWidget(background="w")
-    w.plot(its, losses, pen=pg.mkPen("#1f77b4", width=2))
-    w.setLogMode(x=False, y=True)
-    mark_coarse(w)
-    _style_plot(w, f"{loss_name} loss per iteration (log scale)", "iteration", loss_name)
-    out["loss"] = _export_png(w, width, height)
-    w.deleteLater()
+    markers = ((svgplot.Marker(coarse, f"full size from iteration {coarse:,} (coarse stage before)"),)
+               if 0 < coarse < its[-1] else ())
+    out["loss"] = svgplot.line_plot(
+        [svgplot.Series(f"{loss_name} loss", its, losses, "#1f77b4")], markers=markers, log_y=True,
+        title=f"{loss_name} loss per iteration (log scale)", xlabel="iteration", ylabel=loss_name,
+        width=width, height=height).svg()
     if loss_name == "mse":
-        w = pg.PlotWidget(background="w")
-        w.plot(its, 10.0 * np.log10(1.0 / losses), pen=pg.mkPen("#d62728", width=2))
-        mark_coarse(w)
-        _style_plot(w, "PSNR per iteration (from the iteration's loss)", "iteration", "PSNR (dB)")
-        out["psnr"] = _export_png(w, width, height)
-        w.deleteLater()
+        out["psnr"] = svgplot.line_plot(
+            [svgplot.Series("PSNR of the iteration's loss", its, 10.0 * np.log10(1.0 / losses), "#d62728")],
+            markers=markers, title="PSNR per iteration (from the iteration's loss)", xlabel="iteration",
+            ylabel="PSNR (dB)", width=width, height=height).svg()
     return out
-
-
-def _timing_plot(phases: dict[str, float], title: str, colour: str, width: int = 760) -> bytes | None:
-    """Horizontal bars of median ms per phase."""
-    import pyqtgraph as pg
-
-    items = [(k, float(v)) for k, v in phases.items() if v is not None and math.isfinite(float(v))]
-    if not items:
-        return None
-    height = 110 + 28 * len(items)
-    w = pg.PlotWidget(background="w")
-    ys = np.arange(len(items))[::-1].astype(float)
-    vals = np.array([v for _, v in items])
-    w.addItem(pg.BarGraphItem(x0=0, y=ys, height=0.6, width=vals, brush=pg.mkBrush(colour),
-                              pen=pg.mkPen("#333")))
-    w.getPlotItem().getAxis("left").setTicks([[(y, k) for y, (k, _) in zip(ys, items, strict=True)]])
-    w.setYRange(-0.7, len(items) - 0.3, padding=0)
-    w.setXRange(0, max(vals.max(), 1e-6) * 1.08, padding=0)
-    _style_plot(w, title, "ms", "")
-    png = _export_png(w, width, height)
-    w.deleteLater()
-    return png
 
 
 # ---------------------------------------------------------------------- HTML
@@ -355,7 +223,7 @@ figcaption{font-size:.85em;color:#555;margin-top:.3em}
 table{border-collapse:collapse;font-size:.9em;margin:.5em 0}
 td,th{border:1px solid #ddd;padding:3px 8px;text-align:left;vertical-align:top}
 th{background:#f5f5f5} td.n{text-align:right;font-variant-numeric:tabular-nums}
-.plot{max-width:100%;height:auto}
+.plot{max-width:100%;height:auto} svg.plot{display:block;margin:.6em 0}
 .cols{display:grid;grid-template-columns:1fr 1fr;gap:18px}
 code{background:#f3f3f3;padding:0 3px}
 """
@@ -405,8 +273,8 @@ def render_html(report: dict, fitter=None) -> str:
     """The report page as a string (see :func:`write_html_report`)."""
     try:
         plots, plot_error = make_plots(report), None
-    except TrifitError as exc:  # the numbers still make a useful page
-        plots, plot_error = {}, str(exc)
+    except Exception as exc:  # noqa: BLE001 - the numbers still make a useful page
+        plots, plot_error = {}, f"{type(exc).__name__}: {exc}"
     r = report
     final = r.get("final") or {}
     adapter = r.get("adapter") or {}
@@ -452,7 +320,7 @@ def render_html(report: dict, fitter=None) -> str:
         parts.append("<h2>Convergence</h2>")
         for key in ("loss", "psnr"):
             if key in plots:
-                parts.append(_img(plots[key], f"{key} curve", "plot"))
+                parts.append(plots[key])
         if r.get("coarse_until"):
             parts.append(f'<p class="sub">Iterations before {_e(r["coarse_until"])} ran at half the working '
                          "size (the coarse stage); their loss is against the half-size target, hence the "
@@ -464,9 +332,7 @@ def render_html(report: dict, fitter=None) -> str:
     if phases:
         parts.append(_table([(k, float(v)) for k, v in phases.items()], ("phase", "median ms")))
         parts.append(f'<p class="sub">{_e(r.get("phases_note", PHASES_NOTE))}</p>')
-        for key, title in (("gpu", "GPU pass timings"), ("host", "host phase timings")):
-            if key in plots:
-                parts.append(_img(plots[key], title, "plot"))
+        parts += [plots[key] for key in ("gpu", "host") if key in plots]
     else:
         parts.append("<p>No phase timings were recorded.</p>")
 
@@ -517,8 +383,8 @@ def write_html_report(path, report: dict, fitter=None) -> Path:
 
 def write_report(path, fitter, engine=None, wall_s: float | None = None) -> Path:
     """Build the report of ``fitter`` and write it: ``.html``/``.htm`` gives the page plus its JSON
-    twin (same name, ``.json``); any other suffix gives the JSON alone. Callable from the fit
-    worker thread (see :func:`make_plots`). Returns the path."""
+    twin (same name, ``.json``); any other suffix gives the JSON alone. Callable from any thread
+    (the GUI's fit worker included). Returns the path."""
     path = Path(path)
     report = build_report(fitter, engine, wall_s)
     if path.suffix.lower() in (".html", ".htm"):

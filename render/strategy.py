@@ -35,7 +35,7 @@ STRATEGIES = ("default", "fixed")
 _NEVER = 1 << 40
 
 
-def make_strategy(name: str, fit) -> "FixedStrategy":
+def make_strategy(name: str, fit) -> FixedStrategy:
     """The strategy called ``name``, attached to ``fit``."""
     kinds = {"default": DefaultStrategy, "fixed": FixedStrategy}
     if name not in kinds:

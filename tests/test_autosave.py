@@ -45,6 +45,7 @@ pytestmark = pytest.mark.gui
 
 REPO = Path(__file__).resolve().parents[1]
 from conftest import GUI_SIZE as SIZE, GUI_TRIANGLES as TRIANGLES  # noqa: E402
+
 INTERVAL_S = 0.5   # autosave period for the tests (the app's default is 30 s)
 WAIT_MS = 20_000
 

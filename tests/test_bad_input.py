@@ -29,9 +29,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from render import ImageError, Scene, SceneError, load_image
-from render import imageio
-from render import scene as scene_mod
+from render import ImageError, Scene, SceneError, imageio, load_image, scene as scene_mod
 
 ROOT = Path(__file__).resolve().parents[1]
 FIT = ["--tris", "3", "--size", "16", "--iters", "2", "--backend", "reference", "--quiet"]

@@ -5,8 +5,7 @@ the same strategy as a Fitter, so each of its images ends as that image's own fi
 import numpy as np
 import pytest
 
-from render import Fitter, Scene, StopConditions
-from render import reference as R
+from render import Fitter, Scene, StopConditions, reference as R
 from render.fitloop import FitSettings
 from render.fitter import BatchFitter
 from render.placement import initial_raw

@@ -8,8 +8,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from render import Scene
-from render import reference as R
+from render import Scene, reference as R
 from render.cli import main
 
 

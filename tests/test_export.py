@@ -14,12 +14,22 @@ from PIL import Image
 if not (os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY")):
     os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
-from render import Scene
-from render import reference as R
+from render import Scene, reference as R
 from render.cli import main
 from render.errors import AdapterError, TrifitError
-from render.export import (SUFFIXES, TILE_MAX_PIXELS, TILE_MAX_WORKSPACE_BYTES, AnimationRecorder, plan_tiles,
-                           render_large, save_png, save_render, save_svg, svg_text, tile_scene)
+from render.export import (
+    SUFFIXES,
+    TILE_MAX_PIXELS,
+    TILE_MAX_WORKSPACE_BYTES,
+    AnimationRecorder,
+    plan_tiles,
+    render_large,
+    save_png,
+    save_render,
+    save_svg,
+    svg_text,
+    tile_scene,
+)
 
 
 def psnr(a, b) -> float:
@@ -157,7 +167,7 @@ def test_svg_structure_and_painting_order():
     assert root.get("viewBox") == "0 0 40 20"
     rect = root.find("s:rect", ns)
     bg = tuple(int(round(v * 255)) for v in s.background)
-    assert rect.get("fill") == "#%02x%02x%02x" % bg
+    assert rect.get("fill") == "#{:02x}{:02x}{:02x}".format(*bg)
     polys = root.findall(".//s:polygon", ns)
     assert len(polys) == 5
     for poly, t in zip(polys, s.triangles, strict=True):  # document order = painting order

@@ -7,10 +7,7 @@ import json
 import numpy as np
 import pytest
 
-from render import Fitter, Scene, StopConditions
-from render import reference as R
-from render import fitstate, fitter as fitter_mod
-from render import placement
+from render import Fitter, Scene, StopConditions, fitstate, fitter as fitter_mod, placement, reference as R
 from render.run import COARSE_COST_GUESS, FitRun, TimePlanner
 from render.strategy import plan_schedule
 
@@ -304,7 +301,7 @@ def test_events_read_the_state_that_came_back_with_the_losses(gpu_engine, monkey
         if not ride:
             from render.gpu.fitloop import GpuFitLoop
             run = GpuFitLoop.run
-            monkeypatch.setattr(GpuFitLoop, "run", lambda self, n, read_state=False, **kw: run(self, n, **kw))
+            monkeypatch.setattr(GpuFitLoop, "run", lambda self, n, read_state=False, _run=run, **kw: _run(self, n, **kw))
         f = _cycling_fitter(gpu_engine, respawn_every=3, sigma_probes=3, host_snapshot_every=5)
         c0 = gpu_engine.counters()["submissions"]
         f.step(30)

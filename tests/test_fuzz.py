@@ -21,13 +21,10 @@ import math
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, assume, given, settings
-from hypothesis import strategies as st
+from hypothesis import HealthCheck, assume, given, settings, strategies as st
 from PIL import Image
 
-from render import ImageError, Scene, SceneError, load_image
-from render import imageio
-from render import scene as scene_mod
+from render import ImageError, Scene, SceneError, imageio, load_image, scene as scene_mod
 
 FUZZ = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 

@@ -4,8 +4,7 @@ batching and the buffer pool. Runs on whatever adapter wgpu finds (lavapipe in C
 import numpy as np
 import pytest
 
-from render import BatchError, Engine, Scene
-from render import reference as R
+from render import BatchError, Engine, Scene, reference as R
 from render.placement import removal_costs
 
 pytestmark = pytest.mark.gpu

@@ -35,6 +35,7 @@ from resources import sample_path  # noqa: E402
 pytestmark = pytest.mark.gui
 
 from conftest import GUI_SIZE as SIZE, GUI_TRIANGLES as TRIANGLES  # noqa: E402
+
 WAIT_MS = 20_000   # generous: a cold lavapipe compiles the shaders on the first step
 
 

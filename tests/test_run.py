@@ -11,8 +11,7 @@ import sys
 import numpy as np
 import pytest
 
-from render import FitRun, Fitter, Scene, StopConditions, replay_run
-from render import reference as R
+from render import FitRun, Fitter, Scene, StopConditions, reference as R, replay_run
 from render.cli import main
 from render.fitter import BatchFitter
 from render.run import CHECK_EVERY, ChunkSizer

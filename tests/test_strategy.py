@@ -8,8 +8,7 @@ import math
 import numpy as np
 import pytest
 
-from render import Fitter, Scene, StopConditions
-from render import reference as R
+from render import Fitter, Scene, StopConditions, reference as R
 from render.run import replay_run
 from render.strategy import STRATEGIES, make_strategy
 

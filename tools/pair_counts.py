@@ -15,8 +15,10 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from render import Scene  # noqa: E402
-from render import reference as R  # noqa: E402
+from render import (
+    Scene,  # noqa: E402
+    reference as R,  # noqa: E402
+)
 from render.gpu.workspace import TILE, cull_sigmas  # noqa: E402
 
 

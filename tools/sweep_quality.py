@@ -169,7 +169,6 @@ VARIANTS = {
     "cycles 60 until 0.9": {"overgrow_cycles": 60, "prune_until": 0.9},
     "cycles 24": {"overgrow_cycles": 24},
     "cycles 32": {"overgrow_cycles": 32},
-    "cycles 24 until 0.9": {"overgrow_cycles": 24, "prune_until": 0.9},
     "cycles 24 overgrow 1.75": {"overgrow_cycles": 24, "overgrow": 1.75},
     "cycle lr 1.5": {"cycle_lr": 1.5},
     "cycle lr 2.5": {"cycle_lr": 2.5},
