@@ -14,139 +14,35 @@ Every method here runs on the GUI thread; the worker reaches the canvas through 
 
 from __future__ import annotations
 
-import enum
-import os
+import logging
 import struct
-import time
-from collections import deque
-from functools import cache
-from importlib.resources import files
 
 import numpy as np
 import wgpu
-from PySide6 import QtCore, QtGui, QtWidgets
+from PySide6 import QtCore
 from rendercanvas.qt import QRenderWidget
 
+import render
+
 from .gpu_gate import GpuGate
+from .image_canvas import ImageCanvas
+from .panes import (
+    PANE_GAP_PX,
+    RETRY_DRAW_MS,
+    SNAPSHOT_FORMAT,
+    SPLIT_LINE_PX,
+    UNIFORM_FORMAT,
+    CanvasState,
+    FrameClock,
+    Rect,
+    ViewMode,
+    clear_colour,
+    layout_panes,
+    preferred_present_method,
+    shader_source,
+)
 
-PANE_GAP_PX = 8  # logical pixels between and around panes
-SPLIT_LINE_PX = 2  # logical pixels
-UNIFORM_FORMAT = "<4f4f2fIfIf2f"  # must match struct View in display.wgsl (64 bytes)
-SNAPSHOT_FORMAT = "rgba8unorm"
-RETRY_DRAW_MS = 25  # a draw that found the GPU busy with the fit tries again this much later
-
-
-class ViewMode(enum.IntEnum):
-    SIDE_BY_SIDE = 0
-    OVERLAY = 1
-    ERROR_HEATMAP = 2
-
-    @property
-    def label(self) -> str:
-        return {0: "Side by side", 1: "Overlay (slider)", 2: "Error heatmap"}[int(self)]
-
-
-Rect = tuple[float, float, float, float]  # x0, y0, x1, y1
-
-
-def fit_rect(box: Rect, img_w: int, img_h: int) -> Rect:
-    """The largest rectangle of the image's aspect ratio centred in ``box``."""
-    x0, y0, x1, y1 = box
-    bw, bh = max(x1 - x0, 1.0), max(y1 - y0, 1.0)
-    scale = min(bw / img_w, bh / img_h)
-    w, h = img_w * scale, img_h * scale
-    cx, cy = (x0 + x1) / 2, (y0 + y1) / 2
-    return (round(cx - w / 2), round(cy - h / 2), round(cx + w / 2), round(cy + h / 2))
-
-
-def layout_panes(mode: ViewMode, canvas_w: float, canvas_h: float, img_w: int, img_h: int,
-                 gap: float = PANE_GAP_PX) -> tuple[Rect, Rect]:
-    """Pane rectangles (physical px) for a view mode; aspect kept, panes side by side or stacked,
-    whichever shows the images larger (a tall window stacks them)."""
-    if mode == ViewMode.OVERLAY:
-        one = fit_rect((gap, gap, canvas_w - gap, canvas_h - gap), img_w, img_h)
-        return one, (0, 0, 0, 0)
-    half_w = (canvas_w - 3 * gap) / 2
-    half_h = (canvas_h - 3 * gap) / 2
-    scale_side = min(half_w / img_w, (canvas_h - 2 * gap) / img_h)
-    scale_stack = min((canvas_w - 2 * gap) / img_w, half_h / img_h)
-    if scale_side >= scale_stack:
-        a = fit_rect((gap, gap, gap + half_w, canvas_h - gap), img_w, img_h)
-        b = fit_rect((2 * gap + half_w, gap, canvas_w - gap, canvas_h - gap), img_w, img_h)
-    else:
-        a = fit_rect((gap, gap, canvas_w - gap, gap + half_h), img_w, img_h)
-        b = fit_rect((gap, 2 * gap + half_h, canvas_w - gap, canvas_h - gap), img_w, img_h)
-    return a, b
-
-
-def _clear_colour(fmt: str) -> tuple[float, float, float, float]:
-    """display.wgsl's BACKGROUND (sRGB-encoded values), linearised for an sRGB output texture."""
-    c = [0.13, 0.13, 0.14]
-    if fmt.endswith("-srgb"):
-        c = [v / 12.92 if v <= 0.04045 else ((v + 0.055) / 1.055) ** 2.4 for v in c]
-    return (c[0], c[1], c[2], 1.0)
-
-
-def preferred_present_method() -> str:
-    """'screen' (zero copy) where rendercanvas can hand wgpu a native window; 'bitmap' elsewhere.
-
-    rendercanvas describes every Linux window as X11, so a native Wayland or offscreen Qt platform
-    must present through a bitmap. ``TRIFIT_PRESENT`` overrides (screen|bitmap).
-    """
-    forced = os.environ.get("TRIFIT_PRESENT", "").strip().lower()
-    if forced in ("screen", "bitmap"):
-        return forced
-    platform = QtGui.QGuiApplication.platformName()
-    return "screen" if platform in ("xcb", "windows", "cocoa") else "bitmap"
-
-
-@cache
-def shader_source(name: str) -> str:
-    """WGSL shipped beside this module (app/display.wgsl, app/unpack.wgsl)."""
-    return files(__package__).joinpath(name).read_text(encoding="utf-8")
-
-
-ERROR_GAIN = 4.0  # as in display.wgsl
-_HEAT_STOPS = np.array([0.0, 0.33, 0.66, 1.0])
-_HEAT_COLOURS = np.array([[0.0, 0.0, 0.02], [0.45, 0.07, 0.55], [0.95, 0.45, 0.1], [1.0, 1.0, 0.75]])
-
-
-def heat_ramp(e: np.ndarray) -> np.ndarray:
-    """The error colour ramp of display.wgsl's heat(), for the QPainter canvas."""
-    t = np.clip(e, 0.0, 1.0)
-    return np.stack([np.interp(t, _HEAT_STOPS, _HEAT_COLOURS[:, c]) for c in range(3)], axis=-1)
-
-
-class FrameClock:
-    """Timestamps of recent presented frames, for an fps readout and the measurement script."""
-
-    def __init__(self, keep: int = 240):
-        self.times: deque[float] = deque(maxlen=keep)
-        self.count = 0
-        self.cancelled = 0   # the surface had no texture to give (occluded, resizing)
-        self.deferred = 0    # the fit held the GPU; drawn a little later
-
-    def tick(self) -> None:
-        self.times.append(time.perf_counter())
-        self.count += 1
-
-    def fps(self, window_s: float = 2.0) -> float:
-        now = time.perf_counter()
-        recent = [t for t in self.times if now - t <= window_s]
-        if len(recent) < 2:
-            return 0.0
-        return (len(recent) - 1) / max(recent[-1] - recent[0], 1e-9)
-
-
-class CanvasState:
-    """What the canvas shows, shared by both canvas kinds (no GPU objects here)."""
-
-    def __init__(self):
-        self.mode = ViewMode.SIDE_BY_SIDE
-        self.split = 0.5
-        self.image_size: tuple[int, int] | None = None   # of the target; sets the panes' aspect
-        self.render_size: tuple[int, int] | None = None  # of the fitter's image (half size while coarse)
-        self.render_valid = False
+log = logging.getLogger("trifit.app")
 
 
 class FitCanvas(QRenderWidget):
@@ -358,7 +254,7 @@ class FitCanvas(QRenderWidget):
                                        self._view_bytes(width, height, fmt.endswith("-srgb")))
         rpass = encoder.begin_render_pass(color_attachments=[{
             "view": view,
-            "clear_value": _clear_colour(fmt),  # the gaps between and around the panes
+            "clear_value": clear_colour(fmt),  # the gaps between and around the panes
             "load_op": wgpu.LoadOp.clear,
             "store_op": wgpu.StoreOp.store,
         }])
@@ -451,98 +347,19 @@ class FitCanvas(QRenderWidget):
         return np.frombuffer(data, np.uint8).reshape(height, width, 4).copy()
 
 
-class ImageCanvas(QtWidgets.QWidget):
-    """QPainter stand-in for machines where wgpu finds no adapter at all (reference backend).
+def make_canvas(engine: render.Engine, present_method: str | None = None, gate: GpuGate | None = None):
+    """A wgpu canvas on the engine's device; the QPainter canvas only where wgpu has no adapter."""
+    try:
+        from render.gpu.device import get_context
 
-    Same inputs as :class:`FitCanvas`, except that it can only show uploaded pixels.
-    """
-
-    def __init__(self, parent=None):
-        super().__init__(parent)
-        self.setMinimumSize(200, 150)
-        self.state = CanvasState()
-        self.clock = FrameClock()
-        self._target: QtGui.QImage | None = None
-        self._render: QtGui.QImage | None = None
-
-    @staticmethod
-    def _to_qimage(pixels: np.ndarray) -> QtGui.QImage:
-        rgb = np.ascontiguousarray(np.clip(pixels * 255.0 + 0.5, 0, 255).astype(np.uint8))
-        h, w = rgb.shape[:2]
-        return QtGui.QImage(rgb.data, w, h, 3 * w, QtGui.QImage.Format.Format_RGB888).copy()
-
-    def set_target(self, pixels: np.ndarray) -> None:
-        self._target = self._to_qimage(pixels)
-        self.state.image_size = (self._target.width(), self._target.height())
-        self.state.render_valid = False
-        self._target_pixels = np.asarray(pixels, np.float32)
-        self.update()
-
-    def set_render_buffer(self, buffer, width: int, height: int) -> None:
-        raise RuntimeError("ImageCanvas cannot show device buffers")
-
-    def set_render_pixels(self, pixels: np.ndarray) -> None:
-        self._render_pixels = np.asarray(pixels, np.float32)
-        self._render = self._to_qimage(pixels)
-        self.state.render_size = (self._render.width(), self._render.height())
-        self.state.render_valid = True
-        self.update()
-
-    def set_view_mode(self, mode: ViewMode) -> None:
-        self.state.mode = ViewMode(mode)
-        self.update()
-
-    def set_split(self, fraction: float) -> None:
-        self.state.split = min(max(float(fraction), 0.0), 1.0)
-        self.update()
-
-    def frames_per_second(self) -> float:
-        return self.clock.fps()
-
-    def _heatmap(self) -> QtGui.QImage:
-        target, render = self._target_pixels, self._render_pixels
-        th, tw = target.shape[:2]
-        rh, rw = render.shape[:2]
-        # nearest-neighbour upsampling of a coarse-stage (half size) render to the target's grid
-        render = render[np.arange(th) * rh // th][:, np.arange(tw) * rw // tw]
-        err = np.abs(render - target).mean(axis=2)
-        return self._to_qimage(heat_ramp(ERROR_GAIN * err))
-
-    def paintEvent(self, event):  # noqa: N802 - Qt override
-        p = QtGui.QPainter(self)
-        p.fillRect(self.rect(), QtGui.QColor(33, 33, 36))
-        s = self.state
-        if self._target is None:
-            p.end()
-            return
-        w, h = s.image_size
-        a, b = layout_panes(s.mode, self.width(), self.height(), w, h)
-        to_rect = lambda r: QtCore.QRectF(r[0], r[1], r[2] - r[0], r[3] - r[1])  # noqa: E731
-        render = self._render if s.render_valid else None
-        p.setRenderHint(QtGui.QPainter.RenderHint.SmoothPixmapTransform, True)
-        if s.mode == ViewMode.OVERLAY:
-            p.drawImage(to_rect(a), self._target)
-            if render is not None:
-                cut = a[0] + s.split * (a[2] - a[0])
-                p.save()
-                p.setClipRect(QtCore.QRectF(a[0], a[1], cut - a[0], a[3] - a[1]))
-                p.drawImage(to_rect(a), render)
-                p.restore()
-                p.fillRect(QtCore.QRectF(cut - 1, a[1], 2, a[3] - a[1]), QtGui.QColor(255, 217, 51))
-        elif s.mode == ViewMode.ERROR_HEATMAP:
-            if render is not None:
-                p.drawImage(to_rect(a), render)
-                p.drawImage(to_rect(b), self._heatmap())
-        else:
-            p.drawImage(to_rect(a), self._target)
-            if render is not None:
-                p.drawImage(to_rect(b), render)
-        p.end()
-        self.clock.tick()
-
-    def request_draw(self, *_):
-        self.update()
-
-    def draw_now(self) -> bool:
-        self.repaint()
-        return True
+        device = get_context().device
+    except render.AdapterError as exc:
+        log.warning("no wgpu device for the canvas (%s); drawing with QPainter", exc)
+        return ImageCanvas()
+    try:
+        return FitCanvas(device, present_method=present_method, gate=gate)
+    except Exception as exc:  # e.g. no native surface: a bitmap present still works
+        if present_method == "bitmap":
+            raise
+        log.warning("screen present failed (%s); presenting through a bitmap", exc)
+        return FitCanvas(device, present_method="bitmap", gate=gate)

@@ -32,189 +32,40 @@ from __future__ import annotations
 
 import json
 import logging
-import math
 import os
 import shutil
 import threading
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
 
 from PySide6 import QtCore
 
 import render
-from render import StopConditions
 from render.fileutil import atomic_write_bytes
-from render.fitter import MAX_TRIANGLES_FIT
-from render.imageio import MAX_WORKING_SIZE
 
-from .worker import AUTOSAVE_EVERY_S, AutosaveSnapshot, FitParams
+from .session_record import (
+    AUTOSAVE_ENV,
+    DAMAGED_PREFIX,
+    FOLDER_PREFIX,
+    LOCK_FILE,
+    SCENE_FILE,
+    SESSION_FILE,
+    SESSION_FORMAT,
+    SESSION_VERSION,
+    CrashedSession,
+    SessionDamaged,
+    autosave_interval,
+    data_dir,
+    params_from_record,
+    read_session_record,
+)
+from .worker import AUTOSAVE_EVERY_S, AutosaveSnapshot
 
 log = logging.getLogger("trifit.app")
 
-DATA_DIR_ENV = "TRIFIT_DATA_DIR"
-AUTOSAVE_ENV = "TRIFIT_AUTOSAVE_SECONDS"
-RESTORE_ENV = "TRIFIT_RESTORE"
 
-SESSION_FORMAT = "trifit-session"
-SESSION_VERSION = 1
-SESSION_FILE = "session.json"
-SCENE_FILE = "scene.json"
-LOCK_FILE = "lock"
-FOLDER_PREFIX = "session-"
-DAMAGED_PREFIX = "damaged-"
-MAX_SESSION_BYTES = 1 << 20
-
-
-class SessionDamaged(Exception):
-    """An autosave that cannot be used (reason in the message)."""
-
-
-# ---------------------------------------------------------------------- environment
-def data_dir() -> Path | None:
-    """``TRIFIT_DATA_DIR``, else the platform's per-user application data folder (None if Qt
-    knows none). Call after the QApplication has its organization and application names."""
-    override = os.environ.get(DATA_DIR_ENV, "").strip()
-    if override:
-        return Path(override).expanduser()
-    location = QtCore.QStandardPaths.writableLocation(QtCore.QStandardPaths.StandardLocation.AppDataLocation)
-    return Path(location) if location else None
-
-
-def autosave_interval() -> float:
-    """The autosave period from ``TRIFIT_AUTOSAVE_SECONDS`` (default 30 s; <= 0: off)."""
-    raw = os.environ.get(AUTOSAVE_ENV, "").strip()
-    if not raw:
-        return AUTOSAVE_EVERY_S
-    try:
-        value = float(raw)
-    except ValueError:
-        value = float("nan")
-    if not math.isfinite(value):
-        log.warning("%s=%r is not a number of seconds; autosaving every %g s", AUTOSAVE_ENV, raw,
-                    AUTOSAVE_EVERY_S)
-        return AUTOSAVE_EVERY_S
-    return value
-
-
-def restore_answer_from_env() -> bool | None:
-    """``TRIFIT_RESTORE``: True (yes), False (no) or None (ask)."""
-    raw = os.environ.get(RESTORE_ENV, "").strip().lower()
-    if raw in ("yes", "y", "1", "true"):
-        return True
-    if raw in ("no", "n", "0", "false"):
-        return False
-    if raw not in ("", "ask"):
-        log.warning("%s=%r: expected yes or no; asking", RESTORE_ENV, raw)
-    return None
-
-
-# ---------------------------------------------------------------------- a crashed session
-@dataclass
-class CrashedSession:
-    """An autosave left by a window that did not quit normally; its folder lock is held."""
-
-    folder: Path
-    record: dict
-    scene: render.Scene
-    params: FitParams
-    stop: StopConditions
-    lock: Any  # QtCore.QLockFile
-
-    @property
-    def source(self) -> str:
-        return self.record["source"]
-
-    @property
-    def iteration(self) -> int:
-        return int(self.record.get("iteration", 0))
-
-    @property
-    def saved_at(self) -> float:
-        return float(self.record.get("saved_at_unix", 0.0))
-
-    @property
-    def scene_path(self) -> Path:
-        return self.folder / SCENE_FILE
-
-    def describe(self) -> str:
-        when = datetime.fromtimestamp(self.saved_at).strftime("%Y-%m-%d %H:%M:%S") if self.saved_at else "?"
-        placed = self.scene.n_triangles
-        count = f"{self.params.triangles} triangles" + (f" ({placed} placed so far)"
-                                                         if placed != self.params.triangles else "")
-        return f"image {Path(self.source).name}, {count}, iteration {self.iteration}, autosaved {when}"
-
-
-def _number(value, name: str, *, integer: bool = False, low: float | None = None,
-            high: float | None = None, optional: bool = False):
-    if value is None and optional:
-        return None
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or (integer and not isinstance(value, int)):
-        raise SessionDamaged(f"{name} must be {'an integer' if integer else 'a number'}, got {value!r}")
-    if not math.isfinite(value) or (low is not None and value < low) or (high is not None and value > high):
-        raise SessionDamaged(f"{name} is out of range: {value!r}")
-    return value
-
-
-def _params_from_record(record: dict) -> tuple[FitParams, StopConditions]:
-    p = record.get("params")
-    if not isinstance(p, dict):
-        raise SessionDamaged("no 'params' object")
-    params = FitParams(
-        triangles=_number(p.get("triangles"), "params.triangles", integer=True, low=1, high=MAX_TRIANGLES_FIT),
-        size=_number(p.get("size"), "params.size", integer=True, low=1, high=MAX_WORKING_SIZE),
-        seed=_number(p.get("seed", 0), "params.seed", integer=True, low=0),
-        sigma_px=_number(p.get("sigma_px"), "params.sigma_px", low=1e-6, high=1000, optional=True),
-        lr_scale=_number(p.get("lr_scale", 1.0), "params.lr_scale", low=1e-6, high=100),
-    )
-    s = record.get("stop") or {}
-    if not isinstance(s, dict):
-        raise SessionDamaged("'stop' must be an object")
-    stop = StopConditions(
-        iterations=_number(s.get("iterations"), "stop.iterations", integer=True, low=1, optional=True),
-        time_limit=_number(s.get("time_limit"), "stop.time_limit", low=0, optional=True),
-        target_psnr=_number(s.get("target_psnr"), "stop.target_psnr", optional=True),
-        plateau=_number(s.get("plateau"), "stop.plateau", integer=True, low=1, optional=True),
-    )
-    return params, stop
-
-
-def read_session_record(folder: Path) -> dict | None:
-    """The validated ``session.json`` of ``folder``; None when the folder holds no session yet.
-    Raises :class:`SessionDamaged` for anything unusable."""
-    path = folder / SESSION_FILE
-    if not path.exists():
-        if (folder / SCENE_FILE).exists():
-            raise SessionDamaged(f"{SCENE_FILE} without {SESSION_FILE}")
-        return None
-    try:
-        with open(path, "rb") as f:
-            raw = f.read(MAX_SESSION_BYTES + 1)
-    except OSError as exc:
-        raise SessionDamaged(f"cannot read {path.name}: {exc.strerror or exc}") from None
-    if len(raw) > MAX_SESSION_BYTES:
-        raise SessionDamaged(f"{path.name} is larger than a session file can be")
-    try:
-        record = json.loads(raw)
-    except (ValueError, UnicodeDecodeError, RecursionError) as exc:
-        raise SessionDamaged(f"{path.name} is not valid JSON ({exc})") from None
-    if not isinstance(record, dict) or record.get("format") != SESSION_FORMAT:
-        raise SessionDamaged(f"{path.name} is not a trifit session file")
-    if record.get("version") != SESSION_VERSION:
-        raise SessionDamaged(f"{path.name} has version {record.get('version')!r}, "
-                             f"this software reads {SESSION_VERSION}")
-    if not isinstance(record.get("source"), str) or not record["source"]:
-        raise SessionDamaged(f"{path.name} names no target image")
-    if not isinstance(record.get("clean_exit"), bool):
-        raise SessionDamaged(f"{path.name} has no clean_exit flag")
-    _number(record.get("iteration", 0), "iteration", integer=True, low=0)
-    _number(record.get("saved_at_unix", 0.0), "saved_at_unix", low=0)
-    return record
-
-
-# ---------------------------------------------------------------------- the store
 class SessionStore:
     """The autosave folders under ``root`` (``<data>/autosave``).
 
@@ -285,7 +136,7 @@ class SessionStore:
                 lock.unlock()
                 _remove_folder(folder)
                 return None
-            params, stop = _params_from_record(record)
+            params, stop = params_from_record(record)
             try:
                 scene = render.Scene.load(folder / SCENE_FILE)
             except render.SceneError as exc:

@@ -19,42 +19,24 @@ from pathlib import Path
 from PySide6 import QtCore, QtGui, QtWidgets
 
 import render
-from render import StopConditions
 
-from . import exports
-from .canvas import FitCanvas, ImageCanvas, ViewMode
+from .canvas import FitCanvas, make_canvas
 from .controls import ControlsPanel
+from .file_actions import FileActions
 from .gpu_gate import GpuGate
+from .panes import ViewMode
 from .plots import PlotsPanel
-from .session import CrashedSession, SessionStore, restore_answer_from_env
-from .worker import FitInfo, FitParams, FitWorker, Progress
+from .session import SessionStore
+from .session_actions import SessionActions
+from .session_record import CrashedSession
+from .window_settings import WindowSettings
+from .worker import FitInfo, FitWorker, Progress
 
 log = logging.getLogger("trifit.app")
 
-IMAGE_FILTER = "Images (*.png *.jpg *.jpeg *.bmp *.gif *.tif *.tiff *.webp *.ppm *.pgm);;All files (*)"
-SCENE_FILTER = "trifit scenes (*.json);;All files (*)"
-MAX_RECENT = 8
 
 
-def make_canvas(engine: render.Engine, present_method: str | None = None, gate: GpuGate | None = None):
-    """A wgpu canvas on the engine's device; the QPainter canvas only where wgpu has no adapter."""
-    try:
-        from render.gpu.device import get_context
-
-        device = get_context().device
-    except render.AdapterError as exc:
-        log.warning("no wgpu device for the canvas (%s); drawing with QPainter", exc)
-        return ImageCanvas()
-    try:
-        return FitCanvas(device, present_method=present_method, gate=gate)
-    except Exception as exc:  # e.g. no native surface: a bitmap present still works
-        if present_method == "bitmap":
-            raise
-        log.warning("screen present failed (%s); presenting through a bitmap", exc)
-        return FitCanvas(device, present_method="bitmap", gate=gate)
-
-
-class MainWindow(QtWidgets.QMainWindow):
+class MainWindow(FileActions, SessionActions, WindowSettings, QtWidgets.QMainWindow):
     def __init__(self, engine: render.Engine, settings: QtCore.QSettings | None = None,
                  present_method: str | None = None, session: SessionStore | None = None):
         super().__init__()
@@ -233,73 +215,6 @@ class MainWindow(QtWidgets.QMainWindow):
         s.autosave_failed.connect(self._on_autosave_failed)
 
     # ------------------------------------------------------------------ start-up and restore
-    def begin(self, image_path: str | os.PathLike, start: bool = False) -> None:
-        """What a start of the app does: offer to restore the session a crashed trifit left
-        (if any), else open ``image_path``. The question is non-blocking; ``TRIFIT_RESTORE``
-        answers it, and :meth:`answer_restore` is the answer in code."""
-        crashed = self.session.find_crashed() if self.session is not None else []
-        for other in crashed[1:]:  # one question per start: the newest; the rest wait for later
-            self.session.release(other)
-        if not crashed:
-            self.open_image(image_path, start=start)
-            return
-        self.restore_offer = crashed[0]
-        self._restore_fallback = (str(image_path), start)
-        answer = restore_answer_from_env()
-        if answer is not None:
-            self.answer_restore(answer)
-            return
-        box = QtWidgets.QMessageBox(
-            QtWidgets.QMessageBox.Icon.Question, "Restore the previous session?",
-            "trifit did not quit normally last time.\n\nRestore the previous session "
-            f"({crashed[0].describe()})?\n\nNo deletes the autosave.",
-            QtWidgets.QMessageBox.StandardButton.Yes | QtWidgets.QMessageBox.StandardButton.No, self)
-        box.setDefaultButton(QtWidgets.QMessageBox.StandardButton.Yes)
-        box.setAttribute(QtCore.Qt.WidgetAttribute.WA_DeleteOnClose)
-        yes = box.button(QtWidgets.QMessageBox.StandardButton.Yes)
-        box.finished.connect(lambda _result: self.answer_restore(box.clickedButton() is yes))
-        self._restore_box = box
-        box.open()  # window-modal, not blocking
-
-    def answer_restore(self, restore: bool) -> None:
-        """Answer the pending restore question: restore the crashed session (its image, settings
-        and scene; the fit starts from that scene) or delete it and open the start-up image."""
-        crashed, self.restore_offer = self.restore_offer, None
-        box, self._restore_box = self._restore_box, None
-        if box is not None and box.isVisible():
-            box.done(0)  # answered in code: close the question (its handler finds nothing pending)
-        if crashed is None:
-            return
-        image_path, start = self._restore_fallback
-        if not restore:
-            self.session.discard(crashed)
-            log.info("discarded the autosaved session in %s", crashed.folder)
-            if image_path:
-                self.open_image(image_path, start=start)
-            return
-        # Adopted (later autosaves go to its folder) once its fit exists: if the image cannot be
-        # read after all, its files stay for a later start instead of going with a clean quit.
-        self._restoring = self.restored = crashed
-        self.controls.set_params(crashed.params)
-        self.controls.set_stop_conditions(crashed.stop)
-        self.worker.set_stop_conditions(crashed.stop)
-        self.worker.load(crashed.source, crashed.params, init_scene=crashed.scene, start=start)
-        log.info("restoring the session autosaved in %s (%s)", crashed.folder, crashed.describe())
-        self.show_message(f"Restored the previous session ({crashed.describe()})")
-
-    def _on_autosaved(self, folder: str, iteration: int) -> None:
-        self.last_autosave = (folder, iteration)
-        self._autosave_error_shown = False
-        if not self.statusBar().currentMessage():
-            self.statusBar().showMessage(f"Autosaved (iteration {iteration})", 2000)
-
-    def _on_autosave_failed(self, message: str) -> None:
-        self.statusBar().showMessage(f"Autosave failed: {message}", 6000)
-        if not self._autosave_error_shown:  # one dialog per run of failures, not one per period
-            self._autosave_error_shown = True
-            self.show_error("Autosave failed", f"The session could not be autosaved: {message}\n\n"
-                            "Fitting goes on; save the scene by hand to keep it.")
-
     # ------------------------------------------------------------------ fit control
     def open_image(self, path: str | os.PathLike, start: bool = False) -> None:
         """Fit ``path`` with the current controls; an unreadable file leaves the current fit running."""
@@ -357,106 +272,6 @@ class MainWindow(QtWidgets.QMainWindow):
         self.split_label.setVisible(visible)
 
     # ------------------------------------------------------------------ saving and exporting
-    def save_scene(self, path: str | os.PathLike) -> None:
-        """Write the scene JSON (atomically); later Ctrl+S saves go to the same file."""
-        def saved(written: str) -> None:
-            self.scene_path = written
-            self.show_message(f"Saved scene to {written}")
-        self._run_export(lambda: exports.scene_json_job(path), on_done=saved)
-
-    def export_png(self, path: str | os.PathLike, width: int) -> None:
-        if self.fit_info is None:
-            return
-        w, h = exports.png_size_for_width(width, self.fit_info.width, self.fit_info.height)
-        self._run_export(lambda: exports.png_job(path, w, h), "Exported PNG to")
-
-    def export_svg(self, path: str | os.PathLike) -> None:
-        self._run_export(lambda: exports.svg_job(path), "Exported SVG to")
-
-    def export_report(self, path: str | os.PathLike) -> None:
-        self._run_export(lambda: exports.report_job(path), "Wrote report to")
-
-    def _run_export(self, make_job, done_text: str = "", on_done=None) -> None:
-        """Hand an export to the worker; a missing engine module is reported before any work."""
-        try:
-            job = make_job()
-        except exports.ExportUnavailable as exc:
-            self.show_error("Export not available", str(exc))
-            return
-        self.worker.submit(job, on_done=on_done or (lambda path: self.show_message(f"{done_text} {path}")),
-                           on_error=lambda msg: self.show_error("Export failed", msg))
-
-    # ------------------------------------------------------------------ dialogs (interactive only)
-    def _folder(self) -> str:
-        return str(self.settings.value("last_folder", str(Path.home())))
-
-    def _remember_folder(self, path) -> None:
-        self.settings.setValue("last_folder", str(Path(path).resolve().parent))
-
-    def ask_open_image(self) -> None:
-        path, _ = QtWidgets.QFileDialog.getOpenFileName(self, "Open image", self._folder(), IMAGE_FILTER)
-        if path:
-            self._remember_folder(path)
-            self.open_image(path)
-
-    def ask_open_scene(self) -> None:
-        path, _ = QtWidgets.QFileDialog.getOpenFileName(self, "Open scene to refine", self._folder(), SCENE_FILTER)
-        if path:
-            self.open_scene(path)
-
-    def _ask_save_path(self, title: str, suffix: str, file_filter: str) -> str | None:
-        stem = Path(self.fit_info.source).stem if self.fit_info and self.fit_info.source else "trifit"
-        default = str(Path(self._folder()) / f"{stem}{suffix}")
-        path, _ = QtWidgets.QFileDialog.getSaveFileName(self, title, default, file_filter)
-        if not path:
-            return None
-        self._remember_folder(path)
-        return path
-
-    def ask_save_scene(self, always_ask: bool = False) -> None:
-        if self.fit_info is None:
-            return
-        path = self.scene_path if (self.scene_path and not always_ask) else \
-            self._ask_save_path("Save scene", ".json", SCENE_FILTER)
-        if path:
-            self.save_scene(path)
-
-    def _check_available(self, module: str, name: str) -> bool:
-        try:
-            exports.engine_function(module, name)
-            return True
-        except exports.ExportUnavailable as exc:
-            self.show_error("Export not available", str(exc))
-            return False
-
-    def ask_export_png(self) -> None:
-        if self.fit_info is None or not self._check_available("export", "save_png"):
-            return
-        default = int(self.settings.value("export/png_width", 1024, type=int))
-        width, ok = QtWidgets.QInputDialog.getInt(
-            self, "Export PNG", f"Width in pixels (height follows the {self.fit_info.width}:"
-            f"{self.fit_info.height} aspect ratio):", default, 16, 16384, 16)
-        if not ok:
-            return
-        self.settings.setValue("export/png_width", width)
-        path = self._ask_save_path("Export PNG", ".png", "PNG images (*.png)")
-        if path:
-            self.export_png(path, width)
-
-    def ask_export_svg(self) -> None:
-        if self.fit_info is None or not self._check_available("export", "save_svg"):
-            return
-        path = self._ask_save_path("Export SVG", ".svg", "SVG images (*.svg)")
-        if path:
-            self.export_svg(path)
-
-    def ask_export_report(self) -> None:
-        if self.fit_info is None or not self._check_available("report", "write_report"):
-            return
-        path = self._ask_save_path("Export report", ".html", "HTML reports (*.html)")
-        if path:
-            self.export_report(path)
-
     def show_error(self, title: str, message: str) -> None:
         self.last_error = (title, message)
         log.info("%s: %s", title, message)
@@ -543,108 +358,6 @@ class MainWindow(QtWidgets.QMainWindow):
         self.show_message(f"Stopped: {reason}")
 
     # ------------------------------------------------------------------ recent files
-    def _recent(self) -> list[str]:
-        value = self.settings.value("recent", [])
-        if isinstance(value, str):
-            value = [value]
-        return [str(v) for v in (value or [])]
-
-    def _add_recent(self, path: str) -> None:
-        path = str(Path(path).resolve())
-        items = [p for p in self._recent() if p != path]
-        self.settings.setValue("recent", [path] + items[: MAX_RECENT - 1])
-
-    def _fill_recent_menu(self) -> None:
-        self.recent_menu.clear()
-        items = self._recent()
-        if not items:
-            self.recent_menu.addAction("(none)").setEnabled(False)
-            return
-        for path in items:
-            self.recent_menu.addAction(Path(path).name, lambda p=path: self.open_image(p)).setToolTip(path)
-
-    # ------------------------------------------------------------------ drag and drop
-    @staticmethod
-    def _dropped_file(event) -> str | None:
-        mime = event.mimeData()
-        if mime is None or not mime.hasUrls():
-            return None
-        for url in mime.urls():
-            if url.isLocalFile():
-                return url.toLocalFile()
-        return None
-
-    def dragEnterEvent(self, event):  # noqa: N802 - Qt override
-        if self._dropped_file(event):
-            event.acceptProposedAction()
-
-    def dragMoveEvent(self, event):  # noqa: N802
-        if self._dropped_file(event):
-            event.acceptProposedAction()
-
-    def dropEvent(self, event):  # noqa: N802
-        path = self._dropped_file(event)
-        if not path:
-            return
-        event.acceptProposedAction()
-        if path.lower().endswith(".json"):
-            self.open_scene(path)
-        else:
-            self._remember_folder(path)
-            self.open_image(path)
-
-    # ------------------------------------------------------------------ settings and shutdown
-    def _restore_settings(self) -> None:
-        s = self.settings
-        geometry = s.value("geometry")
-        if geometry is not None:
-            self.restoreGeometry(geometry)
-        else:
-            self.resize(1280, 760)
-        state = s.value("window_state")
-        if state is None or not self.restoreState(state):
-            # First run: keep the canvas the widest part of the window.
-            self.resizeDocks([self.controls_dock, self.plots_dock], [230, 360], QtCore.Qt.Orientation.Horizontal)
-        self.controls.set_params(FitParams(
-            triangles=s.value("params/triangles", 150, type=int),
-            size=s.value("params/size", 176, type=int),
-            seed=s.value("params/seed", 0, type=int),
-            sigma_px=s.value("params/sigma_px", 0.0, type=float) or None,
-            lr_scale=s.value("params/lr_scale", 1.0, type=float),
-        ))
-        self.controls.set_stop_conditions(StopConditions(
-            iterations=s.value("stop/iterations", 0, type=int) or None,
-            time_limit=s.value("stop/time_limit", 0.0, type=float) or None,
-            target_psnr=s.value("stop/target_psnr", 0.0, type=float) or None,
-            plateau=s.value("stop/plateau", 0, type=int) or None,
-        ))
-        self.plots.log_loss.setChecked(s.value("plots/log_loss", True, type=bool))
-        self.set_view_mode(ViewMode(s.value("view/mode", 0, type=int) % len(ViewMode)))
-        # What the worker starts with (the spin boxes were set without signals).
-        p = self.controls.params()
-        self.worker.set_sigma(p.sigma_px)
-        self.worker.set_learning_rate(p.lr_scale)
-        self.worker.set_stop_conditions(self.controls.stop_conditions())
-
-    def _save_settings(self) -> None:
-        s = self.settings
-        s.setValue("geometry", self.saveGeometry())
-        s.setValue("window_state", self.saveState())
-        p = self.controls.params()
-        s.setValue("params/triangles", p.triangles)
-        s.setValue("params/size", p.size)
-        s.setValue("params/seed", p.seed)
-        s.setValue("params/sigma_px", p.sigma_px or 0.0)
-        s.setValue("params/lr_scale", p.lr_scale)
-        stop = self.controls.stop_conditions()
-        s.setValue("stop/iterations", stop.iterations or 0)
-        s.setValue("stop/time_limit", stop.time_limit or 0.0)
-        s.setValue("stop/target_psnr", stop.target_psnr or 0.0)
-        s.setValue("stop/plateau", stop.plateau or 0)
-        s.setValue("plots/log_loss", self.plots.log_loss.isChecked())
-        s.setValue("view/mode", int(self.canvas.state.mode))
-        s.sync()
-
     def shutdown(self) -> bool:
         """Stop the worker thread and release the fit (idempotent); True when the thread ended."""
         if isinstance(self.canvas, FitCanvas):

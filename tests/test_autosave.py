@@ -29,14 +29,8 @@ from PySide6 import QtCore, QtWidgets  # noqa: E402
 
 import app  # noqa: E402,F401  (installs the PySide6 refcount guard first)
 import render  # noqa: E402
-from app.session import (  # noqa: E402
-    DATA_DIR_ENV,
-    RESTORE_ENV,
-    SCENE_FILE,
-    SESSION_FILE,
-    SessionStore,
-    read_session_record,
-)
+from app.session import SessionStore  # noqa: E402
+from app.session_record import DATA_DIR_ENV, RESTORE_ENV, SCENE_FILE, SESSION_FILE, read_session_record  # noqa: E402
 from app.window import MainWindow  # noqa: E402
 from app.worker import AutosaveSnapshot, FitParams  # noqa: E402
 from resources import sample_path  # noqa: E402

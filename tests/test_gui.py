@@ -24,9 +24,10 @@ from PySide6 import QtCore, QtGui, QtWidgets  # noqa: E402
 
 import app  # noqa: E402,F401  (installs the PySide6 refcount guard first)
 import render  # noqa: E402
-from app.canvas import FitCanvas, ViewMode, layout_panes  # noqa: E402
+from app.canvas import FitCanvas  # noqa: E402
 from app.gpu_gate import GpuGate  # noqa: E402
 from app.main import build_parser  # noqa: E402
+from app.panes import ViewMode, layout_panes  # noqa: E402
 from app.qtcompat import guard_pyside_refcounts  # noqa: E402
 from app.window import MainWindow  # noqa: E402
 from render.run import ChunkSizer  # noqa: E402

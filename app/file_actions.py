@@ -1,0 +1,172 @@
+"""The main window's file side: open, save and export dialogs, exports run on the worker
+thread, the recent-files menu, drag and drop. A mixin of :class:`app.window.MainWindow`, which
+owns the state these methods use (worker, settings, status and error display)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from PySide6 import QtWidgets
+
+from . import exports
+
+IMAGE_FILTER = "Images (*.png *.jpg *.jpeg *.bmp *.gif *.tif *.tiff *.webp *.ppm *.pgm);;All files (*)"
+SCENE_FILTER = "trifit scenes (*.json);;All files (*)"
+MAX_RECENT = 8
+
+
+class FileActions:
+    def save_scene(self, path: str | os.PathLike) -> None:
+        """Write the scene JSON (atomically); later Ctrl+S saves go to the same file."""
+        def saved(written: str) -> None:
+            self.scene_path = written
+            self.show_message(f"Saved scene to {written}")
+        self._run_export(lambda: exports.scene_json_job(path), on_done=saved)
+
+    def export_png(self, path: str | os.PathLike, width: int) -> None:
+        if self.fit_info is None:
+            return
+        w, h = exports.png_size_for_width(width, self.fit_info.width, self.fit_info.height)
+        self._run_export(lambda: exports.png_job(path, w, h), "Exported PNG to")
+
+    def export_svg(self, path: str | os.PathLike) -> None:
+        self._run_export(lambda: exports.svg_job(path), "Exported SVG to")
+
+    def export_report(self, path: str | os.PathLike) -> None:
+        self._run_export(lambda: exports.report_job(path), "Wrote report to")
+
+    def _run_export(self, make_job, done_text: str = "", on_done=None) -> None:
+        """Hand an export to the worker; a missing engine module is reported before any work."""
+        try:
+            job = make_job()
+        except exports.ExportUnavailable as exc:
+            self.show_error("Export not available", str(exc))
+            return
+        self.worker.submit(job, on_done=on_done or (lambda path: self.show_message(f"{done_text} {path}")),
+                           on_error=lambda msg: self.show_error("Export failed", msg))
+
+    # ------------------------------------------------------------------ dialogs (interactive only)
+
+    def _folder(self) -> str:
+        return str(self.settings.value("last_folder", str(Path.home())))
+
+    def _remember_folder(self, path) -> None:
+        self.settings.setValue("last_folder", str(Path(path).resolve().parent))
+
+    def ask_open_image(self) -> None:
+        path, _ = QtWidgets.QFileDialog.getOpenFileName(self, "Open image", self._folder(), IMAGE_FILTER)
+        if path:
+            self._remember_folder(path)
+            self.open_image(path)
+
+    def ask_open_scene(self) -> None:
+        path, _ = QtWidgets.QFileDialog.getOpenFileName(self, "Open scene to refine", self._folder(), SCENE_FILTER)
+        if path:
+            self.open_scene(path)
+
+    def _ask_save_path(self, title: str, suffix: str, file_filter: str) -> str | None:
+        stem = Path(self.fit_info.source).stem if self.fit_info and self.fit_info.source else "trifit"
+        default = str(Path(self._folder()) / f"{stem}{suffix}")
+        path, _ = QtWidgets.QFileDialog.getSaveFileName(self, title, default, file_filter)
+        if not path:
+            return None
+        self._remember_folder(path)
+        return path
+
+    def ask_save_scene(self, always_ask: bool = False) -> None:
+        if self.fit_info is None:
+            return
+        path = self.scene_path if (self.scene_path and not always_ask) else \
+            self._ask_save_path("Save scene", ".json", SCENE_FILTER)
+        if path:
+            self.save_scene(path)
+
+    def _check_available(self, module: str, name: str) -> bool:
+        try:
+            exports.engine_function(module, name)
+            return True
+        except exports.ExportUnavailable as exc:
+            self.show_error("Export not available", str(exc))
+            return False
+
+    def ask_export_png(self) -> None:
+        if self.fit_info is None or not self._check_available("export", "save_png"):
+            return
+        default = int(self.settings.value("export/png_width", 1024, type=int))
+        width, ok = QtWidgets.QInputDialog.getInt(
+            self, "Export PNG", f"Width in pixels (height follows the {self.fit_info.width}:"
+            f"{self.fit_info.height} aspect ratio):", default, 16, 16384, 16)
+        if not ok:
+            return
+        self.settings.setValue("export/png_width", width)
+        path = self._ask_save_path("Export PNG", ".png", "PNG images (*.png)")
+        if path:
+            self.export_png(path, width)
+
+    def ask_export_svg(self) -> None:
+        if self.fit_info is None or not self._check_available("export", "save_svg"):
+            return
+        path = self._ask_save_path("Export SVG", ".svg", "SVG images (*.svg)")
+        if path:
+            self.export_svg(path)
+
+    def ask_export_report(self) -> None:
+        if self.fit_info is None or not self._check_available("report", "write_report"):
+            return
+        path = self._ask_save_path("Export report", ".html", "HTML reports (*.html)")
+        if path:
+            self.export_report(path)
+
+    def _recent(self) -> list[str]:
+        value = self.settings.value("recent", [])
+        if isinstance(value, str):
+            value = [value]
+        return [str(v) for v in (value or [])]
+
+    def _add_recent(self, path: str) -> None:
+        path = str(Path(path).resolve())
+        items = [p for p in self._recent() if p != path]
+        self.settings.setValue("recent", [path] + items[: MAX_RECENT - 1])
+
+    def _fill_recent_menu(self) -> None:
+        self.recent_menu.clear()
+        items = self._recent()
+        if not items:
+            self.recent_menu.addAction("(none)").setEnabled(False)
+            return
+        for path in items:
+            self.recent_menu.addAction(Path(path).name, lambda p=path: self.open_image(p)).setToolTip(path)
+
+    # ------------------------------------------------------------------ drag and drop
+
+    @staticmethod
+    def _dropped_file(event) -> str | None:
+        mime = event.mimeData()
+        if mime is None or not mime.hasUrls():
+            return None
+        for url in mime.urls():
+            if url.isLocalFile():
+                return url.toLocalFile()
+        return None
+
+    def dragEnterEvent(self, event):  # noqa: N802 - Qt override
+        if self._dropped_file(event):
+            event.acceptProposedAction()
+
+    def dragMoveEvent(self, event):  # noqa: N802
+        if self._dropped_file(event):
+            event.acceptProposedAction()
+
+    def dropEvent(self, event):  # noqa: N802
+        path = self._dropped_file(event)
+        if not path:
+            return
+        event.acceptProposedAction()
+        if path.lower().endswith(".json"):
+            self.open_scene(path)
+        else:
+            self._remember_folder(path)
+            self.open_image(path)
+
+    # ------------------------------------------------------------------ settings and shutdown
