@@ -189,7 +189,7 @@ def removal_costs(tris: np.ndarray, background: np.ndarray, sigma: float, target
 
     H, W = target.shape[:2]
     T = len(tris)
-    verts = reference._vertices_px(tris, W, H)
+    verts = reference.vertices_px(tris, W, H)
     sigma_px = sigma * min(W, H)
     reach = 12.0 * sigma_px + 1.0
     lo = np.maximum(np.floor(verts.min(axis=1) - reach).astype(int), 0)        # (T, 2) x, y

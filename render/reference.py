@@ -24,7 +24,7 @@ TIE_ABS = 1e-4
 TIE_REL = 1e-5
 
 
-def _vertices_px(tris: np.ndarray, width: int, height: int) -> np.ndarray:
+def vertices_px(tris: np.ndarray, width: int, height: int) -> np.ndarray:
     """(T, 3, 2) vertex positions in pixel units."""
     v = tris[:, :6].reshape(-1, 3, 2).copy()
     v[..., 0] *= width
@@ -115,7 +115,7 @@ def _chunks(n_pixels: int, n_tris: int):
         yield start, min(n_pixels, start + per)
 
 
-def _pixel_centres(width: int, height: int):
+def pixel_centres(width: int, height: int):
     jj, ii = np.meshgrid(np.arange(height), np.arange(width), indexing="ij")
     return (ii.ravel() + 0.5).astype(np.float64), (jj.ravel() + 0.5).astype(np.float64)
 
@@ -124,8 +124,8 @@ def render(scene: Scene, width: int | None = None, height: int | None = None) ->
     """Render ``scene`` at ``width`` x ``height`` (default: its frame). Returns (H, W, 3) float64."""
     W = int(width or scene.width)
     H = int(height or scene.height)
-    px, py = _pixel_centres(W, H)
-    verts = _vertices_px(scene.triangles, W, H)
+    px, py = pixel_centres(W, H)
+    verts = vertices_px(scene.triangles, W, H)
     sigma_px = scene.sigma * min(W, H)
     rgb = scene.triangles[:, 6:9]
     a = scene.triangles[:, 9]
@@ -158,9 +158,9 @@ def loss_and_grad(scene: Scene, target: np.ndarray, loss: str = "mse"):
         raise ValueError(f"unknown loss {loss!r}; choose one of {', '.join(LOSSES)}")
     target = np.asarray(target, dtype=np.float64)
     H, W = target.shape[:2]
-    px, py = _pixel_centres(W, H)
+    px, py = pixel_centres(W, H)
     tgt = target.reshape(-1, 3)
-    verts = _vertices_px(scene.triangles, W, H)
+    verts = vertices_px(scene.triangles, W, H)
     sigma_px = scene.sigma * min(W, H)
     T = scene.n_triangles
     rgb = scene.triangles[:, 6:9]

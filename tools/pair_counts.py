@@ -25,7 +25,7 @@ from render.gpu.workspace import TILE, cull_sigmas  # noqa: E402
 def counts(scene: Scene) -> dict:
     W, H = scene.width, scene.height
     tris = np.asarray(scene.triangles, dtype=np.float64)
-    verts = R._vertices_px(tris, W, H)
+    verts = R.vertices_px(tris, W, H)
     reach = cull_sigmas(len(tris)) * scene.sigma * min(W, H)
     tx, ty = (W + TILE - 1) // TILE, (H + TILE - 1) // TILE
     listed = 0
@@ -40,7 +40,7 @@ def counts(scene: Scene) -> dict:
             d = (d[0] if isinstance(d, tuple) else d)[:, 0]
             n_tile = int(np.sum(box & (d >= -(reach + np.linalg.norm(0.5 * (hi - lo))))))
             listed += n_tile * int((hi[0] - lo[0] + 1) * (hi[1] - lo[1] + 1))
-    px, py = R._pixel_centres(W, H)
+    px, py = R.pixel_centres(W, H)
     d = R.signed_distance(verts, px, py, False)
     d = d[0] if isinstance(d, tuple) else d
     return {"naive": W * H * len(tris), "tiled": listed, "within_reach": int(np.sum(d >= -reach)),
