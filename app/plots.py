@@ -13,7 +13,7 @@ import numpy as np
 import pyqtgraph as pg
 from PySide6 import QtCore, QtWidgets
 
-REDRAW_HZ = 4  # the plots are painted in software: on a 2-core lavapipe machine a repaint costs 10-45 ms
+REDRAW_HZ = 4  # the plots are painted in software, and a repaint is slow on a small CPU-only machine
 
 
 class Series:

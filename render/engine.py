@@ -24,14 +24,14 @@ log = logging.getLogger("trifit")
 
 BACKENDS = ("auto", "gpu", "reference")
 
-#: What ``backend="auto"`` picks per adapter type, and the measured crossover behind it
-#: (forward+backward ms per call, GPU backend vs float64 reference; docs/PERFORMANCE.md).
-#: On every adapter type measured the GPU backend won every cell, lavapipe on 2 CPU cores
-#: included, so auto takes the GPU adapter whenever one exists; tests/test_auto.py pins this.
+#: What ``backend="auto"`` picks per adapter type. The GPU backend beat the float64 reference in
+#: every forward+backward cell on every adapter type measured -- a software rasterizer (lavapipe)
+#: on two CPU cores included (the crossover table: docs/PERFORMANCE.md) -- so auto takes the
+#: GPU adapter whenever one exists; tests/test_auto.py pins this.
 AUTO_POLICY = {
-    "DiscreteGPU": "gpu",    # H200: 32^2x16 0.100 vs 6.88 ms; 64^2x32 0.152 vs 54.0; 96^2x64 0.184 vs 276
-    "IntegratedGPU": "gpu",  # not measured here; integrated GPUs beat a 2-core CPU for this kernel shape
-    "CPU": "gpu",            # lavapipe, 2 cores: 32^2x16 2.65 vs 6.93 ms; 64^2x32 9.23 vs 48.4
+    "DiscreteGPU": "gpu",
+    "IntegratedGPU": "gpu",  # not measured; an integrated GPU outruns the software one above
+    "CPU": "gpu",
     "VirtualGPU": "gpu",
     "Unknown": "gpu",
 }
