@@ -25,10 +25,14 @@ _LOGIT_EPS = 1e-4
 
 @dataclass
 class FitSettings:
+    """Everything a fit is built from (recorded in each scene's meta). The measurements behind
+    the defaults are in docs/QUALITY.md ("The method")."""
+
     triangles: int = 150
     size: int = 176
     seed: int = 0
     loss: str = "mse"
+    strategy: str = "default"     # the fit policy (render/strategy.py): "default" or "fixed"
     sigma_start_px: float = 2.5   # edge softness at the start, in pixels of the working size
     sigma_end_px: float = 0.5     # ... annealed geometrically to this
     lr_vertex: float = 0.006      # per-group Adam learning rates (vertices in frame units)
@@ -37,18 +41,17 @@ class FitSettings:
     lr_background: float = 0.05
     lr_final: float = 0.1         # cosine decay of every learning rate over the plan, to this fraction
     beta1: float = 0.9
-    beta2: float = 0.99          # 0.999 remembers ~a whole short fit; 0.99: +0.2 dB on lavapipe's 12 s fits,
-                                  # -0.1 to +0.2 on the H200's 1 s ones (QUALITY.md)
+    beta2: float = 0.99           # short memory: a fit changes its scene (growth, pruning) many times
     adam_eps: float = 1e-8
     chunk: int = 100              # iterations per GPU readback, at most
     first_submission: int = 8     # a longer chunk is submitted in parts, this many iterations first, then twice
                                   # as many each time, so the GPU runs each part while the next is encoded
-                                  # (0: one submission a chunk; render/gpu/fitloop.py submission_sizes)
-    planned_iterations: int = 600 # the schedules below are fractions of this plan (re-planned by
-                                  # Fitter.run from --iters or from the measured speed and --time-limit)
+                                  # (0: one submission a chunk; render/gpu/encode.py submission_sizes)
+    planned_iterations: int = 600 # the schedules below are fractions of this plan (the run loop plans it
+                                  # from --iters, or from the measured speed and --time-limit)
     sigma_fraction: float = 0.6   # sigma anneals over this fraction of the plan,
-    sigma_probes: int = 6         # then the final sigma is tuned by this many probes (Newton steps on log sigma;
-                                  # H200 5,000 it: +0.18 / +0.22 dB with the anneal at 0.6, was 0.75; QUALITY.md)
+    sigma_probes: int = 6         # then each image's final sigma is tuned by this many probes (Newton steps on
+                                  # log sigma): photographs differ in the edge softness that suits them
     sigma_probe_eps: float = 0.15 # ... each rendering at sigma x e^(+-eps)
     sigma_probe_gain: float = 1.0 # ... and moving this many times the Newton step
     coarse_fraction: float = 0.3  # the first fraction of the plan runs at half the working size;
@@ -64,23 +67,19 @@ class FitSettings:
     init_alpha: float = 0.6       # opacity of the first triangles
     insert_alpha: float = 0.15    # triangles added later (growth, respawn, a larger count) start faint
     insert_radius: float = 0.6    # ... and small (x the first triangles' size), so adding one never
-                                  # throws away what the fit has (a 60-triangle test: +0.8 dB at 300 it)
-    strategy: str = "default"     # the fit policy (render/strategy.py): "default" or "fixed"
+                                  # throws away what the fit has
     insert_shape: str = "residual"  # new triangles shaped to the residual around them (render/placement.py); "random"
-    overgrow: float = 1.75        # grow to this many times the triangles, then prune back to them (by exact
-                                  # removal cost, render/placement.py); 1 = off. 12 s lavapipe: +0.7 / +0.2 dB
-                                  # (1.5 then); 1.75 with 24 cycles: H200 7,500 it +0.07 / +0.08 dB (QUALITY.md)
+    overgrow: float = 1.75        # grow to this many times the triangles, then prune back to them by exact
+                                  # removal cost (render/placement.py): a greedy start, revised; 1 = off
     prune_until: float = 0.85     # ... in prune_stages equal steps between growth_until and this fraction of the plan,
     prune_stages: int = 2
     overgrow_cycles: int = 24     # ... in up to this many cycles (each after the first grows back, then prunes),
     prune_hold: float = 0.0       # ... each cycle holding its peak for this fraction of it before the pruning steps,
-    prune_cycle_min: int = 100    # ... each at least this many iterations long (a 12 s lavapipe plan has three
-                                  # cycles, a 1 s H200 plan ~24; QUALITY.md)
+    prune_cycle_min: int = 100    # ... each at least this many iterations long
     cycle_lr: float = 2.0         # >0: each pruning cycle after the first restarts the learning-rate scale at (at
-                                  # least) this, cosine down to lr_final at the plan's end (H200 5,000 it: +0.3 /
-                                  # +0.2 dB with 16 cycles; 12 s lavapipe: +0.4 / +0.3 dB; QUALITY.md)
-    overgrow_max: int = 1000      # ... for counts up to this (500 triangles, 1 s H200: +0.7 / +0.5 dB since the
-                                  # pruning costs are on the GPU; larger counts not measured, QUALITY.md)
+                                  # least) this, cosine down to lr_final at the plan's end, so the whole scene
+                                  # moves again around the triangles the cycle grew back
+    overgrow_max: int = 1000      # ... for counts up to this (larger counts are not over-grown: not measured)
     host_snapshot_every: int = 200  # parameters copied to the host this often (GPU): what a lost device resumes from
 
     def as_dict(self) -> dict:
