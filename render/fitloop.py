@@ -26,7 +26,7 @@ _LOGIT_EPS = 1e-4
 @dataclass
 class FitSettings:
     """Everything a fit is built from (recorded in each scene's meta). The measurements behind
-    the defaults are in docs/QUALITY.md ("The method")."""
+    the defaults are in docs/QUALITY.md ("What the method is")."""
 
     triangles: int = 150
     size: int = 176
