@@ -15,7 +15,6 @@ Every method here runs on the GUI thread; the worker reaches the canvas through 
 from __future__ import annotations
 
 import logging
-import struct
 
 import numpy as np
 import wgpu
@@ -31,7 +30,8 @@ from .panes import (
     RETRY_DRAW_MS,
     SNAPSHOT_FORMAT,
     SPLIT_LINE_PX,
-    UNIFORM_FORMAT,
+    UNPACK_SIZE,
+    VIEW,
     CanvasState,
     FrameClock,
     Rect,
@@ -90,8 +90,8 @@ class FitCanvas(QRenderWidget):
             label="display-unpack", layout="auto", compute={"module": unpack_module, "entry_point": "unpack"})
         self._sampler = device.create_sampler(mag_filter=wgpu.FilterMode.linear, min_filter=wgpu.FilterMode.linear)
         usage = wgpu.BufferUsage.UNIFORM | wgpu.BufferUsage.COPY_DST
-        self._view_uniform = device.create_buffer(size=64, usage=usage, label="display-view")
-        self._unpack_uniform = device.create_buffer(size=16, usage=usage, label="display-unpack-size")
+        self._view_uniform = device.create_buffer(size=VIEW.size, usage=usage, label="display-view")
+        self._unpack_uniform = device.create_buffer(size=UNPACK_SIZE.size, usage=usage, label="display-unpack-size")
 
         self._target_texture = None
         self._render_texture = None
@@ -139,7 +139,7 @@ class FitCanvas(QRenderWidget):
         self._render_texture = self.device.create_texture(
             label="display-render", size=(width, height, 1), format="rgba8unorm",
             usage=tex.TEXTURE_BINDING | tex.STORAGE_BINDING | tex.COPY_DST)
-        self.device.queue.write_buffer(self._unpack_uniform, 0, struct.pack("<2I8x", width, height))
+        self.device.queue.write_buffer(self._unpack_uniform, 0, UNPACK_SIZE.pack(width=width, height=height))
         self._unpack_group = None
         self._rebind_display()
 
@@ -237,8 +237,8 @@ class FitCanvas(QRenderWidget):
         a, b = self._pane_rects(width, height)
         ratio = self.get_pixel_ratio()
         flags = (1 if s.render_valid else 0) | (2 if s.image_size else 0) | (4 if srgb_output else 0)
-        return struct.pack(UNIFORM_FORMAT, *a, *b, float(img_w), float(img_h), int(s.mode), float(s.split),
-                           flags, SPLIT_LINE_PX * ratio, 0.0, 0.0)
+        return VIEW.pack(pane_a=a, pane_b=b, image_size=(img_w, img_h), mode=int(s.mode), split=s.split,
+                         flags=flags, line_px=SPLIT_LINE_PX * ratio)
 
     def _encode(self, encoder, view, fmt: str, width: int, height: int) -> None:
         """Unpack a pending frame, then draw the panes into ``view``."""

@@ -2,17 +2,7 @@
 // into an rgba8 texture by unpack.wgsl) and the target, drawn into the canvas texture.
 // One triangle per pane, clipped to the pane by the viewport.
 // Pane rectangles are computed on the host (app/canvas.py: layout_panes) in physical pixels.
-
-struct View {
-    pane_a: vec4<f32>,      // x0, y0, x1, y1 of the first pane (target / overlay / render)
-    pane_b: vec4<f32>,      // second pane (render / unused / error heatmap)
-    image_size: vec2<f32>,  // W, H of both images
-    mode: u32,              // 0 side by side, 1 overlay with split, 2 render beside error heatmap
-    split: f32,             // overlay: fraction of the pane width showing the render
-    flags: u32,             // bit 0: render valid, bit 1: target valid, bit 2: output texture is sRGB
-    line_px: f32,           // overlay split line width in physical pixels
-    _pad: vec2<f32>,
-};
+// struct View (the uniform) is generated from app/panes.py VIEW (render/gpu/layouts.py).
 
 // Pipeline constants (app/canvas.py makes one pipeline per output format and view mode): the
 // branches on them are resolved when the pipeline is built. On a CPU adapter (llvmpipe) every

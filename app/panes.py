@@ -1,6 +1,7 @@
 """What the preview canvases (app/canvas.py, app/image_canvas.py) share and what needs no GPU:
 view modes, where each pane goes, the error heat ramp, the frame clock, the view state, the
-present method and the canvas's WGSL sources."""
+present method, the canvas's uniforms (declared once: render/gpu/layouts.py generates their WGSL
+structs) and WGSL sources."""
 
 from __future__ import annotations
 
@@ -14,9 +15,10 @@ from importlib.resources import files
 import numpy as np
 from PySide6 import QtGui
 
+from render.gpu.layouts import Struct, declared_structs
+
 PANE_GAP_PX = 8  # logical pixels between and around panes
 SPLIT_LINE_PX = 2  # logical pixels
-UNIFORM_FORMAT = "<4f4f2fIfIf2f"  # must match struct View in display.wgsl (64 bytes)
 SNAPSHOT_FORMAT = "rgba8unorm"
 RETRY_DRAW_MS = 25  # a draw that found the GPU busy with the fit tries again this much later
 
@@ -85,10 +87,27 @@ def preferred_present_method() -> str:
     return "screen" if platform in ("xcb", "windows", "cocoa") else "bitmap"
 
 
+VIEW = Struct("View", [  # display.wgsl's uniform
+    ("pane_a", "vec4f", "x0, y0, x1, y1 of the first pane (target / overlay / render)"),
+    ("pane_b", "vec4f", "second pane (render / unused / error heatmap)"),
+    ("image_size", "vec2f", "W, H of both images"),
+    ("mode", "u32", "0 side by side, 1 overlay with split, 2 render beside error heatmap"),
+    ("split", "f32", "overlay: fraction of the pane width showing the render"),
+    ("flags", "u32", "bit 0: render valid, bit 1: target valid, bit 2: output texture is sRGB"),
+    ("line_px", "f32", "overlay split line width in physical pixels"),
+], "uniform")
+UNPACK_SIZE = Struct("Size", [("width", "u32"), ("height", "u32")], "uniform")  # unpack.wgsl's uniform
+_UNIFORMS = {"display.wgsl": VIEW, "unpack.wgsl": UNPACK_SIZE}
+
+
 @cache
 def shader_source(name: str) -> str:
-    """WGSL shipped beside this module (app/display.wgsl, app/unpack.wgsl)."""
-    return files(__package__).joinpath(name).read_text(encoding="utf-8")
+    """WGSL shipped beside this module (app/display.wgsl, app/unpack.wgsl), after the generated
+    struct of its uniform (which the file must not spell)."""
+    uniform, text = _UNIFORMS[name], files(__package__).joinpath(name).read_text(encoding="utf-8")
+    if uniform.name in declared_structs(text):
+        raise ValueError(f"app/{name} spells struct {uniform.name}, which app/panes.py declares: delete it there")
+    return uniform.wgsl() + "\n" + text
 
 
 ERROR_GAIN = 4.0  # as in display.wgsl

@@ -1,11 +1,7 @@
 // Unpack the fitter's image (storage buffer, float32 rgb interleaved, W*H*3 floats) into an
 // rgba8 texture the display pass can sample with hardware filtering. One thread per pixel; it
 // runs on the device right before a draw that has a new frame, so nothing is read back.
-
-struct Size {
-    width: u32,
-    height: u32,
-};
+// struct Size (the uniform) is generated from app/panes.py UNPACK_SIZE (render/gpu/layouts.py).
 
 @group(0) @binding(0) var<uniform> size: Size;
 @group(0) @binding(1) var<storage, read> source: array<f32>;

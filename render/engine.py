@@ -43,7 +43,7 @@ MEASURED_CROSSOVER = {
 
 @dataclass
 class Gradient:
-    """Gradient of a loss with respect to a scene's numbers (shared/spec/MODEL.md)."""
+    """Gradient of a loss with respect to a scene's numbers (docs/MODEL.md)."""
 
     triangles: np.ndarray  # (T, 10)
     background: np.ndarray  # (3,)

@@ -5,7 +5,7 @@
   the target), so an interrupted export never leaves half a file.
 * :func:`render_large` renders at sizes beyond what one GPU buffer holds by rendering tiles. A tile
   is the full picture seen through a smaller frame, so it is rendered as a *remapped scene*:
-  in pixel units of the full render (shared/spec/MODEL.md) a vertex sits at ``(x W, y H)``, pixel
+  in pixel units of the full render (docs/MODEL.md) a vertex sits at ``(x W, y H)``, pixel
   ``(i, j)`` has its centre at ``(i + .5, j + .5)`` and the edge softness is
   ``sigma_px = sigma min(W, H)``. The tile of ``w x h`` pixels at offset ``(ox, oy)`` has the same
   pixel centres shifted by ``(ox, oy)``; so the tile scene has vertices

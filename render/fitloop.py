@@ -125,9 +125,10 @@ class Schedule:
         """(batch,) sigma of each image at iteration ``it`` (schedule.wgsl's schedule_sigma)."""
         return self.sigma_start * (self.ends(batch) / self.sigma_start) ** self._anneal(it)
 
-    def pack(self) -> np.ndarray:
-        return np.array([self.sigma_start, self.sigma_end, self.sigma_iters, self.lr_decay_iters,
-                         self.lr_final, self.iter_offset, self.lr_offset, self.lr_start], dtype=np.float32)
+    def pack(self) -> dict[str, float]:
+        """The device's Schedule uniform by field name (the GPU fit loop lays it out and packs it:
+        render/gpu/layouts.py SCHEDULE, whose fields are these); the per-image ends go separately."""
+        return {k: float(v) for k, v in asdict(self).items() if k != "sigma_ends"}
 
 
 def logit(v: np.ndarray) -> np.ndarray:

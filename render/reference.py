@@ -1,4 +1,4 @@
-"""The float64 reference engine: the model of ``shared/spec/MODEL.md`` in numpy, and its analytic
+"""The float64 reference engine: the model of ``docs/MODEL.md`` in numpy, and its analytic
 gradient. It is the oracle the GPU engine is tested against, so it favours plainness over speed:
 vectorised over (triangles x pixels) in pixel chunks, with an explicit back-to-front loop.
 

@@ -1,6 +1,6 @@
 """The scene: N soft triangles over a background, and its JSON file format (version 1).
 
-The contract is ``shared/spec/MODEL.md``. A scene is plain data: a frame size, an edge softness
+The contract is ``docs/MODEL.md``. A scene is plain data: a frame size, an edge softness
 ``sigma`` (a fraction of the frame's shorter side), a background rgb triple and a (T, 10) float64
 array of triangles ``[x0, y0, x1, y1, x2, y2, r, g, b, a]`` in normalized image coordinates.
 Unknown top-level keys of a loaded file (``meta`` among them) are kept in :attr:`Scene.extra`

@@ -8,18 +8,8 @@
 // and this iteration's binning, forward and backward have read it). The loss's finiteness check
 // reads the scene record while other workgroups write the next one: both are finite in a sound
 // fit, and a non-finite number is then reported this iteration or the next -- either rolls back.
-// Dispatch: (ceil((n_tris * 10 + 3) / 32), batch); the reduction is reduce.wgsl's reduce_param.
-
-struct Optim {
-    lr_vertex: f32,
-    lr_colour: f32,
-    lr_alpha: f32,
-    lr_background: f32,
-    beta1: f32,
-    beta2: f32,
-    eps: f32,
-    _pad: f32,
-}
+// Dispatch: (ceil((n_tris * 10 + 3) / 32), batch); the reduction is reduce_param.wgsl's.
+// (struct Optim: render/gpu/layouts.py OPTIM, generated.)
 
 @group(0) @binding(0) var<uniform> frame: Frame;
 @group(0) @binding(1) var<uniform> opt: Optim;
@@ -39,7 +29,7 @@ fn main(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_index) li: 
     let b = wid.y;
     if (wid.x == 0u) {  // (wid is uniform in a workgroup: barriers allowed)
         record_loss(b, li);
-        if (li == 0u) { scene[b * frame.scene_stride + frame.n_tris * 10u + 3u] = schedule_sigma(state.iter + 1u, sigma_end[b]); }
+        if (li == 0u) { scene[record_sigma(b, frame)] = schedule_sigma(state.iter + 1u, sigma_end[b]); }
     }
     let n_params = frame.n_tris * 10u + 3u;
     let col = li % PARAMS_PER_GROUP;

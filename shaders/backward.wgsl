@@ -23,6 +23,7 @@
 // float64 version): the fitter's pruning ranks triangles with one pass instead of host work.
 
 @group(0) @binding(0) var<uniform> frame: Frame;
+@group(0) @binding(1) var<storage, read> scene: array<f32>;  // scene records (scene_access.wgsl)
 @group(0) @binding(2) var<storage, read> tile_count: array<u32>;
 @group(0) @binding(3) var<storage, read> tile_list: array<u32>;
 @group(0) @binding(4) var<storage, read> image: array<f32>;
@@ -89,7 +90,7 @@ fn composite_below(w: Walk, m: u32, p0: vec2f, p1: vec2f, p2: vec2f, p3: vec2f) 
     let bg = background(w.b, frame);
     var r = Below4(bg, bg, bg, bg);
     for (var q = 0u; q < m; q++) {
-        let t = load_tri(w.b * frame.scene_stride + tile_list[w.list_base + q] * 10u, frame);
+        let t = load_tri(record_tri(w.b, tile_list[w.list_base + q], frame), frame);
         r.c0 = over(r.c0, p0, t, w.sig);
         if (PPT > 1u) { r.c1 = over(r.c1, p1, t, w.sig); }
         if (PPT > 2u) {
@@ -194,7 +195,7 @@ fn main(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_index) li: 
     if (seg > bottom_seg && frame.n_seg > 1u) { return; }  // uniform: the tile's list is shorter
     let seg_hi = count - min(count, seg * seg_len);
     let seg_lo = seg_hi - min(seg_hi, seg_len);
-    let sbase = b * frame.scene_stride;
+    let sbase = record_tri(b, 0u, frame);
     let sig = sigma_px(b, frame);
     let w = Walk(b, slot * frame.n_tris, sig, -frame.cull_k * sig,
                  vec2f(f32(frame.width), f32(frame.height)));
@@ -221,7 +222,7 @@ fn main(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_index) li: 
         workgroupBarrier();
         for (var q = li; q < n; q += THREADS) {
             let id = tile_list[w.list_base + start + q];
-            staged[q] = load_tri(sbase + id * 10u, frame);
+            staged[q] = load_tri(sbase + id * TRI_FLOATS, frame);
             staged_id[q] = id;
         }
         workgroupBarrier();

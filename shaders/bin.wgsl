@@ -8,6 +8,7 @@
 // iteration (schedule.wgsl).
 
 @group(0) @binding(0) var<uniform> frame: Frame;
+@group(0) @binding(1) var<storage, read> scene: array<f32>;  // scene records (scene_access.wgsl)
 @group(0) @binding(2) var<storage, read_write> tile_count: array<u32>;
 @group(0) @binding(3) var<storage, read_write> tile_list: array<u32>;
 @group(0) @binding(4) var<storage, read_write> tile_mask: array<u32>;
@@ -45,7 +46,7 @@ fn bin_tile(wid: vec3u, li: u32) {
     let slot = b * frame.n_tiles + tile_index;
     let list_base = slot * frame.n_tris;
     let mask_base = slot * frame.mask_words;
-    let sbase = b * frame.scene_stride;
+    let sbase = record_tri(b, 0u, frame);
     let reach = frame.cull_k * sigma_px(b, frame);
     let ext = tile_extent(wid.xy, frame);
     if (li == 0u) { running = 0u; }
@@ -56,7 +57,7 @@ fn bin_tile(wid: vec3u, li: u32) {
         var hits = 0u;  // bit q: triangle first + q touches the tile
         for (var q = 0u; q < PPT; q++) {
             let i = first + q;
-            if (i < frame.n_tris && touches_tile(load_tri(sbase + i * 10u, frame), ext[0], ext[1], reach)) {
+            if (i < frame.n_tris && touches_tile(load_tri(sbase + i * TRI_FLOATS, frame), ext[0], ext[1], reach)) {
                 hits |= 1u << q;
             }
         }

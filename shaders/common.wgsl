@@ -1,5 +1,7 @@
-// Shared declarations for every trifit kernel: the frame uniform, triangle records in pixel
-// units, and the exact signed distance with its vertex gradient (shared/spec/MODEL.md).
+// Shared declarations for every trifit kernel: triangle records in pixel units and the exact
+// signed distance with its vertex gradient (docs/MODEL.md). The structs Python writes
+// (Frame, State, Schedule, Optim) and the scene record's index functions come before this file,
+// generated from render/gpu/layouts.py (render/gpu/shaders.py composes the kernels).
 //
 // Units: everything is in *pixel units* of the render. A vertex (x, y) sits at (x W, y H) and
 // pixel (i, j) has centre (i + 0.5, j + 0.5): the spec's aspect space scaled by S' = min(W, H),
@@ -7,29 +9,6 @@
 
 const TILE: u32 = 16u;             // tiles are TILE x TILE pixels, one workgroup of 256 threads
 const WG: u32 = 256u;
-
-struct Frame {
-    width: u32,
-    height: u32,
-    n_tris: u32,
-    batch: u32,
-    tiles_x: u32,
-    tiles_y: u32,
-    n_tiles: u32,
-    scene_stride: u32,     // floats per image in the scene buffer: n_tris * 10 + 4
-    mask_words: u32,       // u32 words of the per-tile membership bitmask: ceil(n_tris / 32)
-    loss_kind: u32,        // 0 = mse, 1 = l1
-    inv_values: f32,       // 1 / (W H 3): losses are means over pixels and channels
-    stop_t: f32,           // front-to-back walks stop once transmittance falls below this
-    cull_k: f32,           // a triangle farther than cull_k * sigma_px from a tile is skipped
-    recompute_below: f32,  // backward: un-composite by division only while 1 - alpha >= this
-    ring_len: u32,         // entries per image in the loss ring (1 outside the fitter)
-    with_loss: u32,        // forward also evaluates the loss (dL/dC and per-tile partials)
-    n_seg: u32,            // backward: a tile's list is split into up to n_seg segments of seg_len
-    seg_len: u32,          // entries, counted from the top, each its own workgroup
-    removal_costs: u32,    // backward: 1 = each triangle's removal cost (slot 0) instead of its gradient
-    _pad3: u32,
-}
 
 // A triangle in pixel units, ready to shade.
 struct TriPx {
@@ -183,12 +162,4 @@ fn touches_tile(t: TriPx, lo: vec2f, hi: vec2f, reach: f32) -> bool {
 // Pixel handled by thread `li` of the tile `tile` (tiles row-major, tiles_x across).
 fn tile_pixel(tile: vec2u, li: u32) -> vec2u {
     return vec2u(tile.x * TILE + li % TILE, tile.y * TILE + li / TILE);
-}
-
-// Device-side loop state (the fitter advances it; one-shot calls leave iter at 0).
-struct State {
-    iter: u32,
-    sigma: f32,     // no kernel reads it: sigma travels in each image's scene record
-    lr_scale: f32,
-    _pad: u32,
 }

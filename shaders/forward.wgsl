@@ -13,6 +13,7 @@
 // li, li + THREADS, ...): on CPU adapters one read of a staged triangle then serves PPT pixels.
 
 @group(0) @binding(0) var<uniform> frame: Frame;
+@group(0) @binding(1) var<storage, read> scene: array<f32>;  // scene records (scene_access.wgsl)
 @group(0) @binding(2) var<storage, read> tile_count: array<u32>;
 @group(0) @binding(3) var<storage, read> tile_list: array<u32>;
 @group(0) @binding(4) var<storage, read_write> image: array<f32>;
@@ -104,7 +105,7 @@ fn finish_pixel(s: Pixel, b: u32, record: bool) -> f32 {
 fn main(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_index) li: u32) {
     let b = wid.z;
     let slot = b * frame.n_tiles + wid.y * frame.tiles_x + wid.x;
-    let sbase = b * frame.scene_stride;
+    let sbase = record_tri(b, 0u, frame);
     let sig = sigma_px(b, frame);
     let reach = frame.cull_k * sig;  // coverage below sigmoid(-cull_k) is skipped (< 1e-9)
     let count = tile_count[slot];
@@ -129,7 +130,7 @@ fn main(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_index) li: 
         let n = end - start;
         workgroupBarrier();
         for (var q = li; q < n; q += THREADS) {
-            staged[q] = load_tri(sbase + tile_list[list_base + start + q] * 10u, frame);
+            staged[q] = load_tri(sbase + tile_list[list_base + start + q] * TRI_FLOATS, frame);
         }
         workgroupBarrier();
         for (var k = n; k > 0u; k--) {

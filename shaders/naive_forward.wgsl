@@ -4,6 +4,7 @@
 // Dispatch: (ceil(W * H / 256), batch).
 
 @group(0) @binding(0) var<uniform> frame: Frame;
+@group(0) @binding(1) var<storage, read> scene: array<f32>;  // scene records (scene_access.wgsl)
 @group(0) @binding(2) var<storage, read_write> image: array<f32>;
 
 @compute @workgroup_size(256)
@@ -16,7 +17,7 @@ fn main(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_index) li: 
     let sig = sigma_px(b, frame);
     var c = background(b, frame);
     for (var i = 0u; i < frame.n_tris; i++) {
-        let t = load_tri(b * frame.scene_stride + i * 10u, frame);
+        let t = load_tri(record_tri(b, i, frame), frame);
         let alpha = t.rgba.a * sigmoid(signed_distance(p, t) / sig);
         c = c * (1.0 - alpha) + t.rgba.rgb * alpha;
     }

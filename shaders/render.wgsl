@@ -7,6 +7,7 @@
 // Dispatch: (tiles_x, tiles_y, batch).
 
 @group(0) @binding(0) var<uniform> frame: Frame;
+@group(0) @binding(1) var<storage, read> scene: array<f32>;  // scene records (scene_access.wgsl)
 @group(0) @binding(2) var<storage, read_write> image: array<f32>;
 
 var<workgroup> staged: array<TriPx, 256>;
@@ -20,7 +21,7 @@ fn main(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_index) li: 
     let pix = tile_pixel(wid.xy, li);
     let in_frame = pix.x < frame.width && pix.y < frame.height;
     let p = vec2f(pix) + vec2f(0.5);
-    let sbase = b * frame.scene_stride;
+    let sbase = record_tri(b, 0u, frame);
     let sig = sigma_px(b, frame);
     let reach = frame.cull_k * sig;
     let ext = tile_extent(wid.xy, frame);
@@ -36,7 +37,7 @@ fn main(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_index) li: 
         var hit = 0u;
         var t: TriPx;
         if (i < frame.n_tris) {
-            t = load_tri(sbase + i * 10u, frame);
+            t = load_tri(sbase + i * TRI_FLOATS, frame);
             if (touches_tile(t, ext[0], ext[1], reach)) { hit = 1u; }
         }
         workgroupBarrier();  // the previous round's walk is done with `staged`

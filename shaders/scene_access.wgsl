@@ -1,8 +1,7 @@
-// Read access to the scene buffer for the rasterising kernels (bin, forward, backward), which
-// bind it at group 0, binding 1. Per image: n_tris * 10 triangle floats, background rgb, sigma.
+// Read access to the scene buffer for the rasterising kernels (bin, forward, backward, render,
+// naive_forward), which declare `scene` (group 0, binding 1). The record's layout: render/gpu/
+// layouts.py SceneRecord, whose generated record_* functions give the indices.
 // (naga does not allow storage pointers as function arguments, so these read the global.)
-
-@group(0) @binding(1) var<storage, read> scene: array<f32>;
 
 fn load_tri(base: u32, frame: Frame) -> TriPx {
     var t: TriPx;
@@ -19,12 +18,12 @@ fn load_tri(base: u32, frame: Frame) -> TriPx {
 }
 
 fn sigma_px(b: u32, frame: Frame) -> f32 {
-    let s = scene[b * frame.scene_stride + frame.n_tris * 10u + 3u];
+    let s = scene[record_sigma(b, frame)];
     return s * f32(min(frame.width, frame.height));
 }
 
 fn background(b: u32, frame: Frame) -> vec3f {
-    let o = b * frame.scene_stride + frame.n_tris * 10u;
+    let o = record_background(b, frame);
     return vec3f(scene[o], scene[o + 1u], scene[o + 2u]);
 }
 

@@ -1,19 +1,9 @@
 // The fit loop's schedules (render/fitloop.py Schedule.at, the same formulas): sigma annealed
-// geometrically, the learning-rate scale by a cosine. The including kernel declares `sched`.
+// geometrically, the learning-rate scale by a cosine. The including kernel declares `sched`
+// (struct Schedule: render/gpu/layouts.py SCHEDULE, generated).
 // No kernel of its own: bin.wgsl's fit_main starts each iteration (counter, learning-rate scale)
 // and adam.wgsl ends it (the next iteration's sigma into the scene record), one dispatch fewer an
 // iteration than a kernel of their own (~6 us plus a barrier on the H200).
-
-struct Schedule {
-    sigma_start: f32,      // fraction of the shorter side
-    sigma_end: f32,
-    sigma_iters: f32,      // geometric anneal from start to end over this many iterations
-    lr_decay_iters: f32,   // learning-rate scale: cosine from lr_start down to lr_final over these
-    lr_final: f32,
-    iter_offset: f32,      // the sigma anneal starts at this iteration
-    lr_offset: f32,        // ... and the learning-rate cosine at this one
-    lr_start: f32,
-}
 
 // `end`: the image's own final sigma (a batch anneals each image towards its own; the fit loop
 // keeps them in a storage array beside the schedule).

@@ -3,7 +3,7 @@
 - ``Scene.from_json`` / ``Scene.from_dict`` / ``Scene.load``: random bytes, random text, and
   valid documents mutated by hypothesis (keys dropped or replaced, wrong types, NaN / inf /
   1e999 / huge integers, random nesting). The answer is always a SceneError, or a Scene that
-  satisfies every rule of shared/spec/MODEL.md and round-trips through save / load exactly.
+  satisfies every rule of docs/MODEL.md and round-trips through save / load exactly.
 - ``load_image``: random bytes, random bytes behind real PNG / JPEG / GIF / ... magic, and real
   small images with flipped, cut or spliced bytes. The answer is always an ImageError or a
   float32 (H, W, 3) array in [0, 1], never another exception.

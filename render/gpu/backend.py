@@ -16,6 +16,7 @@ import numpy as np
 from ..errors import BatchError
 from . import shaders
 from .device import GpuContext, get_context
+from .layouts import SCENE, STATE
 from .pool import BufferPool
 from .timing import Counters, GpuTimer, HostPhases
 from .workspace import Shape, Workspace
@@ -23,16 +24,7 @@ from .workspace import Shape, Workspace
 _MAX_CACHED_WORKSPACES = 4
 #: backward pixels per thread on CPU adapters (docs/PERFORMANCE.md, round 7)
 CPU_PIXELS_PER_THREAD = 4
-
-
-def pack_scenes(tris: np.ndarray, bg: np.ndarray, sigma: np.ndarray) -> np.ndarray:
-    """(B, T*10 + 4) float32 scene records: triangles, background rgb, sigma."""
-    B, T = tris.shape[:2]
-    out = np.empty((B, T * 10 + 4), dtype=np.float32)
-    out[:, : T * 10] = tris.reshape(B, T * 10)
-    out[:, T * 10 : T * 10 + 3] = bg
-    out[:, T * 10 + 3] = sigma
-    return out
+_ZERO_STATE = STATE.pack(iter=0, sigma=0.0, lr_scale=0.0)
 
 
 class GpuBackend:
@@ -78,7 +70,7 @@ class GpuBackend:
             _, old = self._workspaces.popitem(last=False)
             old.release()
         # state.iter = 0 so the loss lands in ring slot 0
-        ws.write("state", np.zeros(4, dtype=np.uint32))
+        ws.write("state", _ZERO_STATE)
         return ws
 
     def fit_loop(self, *args, **kwargs):
@@ -99,7 +91,7 @@ class GpuBackend:
         with self.host.phase("alloc"):
             ws, transient = self._workspace_for(shape, transient)
         with self.host.phase("pack"):
-            packed = pack_scenes(tris, bg, sigma)
+            packed = SCENE.pack(tris, bg, sigma)
         with self.host.phase("upload"):
             self.counters.upload_bytes += ws.set_frame(None) + ws.write("scene", packed)
         enc = self.device.create_command_encoder()
@@ -136,7 +128,7 @@ class GpuBackend:
         cached) a new one the caller releases after its call."""
         if transient and (shape, self.subgroups) not in self._workspaces:
             ws = Workspace(self.ctx, self.pool, shape, subgroups=self.subgroups)
-            ws.write("state", np.zeros(4, dtype=np.uint32))
+            ws.write("state", _ZERO_STATE)
             return ws, True
         return self.workspace(shape), False
 
@@ -152,7 +144,7 @@ class GpuBackend:
         with self.host.phase("alloc"):
             ws, transient = self._workspace_for(Shape(B, W, H, T, self.segmented, self.pixels_per_thread), transient)
         with self.host.phase("pack"):
-            packed = pack_scenes(tris, bg, sigma)
+            packed = SCENE.pack(tris, bg, sigma)
             tgt = np.ascontiguousarray(targets)
         with self.host.phase("upload"):
             self.counters.upload_bytes += (ws.set_frame(loss, removal_costs) + ws.write("scene", packed)
@@ -198,7 +190,7 @@ class GpuBackend:
         H, W = np.asarray(targets).shape[1:3]
         ws = self.workspace(Shape(B, W, H, T, self.segmented, self.pixels_per_thread))
         ws.set_frame(loss if backward else None)
-        ws.write("scene", pack_scenes(tris, bg, sigma))
+        ws.write("scene", SCENE.pack(tris, bg, sigma))
         ws.write("target", np.ascontiguousarray(targets, dtype=np.float32))
         enc = self.device.create_command_encoder()
         cpass = enc.begin_compute_pass()

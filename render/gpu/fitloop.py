@@ -27,8 +27,9 @@ import wgpu
 
 from ..errors import DeviceLostError, NumericalFault
 from ..fitloop import FitSettings, Schedule, values_from_raw
-from .backend import GpuBackend, pack_scenes
+from .backend import GpuBackend
 from .encode import Recorder, encode_repeats, per_image, submission_sizes
+from .layouts import OPTIM, SCENE, SCHEDULE, STATE
 from .workspace import COPY_DST, COPY_SRC, MAP_READ, PARAMS_PER_GROUP, STORAGE, UNIFORM, Shape, Workspace
 
 RING = 256  # loss ring entries; a submission never encodes more iterations than this
@@ -54,8 +55,8 @@ class GpuFitLoop:
         self.extra = {
             "params": pool.acquire(STORAGE | COPY_DST | COPY_SRC, B * n_params * 4, "params"),
             "moments": pool.acquire(STORAGE | COPY_DST | COPY_SRC, B * n_params * 8, "moments"),
-            "sched": pool.acquire(UNIFORM | COPY_DST, 32, "sched"),
-            "opt": pool.acquire(UNIFORM | COPY_DST, 32, "opt"),
+            "sched": pool.acquire(UNIFORM | COPY_DST, SCHEDULE.size, "sched"),
+            "opt": pool.acquire(UNIFORM | COPY_DST, OPTIM.size, "opt"),
             "sigma_end": pool.acquire(STORAGE | COPY_DST, max(16, B * 4), "sigma_end"),
         }
         self.snaps = [{k: pool.acquire(STORAGE | COPY_DST | COPY_SRC, n * 4, f"snap-{k}")
@@ -87,10 +88,10 @@ class GpuFitLoop:
             self.ws.pipeline(kernel, entry)
 
     # ------------------------------------------------------------------ state
-    def _write_extra(self, name, arr) -> int:
-        data = np.ascontiguousarray(arr)
-        self.device.queue.write_buffer(self.extra[name], 0, data)
-        return data.nbytes
+    def _write_extra(self, name, data) -> int:
+        raw = data if isinstance(data, bytes) else memoryview(np.ascontiguousarray(data)).cast("B")
+        self.device.queue.write_buffer(self.extra[name], 0, raw)
+        return len(raw)
 
     def reset(self, raw, m, v, iteration: int, schedule: Schedule, settings: FitSettings) -> None:
         """Start over from this state at ``iteration``: what a new loop of the same shape would be
@@ -101,9 +102,8 @@ class GpuFitLoop:
         self.set_optim(settings)
         self.sigmas = schedule.sigmas(max(iteration, 1), self.batch)
         lr0 = schedule.at(max(iteration, 1))[1]
-        up = self.ws.write("state", np.array([iteration, 0, 0, 0], dtype=np.uint32))
-        up += self.ws.write("state", np.array([self.sigmas[0], lr0], dtype=np.float32), offset=4)
-        up += self._write_extra("sched", schedule.pack())
+        up = self.ws.write("state", STATE.pack(iter=iteration, sigma=self.sigmas[0], lr_scale=lr0))
+        up += self._write_extra("sched", SCHEDULE.pack(schedule.pack()))
         up += self._write_extra("sigma_end", schedule.ends(self.batch).astype(np.float32))
         self.backend.counters.upload_bytes += up
         self.set_state(raw, m, v)  # (with the next iteration's sigma in the scene records)
@@ -123,7 +123,7 @@ class GpuFitLoop:
 
     def set_schedule(self, schedule: Schedule) -> None:
         self.schedule = schedule
-        self.backend.counters.upload_bytes += self._write_extra("sched", schedule.pack()) + \
+        self.backend.counters.upload_bytes += self._write_extra("sched", SCHEDULE.pack(schedule.pack())) + \
             self._write_extra("sigma_end", schedule.ends(self.batch).astype(np.float32))
         self._write_next_sigma()
 
@@ -135,16 +135,16 @@ class GpuFitLoop:
         backward read it there; each iteration's Adam dispatch writes the one after (adam.wgsl),
         so the host does this only where it starts the loop or changes the schedule."""
         sigma = self._next_sigma().astype(np.float32)
-        stride, slot = self.shape.scene_stride, self.n_tris * 10 + 3
+        stride, slot = self.shape.scene_stride, SCENE.at("sigma", self.n_tris)
         for b in range(self.batch):
             self.backend.counters.upload_bytes += self.ws.write("scene", sigma[b:b + 1], offset=(b * stride + slot) * 4)
 
     def set_optim(self, settings: FitSettings) -> None:
         """New learning rates / Adam constants from the next iteration on."""
         self.settings = settings
-        self.backend.counters.upload_bytes += self._write_extra("opt", np.array(
-            [settings.lr_vertex, settings.lr_colour, settings.lr_alpha, settings.lr_background,
-             settings.beta1, settings.beta2, settings.adam_eps, 0], dtype=np.float32))
+        self.backend.counters.upload_bytes += self._write_extra("opt", OPTIM.pack(
+            lr_vertex=settings.lr_vertex, lr_colour=settings.lr_colour, lr_alpha=settings.lr_alpha,
+            lr_background=settings.lr_background, beta1=settings.beta1, beta2=settings.beta2, eps=settings.adam_eps))
 
     def _encode_snapshot(self, enc, slot: int, restore: bool = False) -> None:
         for name in ("params", "moments"):
@@ -160,7 +160,8 @@ class GpuFitLoop:
         self.device.queue.submit([enc.finish()])
         self.iter = self.snap_iter[good]
         raw, m, v = self.get_state()
-        self.ws.write("state", np.array([self.iter], dtype=np.uint32))
+        at, data = STATE.pack_at(iter=self.iter)  # (the next fit_main recomputes the rest)
+        self.ws.write("state", data, offset=at)
         self.set_state(raw, m, v)  # re-materialises the scene the next forward reads
         self.snap_turn = good ^ 1  # keep the good snapshot, overwrite the other
         return self.iter
@@ -180,7 +181,7 @@ class GpuFitLoop:
         raw, m, v = (per_image(a, B, n) for a in (raw, m, v))
         raw = raw.astype(np.float32)
         vals = [values_from_raw(r, self.n_tris) for r in raw]
-        records = pack_scenes(np.stack([t for t, _ in vals]), np.stack([b for _, b in vals]), self._next_sigma())
+        records = SCENE.pack(np.stack([t for t, _ in vals]), np.stack([b for _, b in vals]), self._next_sigma())
         mv = np.stack([m, v], axis=-1).astype(np.float32)  # moments[2 * (b * n + j) + {0, 1}]
         up = 0
         if images is None:
@@ -202,11 +203,14 @@ class GpuFitLoop:
         if self._read_state is not None and self._read_state[0] == self.iter:
             raw, m, v = (a.copy() for a in self._read_state[1:])
         else:
+            B, n = self.batch, self.n_tris * 10 + 3
             enc = self.device.create_command_encoder()
-            reads = self._encode_state_copy(enc)
+            p, _ = self.ws.copy_out(enc, "params", B * n * 4, source=self.extra["params"])
+            mo, _ = self.ws.copy_out(enc, "moments", B * n * 8, source=self.extra["moments"])
             self.device.queue.submit([enc.finish()])
             self.backend.counters.submissions += 1
-            raw, m, v = self._state_from(reads)
+            self.backend.counters.readback_bytes += B * n * 12
+            raw, m, v = self._parse_state(Workspace.read(p, B * n * 4), Workspace.read(mo, B * n * 8))
         return (raw, m, v) if self.batched else (raw[0], m[0], v[0])
 
     def last_image(self) -> np.ndarray | None:
@@ -234,18 +238,6 @@ class GpuFitLoop:
         image = Workspace.read(st, size).reshape(B, H, W, 3)
         self._read_image = (self.iter, image)
         return image if self.batched else image[0]
-
-    def _encode_state_copy(self, enc):
-        B, n = self.batch, self.n_tris * 10 + 3
-        p, _ = self.ws.copy_out(enc, "params", B * n * 4, source=self.extra["params"])
-        mo, _ = self.ws.copy_out(enc, "moments", B * n * 8, source=self.extra["moments"])
-        return p, mo
-
-    def _state_from(self, reads):
-        B, n = self.batch, self.n_tris * 10 + 3
-        p, mo = reads
-        self.backend.counters.readback_bytes += B * n * 12
-        return self._parse_state(Workspace.read(p, B * n * 4), Workspace.read(mo, B * n * 8))
 
     def _parse_state(self, params: np.ndarray, moments: np.ndarray):
         """(raw, m, v) float64 (B, n_params) from the float32 params and interleaved moments."""
@@ -278,8 +270,7 @@ class GpuFitLoop:
         self.backend.counters.submissions += 1
         rec = Workspace.read(st, size).astype(np.float64).reshape(B, stride)
         self.backend.counters.readback_bytes += size
-        T = self.n_tris
-        tris, bg = rec[:, : T * 10].reshape(B, T, 10), rec[:, T * 10 : T * 10 + 3]
+        tris, bg, _ = SCENE.unpack(rec, self.n_tris)
         # the record holds the next iteration's sigma (adam.wgsl); the scene is the current one's
         sigma = self.schedule.sigmas(max(self.iter, 1), B).astype(np.float32).astype(np.float64)
         return (tris, bg, sigma) if self.batched else (tris[0], bg[0], float(sigma[0]))

@@ -1,9 +1,13 @@
-"""WGSL sources from the ``shaders`` package, assembled and compiled once per device.
+"""WGSL sources from the ``shaders`` package, composed and compiled once per device.
 
-Each kernel file is prefixed with ``common.wgsl``; the backward kernel also gets one of the two
-workgroup-reduction implementations (subgroup adds where the adapter has them, else a
-workgroup-memory tree). Pipelines use ``layout="auto"`` and are cached per (device, kernel,
-variant, entry point).
+A kernel is composed, in this order, of: the layouts generated from render/gpu/layouts.py (the
+structs Python writes and the scene record's index functions), ``common.wgsl``, the variant's
+constants (pixels per thread, the backward's batch and subgroup slots), the shared pieces it lists in
+``PIECES`` (scene access, the workgroup-reduction variant -- subgroup adds where the adapter has
+them, else a workgroup-memory tree --, the gradient reduction, the loss record, the schedules), and
+last the kernel file itself, which holds only its bindings and entry points (and its own helpers).
+No piece may spell a generated struct. Pipelines use ``layout="auto"`` and are cached per
+(device, kernel, variant, entry point).
 """
 
 from __future__ import annotations
@@ -12,8 +16,9 @@ import functools
 import importlib.resources
 import threading
 
+from . import layouts
+
 _lock = threading.Lock()
-_RASTER_KERNELS = ("bin.wgsl", "forward.wgsl", "backward.wgsl", "naive_forward.wgsl", "render.wgsl")
 _PPT_KERNELS = ("bin.wgsl", "forward.wgsl", "backward.wgsl")  # several pixels (bin: triangles) per thread
 _pipelines: dict[tuple, object] = {}
 
@@ -40,28 +45,55 @@ def backward_batch(workgroup_storage: int, subgroups: bool, subgroup_size: int =
     return int(max(1, min(16, (workgroup_storage - fixed) // per_slot)))
 
 
-def kernel_source(name: str, subgroups: bool, kb: int = 1, subgroup_size: int = 0, ppt: int = 1) -> str:
-    parts = [source("common.wgsl")]
+REDUCTION = "<reduction>"  # stands for reduce_subgroup.wgsl or reduce_workgroup.wgsl in PIECES
+#: the shared pieces of each kernel, in order, between the constants and the kernel file
+PIECES: dict[str, tuple[str, ...]] = {
+    "bin.wgsl": ("scene_access.wgsl", "schedule.wgsl"),
+    "forward.wgsl": ("scene_access.wgsl",),
+    "backward.wgsl": ("scene_access.wgsl", REDUCTION),
+    "naive_forward.wgsl": ("scene_access.wgsl",),
+    "render.wgsl": ("scene_access.wgsl",),
+    "reduce.wgsl": ("reduce_param.wgsl",),
+    "loss_reduce.wgsl": ("loss_record.wgsl",),
+    "adam.wgsl": ("reduce_param.wgsl", "loss_record.wgsl", "schedule.wgsl"),
+}
+
+
+def constants(name: str, kb: int = 1, subgroup_size: int = 0, ppt: int = 1) -> str:
+    """The variant's WGSL constants for kernel ``name``."""
     threads = 256 // ppt
+    lines = []
     if name in _PPT_KERNELS:
-        parts.append(f"const PPT: u32 = {int(ppt)}u;  // pixels per thread")
-        parts.append(f"const THREADS: u32 = {threads}u;  // WG / PPT")
+        lines.append(f"const PPT: u32 = {int(ppt)}u;  // pixels per thread")
+        lines.append(f"const THREADS: u32 = {threads}u;  // WG / PPT")
     if name == "backward.wgsl":
-        parts.append(f"const KB: u32 = {int(kb)}u;  // triangles per barrier pair (render/gpu/shaders.py)")
-        parts.append(f"const MAX_SUBGROUPS: u32 = {max_subgroups(subgroup_size, threads)}u;  "
+        lines.append(f"const KB: u32 = {int(kb)}u;  // triangles per barrier pair (render/gpu/shaders.py)")
+        lines.append(f"const MAX_SUBGROUPS: u32 = {max_subgroups(subgroup_size, threads)}u;  "
                      "// THREADS / probed subgroup size")
-    if name in _RASTER_KERNELS:
-        parts.append(source("scene_access.wgsl"))
-    if name == "backward.wgsl":
-        parts.append(source("reduce_subgroup.wgsl" if subgroups else "reduce_workgroup.wgsl"))
-    if name == "adam.wgsl":
-        parts.append(source("reduce.wgsl").split("@group(0)")[0])  # reduce_param, before the bindings
-    if name in ("adam.wgsl", "loss_reduce.wgsl"):
-        parts.append(source("loss_record.wgsl"))
-    if name in ("adam.wgsl", "bin.wgsl"):
-        parts.append(source("schedule.wgsl"))
-    parts.append(source(name))
-    return "\n".join(parts)
+    return "\n".join(lines) + "\n" if lines else ""
+
+
+def compose(generated: str, parts: list[tuple[str, str]]) -> str:
+    """``generated`` WGSL, then the (label, text) parts in order; a part that spells a struct of
+    ``generated`` is refused (its one declaration is in render/gpu/layouts.py)."""
+    owned = set(layouts.declared_structs(generated))
+    for label, text in parts:
+        spelled = sorted(owned.intersection(layouts.declared_structs(text)))
+        if spelled:
+            raise ValueError(f"{label} spells struct {', '.join(spelled)}, which render/gpu/layouts.py "
+                             "generates for every kernel: delete it from the file")
+    return "\n".join([generated] + [f"// ---- {label}\n{text}" for label, text in parts if text])
+
+
+def kernel_source(name: str, subgroups: bool, kb: int = 1, subgroup_size: int = 0, ppt: int = 1) -> str:
+    if name not in PIECES:
+        raise ValueError(f"unknown kernel {name!r} (kernels: {', '.join(PIECES)})")
+    reduction = "reduce_subgroup.wgsl" if subgroups else "reduce_workgroup.wgsl"
+    pieces = [reduction if p == REDUCTION else p for p in PIECES[name]]
+    parts = [("shaders/common.wgsl", source("common.wgsl")),
+             ("constants (render/gpu/shaders.py)", constants(name, kb, subgroup_size, ppt))]
+    parts += [(f"shaders/{p}", source(p)) for p in [*pieces, name]]
+    return compose(layouts.kernel_layouts(), parts)
 
 
 def check_pixels_per_thread(ppt) -> int:

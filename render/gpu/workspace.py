@@ -9,7 +9,6 @@ Pass order for one loss-and-gradient evaluation (all inside one compute pass):
 from __future__ import annotations
 
 import math
-import struct
 from dataclasses import dataclass
 
 import numpy as np
@@ -18,6 +17,7 @@ import wgpu
 from ..errors import AdapterError
 from . import shaders
 from .device import GpuContext
+from .layouts import FRAME, SCENE, STATE
 from .pool import BufferPool
 
 TILE = 16
@@ -91,7 +91,7 @@ class Shape:
 
     @property
     def scene_stride(self) -> int:
-        return self.n_tris * 10 + 4
+        return SCENE.stride(self.n_tris)
 
     @property
     def mask_words(self) -> int:
@@ -101,9 +101,9 @@ class Shape:
         B, T, nt = self.batch, self.n_tris, self.n_tiles
         pixels = B * self.width * self.height * 3 * 4
         return {
-            "frame": 80,
+            "frame": FRAME.size,
             "ckpt": B * nt * self.n_seg * 256 * 16 if self.n_seg > 1 else 16,
-            "state": 16,
+            "state": STATE.size,
             "scene": B * self.scene_stride * 4,
             "tile_count": B * nt * 4,
             "tile_list": B * nt * max(T, 1) * 4,
@@ -176,15 +176,15 @@ class Workspace:
     def frame_bytes(self, loss: str | None = "mse", removal_costs: bool = False) -> bytes:
         """The frame uniform; ``removal_costs``: the backward sums removal costs, not gradients."""
         s = self.shape
-        return struct.pack(
-            "<10I4f6I",
-            s.width, s.height, s.n_tris, s.batch,
-            s.tiles_x, s.tiles_y, s.n_tiles, s.scene_stride,
-            s.mask_words, LOSS_KINDS[loss or "mse"],
-            1.0 / (s.width * s.height * 3),
-            STOP_TRANSMITTANCE if loss is None else STOP_TRANSMITTANCE_WITH_LOSS,
-            cull_sigmas(s.n_tris), RECOMPUTE_BELOW,
-            self.ring_len, 0 if loss is None else 1, s.n_seg, s.seg_len, int(removal_costs), 0,
+        return FRAME.pack(
+            width=s.width, height=s.height, n_tris=s.n_tris, batch=s.batch,
+            tiles_x=s.tiles_x, tiles_y=s.tiles_y, n_tiles=s.n_tiles, scene_stride=s.scene_stride,
+            mask_words=s.mask_words, loss_kind=LOSS_KINDS[loss or "mse"],
+            inv_values=1.0 / (s.width * s.height * 3),
+            stop_t=STOP_TRANSMITTANCE if loss is None else STOP_TRANSMITTANCE_WITH_LOSS,
+            cull_k=cull_sigmas(s.n_tris), recompute_below=RECOMPUTE_BELOW,
+            ring_len=self.ring_len, with_loss=0 if loss is None else 1, n_seg=s.n_seg, seg_len=s.seg_len,
+            removal_costs=int(removal_costs),
         )
 
     def write(self, name: str, data, offset: int = 0) -> int:

@@ -1,0 +1,228 @@
+"""The data layouts shared by Python and WGSL (render/gpu/layouts.py): offsets and sizes by WGSL's
+alignment rules, packing, the generated WGSL, the kernels' composition from files, and -- on the
+adapter -- that the WGSL compiler puts every field where the layout says."""
+
+from __future__ import annotations
+
+import re
+import struct
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from render.fitloop import Schedule
+from render.gpu import layouts, shaders
+from render.gpu.layouts import FRAME, OPTIM, SCENE, SCHEDULE, STATE, Struct
+
+ROOT = Path(__file__).resolve().parents[1]
+
+# a vec4 after three scalars (a gap of 4), a vec2, a vec3 with a scalar in its last 4 bytes
+MIXED = Struct("Mixed", [("a", "f32"), ("b", "u32"), ("c", "f32"), ("v", "vec4f"), ("w", "vec2f"),
+                         ("s", "f32"), ("t", "vec3f"), ("u", "i32"), ("z", "f32")], "uniform")
+
+
+def _offsets(s: Struct) -> dict[str, int]:
+    return {f.name: f.offset for f in s.fields}
+
+
+def test_kernel_struct_offsets_and_sizes():
+    assert _offsets(FRAME) == {n: 4 * i for i, n in enumerate(
+        ["width", "height", "n_tris", "batch", "tiles_x", "tiles_y", "n_tiles", "scene_stride", "mask_words",
+         "loss_kind", "inv_values", "stop_t", "cull_k", "recompute_below", "ring_len", "with_loss", "n_seg",
+         "seg_len", "removal_costs"])}
+    assert FRAME.size == 80  # 19 scalars = 76 bytes, padded to a multiple of 16 for a uniform
+    assert _offsets(STATE) == {"iter": 0, "sigma": 4, "lr_scale": 8} and STATE.size == 12  # storage: no 16 pad
+    assert _offsets(SCHEDULE) == {n: 4 * i for i, n in enumerate(
+        ["sigma_start", "sigma_end", "sigma_iters", "lr_decay_iters", "lr_final", "iter_offset", "lr_offset",
+         "lr_start"])} and SCHEDULE.size == 32
+    assert list(_offsets(OPTIM).values()) == [0, 4, 8, 12, 16, 20, 24] and OPTIM.size == 32  # 28 -> 32
+
+
+def test_alignment_rules_by_hand():
+    assert _offsets(MIXED) == {"a": 0, "b": 4, "c": 8, "v": 16, "w": 32, "s": 40, "t": 48, "u": 60, "z": 64}
+    assert MIXED.align == 16 and MIXED.size == 80  # end 68 rounded up to 16
+    storage = Struct("S", [("x", "f32"), ("y", "vec2f"), ("z", "f32")], "storage")
+    assert _offsets(storage) == {"x": 0, "y": 8, "z": 16} and storage.align == 8 and storage.size == 24
+    uniform = Struct("U", [("x", "f32"), ("y", "vec2f"), ("z", "f32")], "uniform")
+    assert uniform.size == 32  # the same members, padded to 16 for uniform use
+    assert Struct("V", [("x", "f32"), ("t", "vec3<f32>")], "storage").size == 32  # vec3 aligns to 16
+    for bad in ([("x", "f64")], [("x", "f32"), ("x", "u32")], [("_pad0", "u32")], []):
+        with pytest.raises(ValueError):
+            Struct("Bad", bad)
+
+
+def test_app_uniforms():
+    panes = pytest.importorskip("app.panes")
+    assert _offsets(panes.VIEW) == {"pane_a": 0, "pane_b": 16, "image_size": 32, "mode": 40, "split": 44,
+                                    "flags": 48, "line_px": 52}
+    assert panes.VIEW.size == 64 and panes.UNPACK_SIZE.size == 16
+    # the bytes the canvas wrote by hand before (struct View, "<4f4f2fIfIf2f")
+    packed = panes.VIEW.pack(pane_a=(1, 2, 3, 4), pane_b=(5, 6, 7, 8), image_size=(48, 36), mode=2,
+                             split=0.25, flags=5, line_px=2.5)
+    assert packed == struct.pack("<4f4f2fIfIf2f", 1, 2, 3, 4, 5, 6, 7, 8, 48, 36, 2, 0.25, 5, 2.5, 0, 0)
+    assert panes.UNPACK_SIZE.pack(width=640, height=480) == struct.pack("<2I8x", 640, 480)
+    for name, s in (("display.wgsl", panes.VIEW), ("unpack.wgsl", panes.UNPACK_SIZE)):
+        text = (ROOT / "app" / name).read_text()
+        assert s.name not in layouts.declared_structs(text), f"app/{name} spells struct {s.name}"
+        assert layouts.declared_structs(panes.shader_source(name)).count(s.name) == 1
+
+
+def test_pack_round_trip_and_hand_bytes():
+    values = dict(zip(FRAME.names, [3, 5, 7, 2, 1, 1, 1, 74, 1, 1, 1 / 45, 1e-30, 13.7, 1 / 16, 256, 1, 3, 32, 1]))
+    packed = FRAME.pack(values)
+    assert packed == struct.pack("<10I4f5I4x", *values.values())  # the workspace's former hand packing
+    back = FRAME.unpack(packed)
+    assert back == {k: (float(np.float32(v)) if FRAME.field(k).wgsl == "f32" else v) for k, v in values.items()}
+    mixed = {"a": 1.5, "b": 7, "c": -2.0, "v": (1, 2, 3, 4), "w": (5, 6), "s": 0.5, "t": (7, 8, 9), "u": -3, "z": 9.0}
+    data = MIXED.pack(**mixed)
+    assert len(data) == 80 and data[12:16] == bytes(4) and data[68:] == bytes(12)  # padding is zero
+    assert MIXED.unpack(data) == {k: (tuple(float(x) for x in v) if isinstance(v, tuple) else v)
+                                  for k, v in mixed.items()}
+    sched = Schedule(0.03, 0.005, 700, 1000, 0.1, 3, 5, 0.7)
+    assert set(sched.pack()) == set(SCHEDULE.names)  # the dataclass and the layout name the same fields
+    assert SCHEDULE.pack(sched.pack()) == np.array([0.03, 0.005, 700, 1000, 0.1, 3, 5, 0.7], np.float32).tobytes()
+
+
+def test_pack_refuses_mistakes():
+    with pytest.raises(KeyError, match="missing 'lr_scale'"):
+        STATE.pack(iter=1, sigma=0.1)
+    with pytest.raises(KeyError, match="unknown 'lr'"):
+        STATE.pack(iter=1, sigma=0.1, lr_scale=1.0, lr=2.0)
+    with pytest.raises(TypeError, match="State.iter"):
+        STATE.pack(iter=1.5, sigma=0.1, lr_scale=1.0)
+    with pytest.raises(ValueError, match="vec4f"):
+        MIXED.pack(a=0, b=0, c=0, v=(1, 2, 3), w=(0, 0), s=0, t=(0, 0, 0), u=0, z=0)
+    assert STATE.pack_at(iter=7) == (0, struct.pack("<I", 7))
+    assert STATE.pack_at(lr_scale=0.5, sigma=2.0) == (4, struct.pack("<2f", 2.0, 0.5))
+    with pytest.raises(ValueError, match="consecutive"):
+        STATE.pack_at(iter=1, lr_scale=0.5)
+
+
+def _members(wgsl: str, name: str) -> list[tuple[str, str]]:
+    body = re.search(rf"struct {name} \{{(.*?)\n\}}", wgsl, re.S).group(1)
+    return re.findall(r"^\s*(\w+): ([\w<>]+),", body, re.M)
+
+
+@pytest.mark.parametrize("s", [FRAME, STATE, SCHEDULE, OPTIM, MIXED], ids=lambda s: s.name)
+def test_generated_wgsl_has_every_field_in_order(s):
+    members = _members(s.wgsl(), s.name)
+    assert [m for m in members if not m[0].startswith("_pad")] == [(f.name, f.wgsl) for f in s.fields]
+    assert 4 * sum(1 for n, _ in members if n.startswith("_pad")) + sum(f.size for f in s.fields) == s.size
+
+
+def test_generated_padding_sits_in_the_gaps():
+    names = [n for n, _ in _members(MIXED.wgsl(), "Mixed")]
+    assert names == ["a", "b", "c", "_pad0", "v", "w", "s", "_pad1", "t", "u", "z", "_pad2", "_pad3", "_pad4"]
+    assert [n for n, _ in _members(FRAME.wgsl(), "Frame")][-2:] == ["removal_costs", "_pad0"]
+
+
+def test_scene_record():
+    T = 3
+    assert SCENE.stride(T) == 34 and SCENE.at("background", T) == 30 and SCENE.at("sigma", T) == 33
+    rng = np.random.default_rng(0)
+    tris, bg, sig = rng.random((2, T, 10)), rng.random((2, 3)), rng.random(2)
+    rec = SCENE.pack(tris, bg, sig)
+    assert rec.dtype == np.float32 and rec.shape == (2, 34)
+    assert rec[1, 30:33].tolist() == bg[1].astype(np.float32).tolist() and rec[1, 33] == np.float32(sig[1])
+    t2, b2, s2 = SCENE.unpack(rec, T)
+    assert np.array_equal(t2, tris.astype(np.float32)) and np.array_equal(b2, bg.astype(np.float32))
+    assert np.array_equal(s2, sig.astype(np.float32))
+    text = SCENE.wgsl()
+    assert "const TRI_FLOATS: u32 = 10u;" in text
+    assert re.search(r"fn record_background\(.*\n.*frame\.n_tris \* TRI_FLOATS \+ 0u;", text)
+    assert re.search(r"fn record_sigma\(.*\n.*frame\.n_tris \* TRI_FLOATS \+ 3u;", text)
+    with pytest.raises(KeyError):
+        SCENE.at("alpha", T)
+
+
+def test_no_wgsl_file_spells_a_generated_struct():
+    generated = {s.name for s in layouts.KERNEL_STRUCTS}
+    for path in sorted((ROOT / "shaders").glob("*.wgsl")):
+        spelled = generated.intersection(layouts.declared_structs(path.read_text()))
+        assert not spelled, f"{path.name} spells {spelled}"
+
+
+@pytest.mark.parametrize("name", sorted(shaders.PIECES))
+def test_kernels_are_composed_from_files(name):
+    src = shaders.kernel_source(name, subgroups=True, kb=4, subgroup_size=32, ppt=2)
+    declared = layouts.declared_structs(src)
+    for s in layouts.KERNEL_STRUCTS:
+        assert declared.count(s.name) == 1, s.name
+    order = [src.index("struct Frame {"), src.index("fn record_sigma("), src.index("// ---- shaders/common.wgsl")]
+    order += [src.index(f"// ---- shaders/{p}") for p in shaders.PIECES[name] if p != shaders.REDUCTION]
+    order.append(src.index(f"// ---- shaders/{name}"))
+    assert order == sorted(order)
+    assert src.count("var<storage, read> scene: array<f32>") <= 1  # bindings come from the kernel file only
+
+
+def test_reduction_variant_and_shared_pieces():
+    sub = shaders.kernel_source("backward.wgsl", subgroups=True, kb=2)
+    tree = shaders.kernel_source("backward.wgsl", subgroups=False, kb=2)
+    assert "reduce_subgroup.wgsl" in sub and "reduce_workgroup.wgsl" not in sub
+    assert "reduce_workgroup.wgsl" in tree and "subgroupAdd" not in tree
+    adam = shaders.kernel_source("adam.wgsl", subgroups=False)
+    assert "fn reduce_param(" in adam and "fn reduce_grad(" not in adam  # the function, not the other kernel
+    with pytest.raises(ValueError, match="unknown kernel"):
+        shaders.kernel_source("nope.wgsl", subgroups=False)
+
+
+def test_a_file_spelling_a_generated_struct_is_refused():
+    spelled = "struct Frame {\n    width: u32,\n    height: f32,\n}\n"
+    with pytest.raises(ValueError, match=r"shaders/extra\.wgsl spells struct Frame"):
+        shaders.compose(layouts.kernel_layouts(), [("shaders/extra.wgsl", spelled)])
+    shaders.compose(layouts.kernel_layouts(), [("shaders/extra.wgsl", "struct Other {\n    x: u32,\n}\n")])
+
+
+def _echo(gpu_ctx, s: Struct, values: dict) -> np.ndarray:
+    """Run a kernel that copies every component of a ``s`` value, bound as ``s.usage``, into a u32
+    array in field order: what the WGSL compiler made of the layout."""
+    import wgpu
+
+    exprs = []
+    for f in s.fields:
+        for i in range(f.type.count):
+            e = f"v.{f.name}" + (f"[{i}]" if f.type.count > 1 else "")
+            exprs.append(e if f.type.component == "<u4" else f"bitcast<u32>({e})")
+    space = "uniform" if s.usage == "uniform" else "storage, read"
+    code = s.wgsl() + f"@group(0) @binding(0) var<{space}> v: {s.name};\n" \
+        "@group(0) @binding(1) var<storage, read_write> out: array<u32>;\n" \
+        "@compute @workgroup_size(1)\nfn main() {\n" + \
+        "".join(f"    out[{k}] = {e};\n" for k, e in enumerate(exprs)) + "}\n"
+    device = gpu_ctx.device
+    usage = wgpu.BufferUsage.UNIFORM if s.usage == "uniform" else wgpu.BufferUsage.STORAGE
+    src = device.create_buffer_with_data(data=s.pack(values), usage=usage)
+    out = device.create_buffer(size=4 * len(exprs), usage=wgpu.BufferUsage.STORAGE | wgpu.BufferUsage.COPY_SRC)
+    pl = device.create_compute_pipeline(layout="auto", compute={
+        "module": device.create_shader_module(code=code), "entry_point": "main"})
+    bg = device.create_bind_group(layout=pl.get_bind_group_layout(0), entries=[
+        {"binding": 0, "resource": {"buffer": src}}, {"binding": 1, "resource": {"buffer": out}}])
+    enc = device.create_command_encoder()
+    cpass = enc.begin_compute_pass()
+    cpass.set_pipeline(pl)
+    cpass.set_bind_group(0, bg)
+    cpass.dispatch_workgroups(1)
+    cpass.end()
+    device.queue.submit([enc.finish()])
+    return np.frombuffer(device.queue.read_buffer(out), np.uint32)
+
+
+def _expected(s: Struct, values: dict) -> list[int]:
+    out = []
+    for f in s.fields:
+        for x in np.atleast_1d(values[f.name]):
+            out.append(int(np.array(x, f.type.component).view(np.uint32)))
+    return out
+
+
+@pytest.mark.parametrize("s", [MIXED, FRAME, STATE, OPTIM,
+                               Struct("MixedS", [(f.name, f.wgsl) for f in MIXED.fields], "storage")],
+                         ids=lambda s: s.name)
+def test_the_wgsl_compiler_agrees(gpu_ctx, s):
+    values, k = {}, 1
+    for f in s.fields:  # distinct numbers in every component
+        comps = [k + i for i in range(f.type.count)]
+        k += f.type.count
+        comps = [{"<f4": c + 0.25, "<i4": -c, "<u4": c}[f.type.component] for c in comps]
+        values[f.name] = comps[0] if f.type.count == 1 else tuple(comps)
+    assert _echo(gpu_ctx, s, values).tolist() == _expected(s, values)
