@@ -348,11 +348,13 @@ class FitCanvas(QRenderWidget):
 
 
 def make_canvas(engine: render.Engine, present_method: str | None = None, gate: GpuGate | None = None):
-    """A wgpu canvas on the engine's device; the QPainter canvas only where wgpu has no adapter."""
+    """A wgpu canvas on the engine's device (the fitter's image buffers live there); for the
+    reference backend on the shared device, if any; the QPainter canvas only where wgpu has no
+    adapter."""
     try:
         from render.gpu.device import get_context
 
-        device = get_context().device
+        device = engine.device if engine.device is not None else get_context().device
     except render.AdapterError as exc:
         log.warning("no wgpu device for the canvas (%s); drawing with QPainter", exc)
         return ImageCanvas()

@@ -317,6 +317,7 @@ class MainWindow(FileActions, SessionActions, WindowSettings, QtWidgets.QMainWin
             self._restoring = None
         self.fit_info = info
         self.last_stats = None
+        self._follow_engine_device()
         self.canvas.set_target(info.target)
         self.plots.clear()
         self.controls.set_triangles_quietly(info.triangles)
@@ -327,7 +328,25 @@ class MainWindow(FileActions, SessionActions, WindowSettings, QtWidgets.QMainWin
         if info.source:
             self._add_recent(info.source)
 
+    def _follow_engine_device(self) -> None:
+        """After a device reset (the fitter recovered from a lost device) the engine computes on
+        a new device: the canvas is rebuilt there, since it binds the fitter's image buffer."""
+        device = self.engine.device
+        if device is None or not isinstance(self.canvas, FitCanvas) or self.canvas.device is device:
+            return
+        old = self.canvas
+        self.canvas = make_canvas(self.engine, old.present_method, self.gpu_gate)
+        self.canvas.set_view_mode(old.state.mode)
+        self.canvas.set_split(old.state.split)
+        if self.fit_info is not None:
+            self.canvas.set_target(self.fit_info.target)
+        self.centralWidget().layout().replaceWidget(old, self.canvas)
+        old.close()
+        old.deleteLater()
+        log.warning("the GPU device was replaced: the canvas now draws on the new one")
+
     def _on_progress(self, progress: Progress) -> None:
+        self._follow_engine_device()
         if progress.gpu_image is not None:
             buffer, width, height = progress.gpu_image
             self.canvas.set_render_buffer(buffer, width, height)

@@ -158,6 +158,12 @@ class Engine:
     def pool_stats(self) -> dict[str, int]:
         return self.impl.pool_stats()
 
+    @property
+    def device(self):
+        """The wgpu device this engine computes on (None for the reference backend). A device
+        reset replaces it: whoever draws the engine's buffers must follow (app/window.py)."""
+        return self.impl.ctx.device if self.backend == "gpu" else None
+
     def reset_device(self) -> None:
         """After a lost device: request a new one and a fresh backend on it (counters carry over)."""
         if self.backend != "gpu":

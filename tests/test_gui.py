@@ -407,3 +407,61 @@ def test_a_gui_fit_writes_the_scene_the_cli_writes(qtbot, window, tmp_path, monk
     assert gui.meta["iterations"] == cli.meta["iterations"] == 90
     assert gui.triangles.tobytes() == cli.triangles.tobytes() and gui.sigma == cli.sigma
     assert gui.background.tobytes() == cli.background.tobytes()
+
+
+_DEVICE_RESET_SCRIPT = r"""
+import sys, time, warnings
+warnings.simplefilter("ignore")
+import app  # (the PySide6 refcount guard first)
+from PySide6 import QtCore, QtWidgets
+import render
+from app.window import MainWindow
+from resources import sample_path
+
+qapp = QtWidgets.QApplication([])
+engine = render.Engine("gpu")
+settings = QtCore.QSettings(sys.argv[1], QtCore.QSettings.Format.IniFormat)
+settings.setValue("params/size", 48)
+settings.setValue("params/triangles", 20)
+win = MainWindow(engine, settings=settings)
+win.resize(900, 500)
+win.show()
+
+
+def wait(cond, seconds=60.0):
+    end = time.monotonic() + seconds
+    while time.monotonic() < end and not cond():
+        qapp.processEvents()
+        time.sleep(0.01)
+    return cond()
+
+
+def it():
+    return win.last_stats.iteration if win.last_stats is not None else 0
+
+
+win.open_image(sample_path("astronaut.png"), start=True)
+assert wait(lambda: it() >= 20), "the fit did not start"
+old = win.canvas
+assert old.device is engine.device
+win.worker.submit(lambda f: f.inject_fault("device-lost"))
+assert wait(lambda: engine.device is not old.device), "the device was not replaced"
+at = it()
+assert wait(lambda: it() > at + 30), "the fit did not go on after the reset"
+assert win.canvas is not old and win.canvas.device is engine.device, "the canvas stayed on the lost device"
+pixels = win.canvas.snapshot()[..., :3]
+h, w = pixels.shape[:2]
+right = pixels[:, w // 2:]  # the render's pane (side by side)
+assert right.std() > 5, f"the preview is blank after the reset (std {right.std():.2f})"
+print("ok", it(), engine.counters()["submissions"] > 0)
+win.close()
+"""
+
+
+def test_the_preview_survives_a_device_reset(tmp_path):
+    # in a subprocess: the lost device must not take the other tests' shared device with it
+    import subprocess
+
+    p = subprocess.run([sys.executable, "-c", _DEVICE_RESET_SCRIPT, str(tmp_path / "s.ini")],
+                       capture_output=True, text=True, timeout=240)
+    assert p.returncode == 0 and p.stdout.startswith("ok"), p.stdout[-2000:] + p.stderr[-4000:]
