@@ -21,4 +21,4 @@ PY=${PYTHON:-python3}
 if [ ! -x .venv/bin/python ]; then "$PY" -m venv .venv; fi
 .venv/bin/python -m pip install -q --upgrade pip >/dev/null
 .venv/bin/python -m pip install -q -e '.[gui,test]'
-echo "setup: done ($(.venv/bin/python --version), trifit $(.venv/bin/python -c 'import render; print(render.__version__)'))"
+echo "setup: done ($(.venv/bin/python --version), trifit $(.venv/bin/python -c 'import trifit; print(trifit.__version__)'))"

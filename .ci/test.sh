@@ -7,4 +7,4 @@ cd "$(dirname "$0")/.."
 .venv/bin/ruff check --quiet .
 .venv/bin/lint-imports --no-cache >/dev/null || { .venv/bin/lint-imports --no-cache; exit 1; }
 echo "lint: ruff and import-linter contracts clean"
-exec xvfb-run -a -s "-screen 0 1600x1000x24" .venv/bin/python -m pytest -q "$@"
+exec xvfb-run -a -s "-screen 0 1600x1000x24" .venv/bin/python -P -m pytest -q "$@"  # -P: the installed trifit, never the folders as top-level packages

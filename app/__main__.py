@@ -1,4 +1,4 @@
-"""``python -m app [IMAGE] [--start]``: the trifit window."""
+"""``python -m trifit.app [IMAGE] [--start]``: the trifit window."""
 
 import sys
 

@@ -21,7 +21,7 @@ import wgpu
 from PySide6 import QtCore
 from rendercanvas.qt import QRenderWidget
 
-import render
+import trifit
 
 from .gpu_gate import GpuGate
 from .image_canvas import ImageCanvas
@@ -347,15 +347,15 @@ class FitCanvas(QRenderWidget):
         return np.frombuffer(data, np.uint8).reshape(height, width, 4).copy()
 
 
-def make_canvas(engine: render.Engine, present_method: str | None = None, gate: GpuGate | None = None):
+def make_canvas(engine: trifit.Engine, present_method: str | None = None, gate: GpuGate | None = None):
     """A wgpu canvas on the engine's device (the fitter's image buffers live there); for the
     reference backend on the shared device, if any; the QPainter canvas only where wgpu has no
     adapter."""
     try:
-        from render.gpu.device import get_context
+        from trifit.gpu.device import get_context
 
         device = engine.device if engine.device is not None else get_context().device
-    except render.AdapterError as exc:
+    except trifit.AdapterError as exc:
         log.warning("no wgpu device for the canvas (%s); drawing with QPainter", exc)
         return ImageCanvas()
     try:

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from PySide6 import QtCore, QtWidgets
 
-from render import StopConditions
-from render.fitter import MAX_TRIANGLES_FIT
-from render.imageio import MAX_WORKING_SIZE
+from trifit import StopConditions
+from trifit.fitter import MAX_TRIANGLES_FIT
+from trifit.imageio import MAX_WORKING_SIZE
 
 from .worker import FitParams
 

@@ -1,7 +1,7 @@
 """Export jobs. Each ``*_job`` returns a function the fit worker runs with the fitter (the scene
 readback and any render happen on the worker thread, never on the GUI thread).
 
-PNG/SVG/report come from ``render.export`` / ``render.report``; a build without them gets
+PNG/SVG/report come from ``trifit.export`` / ``trifit.report``; a build without them gets
 :class:`ExportUnavailable` with a readable reason before any file dialog opens.
 """
 
@@ -19,12 +19,12 @@ class ExportUnavailable(Exception):
 def engine_function(module: str, name: str) -> Callable:
     """``render.<module>.<name>``, or ExportUnavailable saying what is missing."""
     try:
-        mod = importlib.import_module(f"render.{module}")
+        mod = importlib.import_module(f"trifit.{module}")
     except ImportError as exc:
-        raise ExportUnavailable(f"render.{module} is not available in this build ({exc}).") from None
+        raise ExportUnavailable(f"trifit.{module} is not available in this build ({exc}).") from None
     fn = getattr(mod, name, None)
     if not callable(fn):
-        raise ExportUnavailable(f"render.{module} has no {name}() in this build.")
+        raise ExportUnavailable(f"trifit.{module} has no {name}() in this build.")
     return fn
 
 

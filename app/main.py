@@ -1,4 +1,4 @@
-"""Entry point of the desktop application: ``trifit gui [IMAGE] [--start]`` or ``python -m app``.
+"""Entry point of the desktop application: ``trifit gui [IMAGE] [--start]`` or ``python -m trifit.app``.
 
 ``run_gui`` is what the command line calls; ``create_window`` is shared with the screenshot
 and measurement scripts and the tests.
@@ -16,8 +16,8 @@ from PySide6 import QtCore, QtWidgets
 # before the QApplication exists, so that its loop runs the application (see run_gui).
 from rendercanvas import qt as rendercanvas_qt
 
-import render
-from resources import sample_path
+import trifit
+from trifit.resources import sample_path
 
 from .session import SessionStore
 from .window import MainWindow
@@ -31,7 +31,7 @@ def ensure_application() -> QtWidgets.QApplication:
         app = QtWidgets.QApplication(sys.argv[:1])
     app.setApplicationName("trifit")
     app.setOrganizationName("trifit")
-    app.setApplicationVersion(render.__version__)
+    app.setApplicationVersion(trifit.__version__)
     return app
 
 
@@ -42,7 +42,7 @@ def create_window(image_path: str | None = None, start: bool = False, backend: s
     ``autosave``: autosave the session to the user's data directory and offer to restore one a
     crashed trifit left there (app/session.py); the app itself runs with it, scripts without."""
     ensure_application()
-    engine = render.Engine(backend)
+    engine = trifit.Engine(backend)
     session = SessionStore.from_environment() if autosave else None
     window = MainWindow(engine, settings=settings, session=session)
     window.show()
@@ -67,7 +67,7 @@ def run_gui(image_path: str | None = None, start: bool = False, backend: str = "
     ensure_application()
     try:
         window = create_window(image_path, start, backend, autosave=True)
-    except render.TrifitError as exc:  # e.g. backend="gpu" on a machine without an adapter
+    except trifit.TrifitError as exc:  # e.g. backend="gpu" on a machine without an adapter
         QtWidgets.QMessageBox.critical(None, "trifit cannot start", str(exc))
         return 1
     status = run_event_loop()

@@ -1,7 +1,7 @@
 """Measure the window while it fits: preview frames per second, GUI event-loop stalls, and how
 long live changes take to reach the fit.
 
-    xvfb-run -a python -m app.measure [--seconds 10] [--size 176] [--triangles 150]
+    xvfb-run -a python -m trifit.app.measure [--seconds 10] [--size 176] [--triangles 150]
 
 A 10 ms QTimer heartbeat runs on the GUI thread; its lateness (actual gap minus 10 ms) is the
 time the event loop could not react, so its p99 / max are the worst stalls a user would feel.
@@ -31,7 +31,7 @@ def percentile(values, q) -> float:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m app.measure", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m trifit.app.measure", description=__doc__.splitlines()[0])
     parser.add_argument("--seconds", type=float, default=10.0)
     parser.add_argument("--size", type=int, default=176)
     parser.add_argument("--triangles", type=int, default=150)
@@ -85,7 +85,7 @@ def main(argv: list[str] | None = None) -> int:
         engine = window.engine
         lines = [
             f"date: {datetime.datetime.now().astimezone().isoformat(timespec='seconds')}",
-            f"command: {' '.join(['python -m app.measure'] + (argv if argv is not None else sys.argv[1:]))}",
+            f"command: {' '.join(['python -m trifit.app.measure'] + (argv if argv is not None else sys.argv[1:]))}",
             f"platform: {platform.platform()}, Qt platform '{QtGui.QGuiApplication.platformName()}', "
             f"canvas present '{getattr(window.canvas, 'present_method', 'qpainter')}'",
             f"adapter: {engine.description} (backend {engine.backend})",

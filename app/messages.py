@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from render import StopConditions
+from trifit import StopConditions
 
 AUTOSAVE_EVERY_S = 30.0  # default autosave period while fitting (app/session.py; TRIFIT_AUTOSAVE_SECONDS)
 
@@ -41,7 +41,7 @@ class FitInfo:
 class Progress:
     """Sent after every chunk."""
 
-    stats: Any                        # render.fitter.StepStats; None for a preview-only message
+    stats: Any                        # trifit.fitter.StepStats; None for a preview-only message
     iterations: np.ndarray            # the chunk's iteration numbers
     losses: np.ndarray                # and their losses
     chunk: int                        # iterations in this chunk

@@ -15,7 +15,7 @@ from importlib.resources import files
 import numpy as np
 from PySide6 import QtGui
 
-from render.gpu.layouts import Struct, declared_structs
+from trifit.gpu.layouts import Struct, declared_structs
 
 PANE_GAP_PX = 8  # logical pixels between and around panes
 SPLIT_LINE_PX = 2  # logical pixels

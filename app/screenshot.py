@@ -1,6 +1,6 @@
 """Screenshot of the window mid-fit, for the README.
 
-    xvfb-run -a -s "-screen 0 1600x1000x24" python -m app.screenshot docs/screenshot.png [--seconds 20]
+    xvfb-run -a -s "-screen 0 1600x1000x24" python -m trifit.app.screenshot docs/screenshot.png [--seconds 20]
 
 Opens the window on the bundled astronaut, fits for ``--seconds`` (with a time-limit stop a
 little later, so the fitter's schedules are planned for the run and the picture is well on its
@@ -20,7 +20,7 @@ from .main import create_window, ensure_application, run_event_loop
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m app.screenshot", description="Screenshot of trifit mid-fit.")
+    parser = argparse.ArgumentParser(prog="python -m trifit.app.screenshot", description="Screenshot of trifit mid-fit.")
     parser.add_argument("out", help="PNG file to write")
     parser.add_argument("--seconds", type=float, default=20.0, help="fit this long before the grab")
     parser.add_argument("--size", type=int, default=176, help="working size")

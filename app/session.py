@@ -42,8 +42,8 @@ from pathlib import Path
 
 from PySide6 import QtCore
 
-import render
-from render.fileutil import atomic_write_bytes
+import trifit
+from trifit.fileutil import atomic_write_bytes
 
 from .session_record import (
     AUTOSAVE_ENV,
@@ -138,8 +138,8 @@ class SessionStore:
                 return None
             params, stop = params_from_record(record)
             try:
-                scene = render.Scene.load(folder / SCENE_FILE)
-            except render.SceneError as exc:
+                scene = trifit.Scene.load(folder / SCENE_FILE)
+            except trifit.SceneError as exc:
                 raise SessionDamaged(str(exc)) from None
             if scene.n_triangles < 1:
                 raise SessionDamaged(f"{SCENE_FILE} holds no triangles")
@@ -194,7 +194,7 @@ class SessionStore:
             record = {
                 "format": SESSION_FORMAT,
                 "version": SESSION_VERSION,
-                "software": f"trifit {render.__version__}",
+                "software": f"trifit {trifit.__version__}",
                 "saved_at": datetime.fromtimestamp(now, UTC).isoformat(timespec="seconds"),
                 "saved_at_unix": now,
                 "pid": os.getpid(),

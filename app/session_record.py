@@ -15,10 +15,10 @@ from typing import Any
 
 from PySide6 import QtCore
 
-import render
-from render import StopConditions
-from render.fitter import MAX_TRIANGLES_FIT
-from render.imageio import MAX_WORKING_SIZE
+import trifit
+from trifit import StopConditions
+from trifit.fitter import MAX_TRIANGLES_FIT
+from trifit.imageio import MAX_WORKING_SIZE
 
 from .messages import AUTOSAVE_EVERY_S, FitParams
 
@@ -88,7 +88,7 @@ class CrashedSession:
 
     folder: Path
     record: dict
-    scene: render.Scene
+    scene: trifit.Scene
     params: FitParams
     stop: StopConditions
     lock: Any  # QtCore.QLockFile

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from PySide6 import QtCore, QtGui, QtWidgets
 
-import render
+import trifit
 
 from .canvas import FitCanvas, make_canvas
 from .controls import ControlsPanel
@@ -37,7 +37,7 @@ log = logging.getLogger("trifit.app")
 
 
 class MainWindow(FileActions, SessionActions, WindowSettings, QtWidgets.QMainWindow):
-    def __init__(self, engine: render.Engine, settings: QtCore.QSettings | None = None,
+    def __init__(self, engine: trifit.Engine, settings: QtCore.QSettings | None = None,
                  present_method: str | None = None, session: SessionStore | None = None):
         super().__init__()
         self.engine = engine
@@ -225,8 +225,8 @@ class MainWindow(FileActions, SessionActions, WindowSettings, QtWidgets.QMainWin
     def open_scene(self, path: str | os.PathLike) -> bool:
         """Refine a saved scene against its source image (or the current one)."""
         try:
-            scene = render.Scene.load(path)
-        except render.SceneError as exc:
+            scene = trifit.Scene.load(path)
+        except trifit.SceneError as exc:
             self.show_error("Cannot open scene", str(exc))
             return False
         meta = scene.meta if isinstance(scene.meta, dict) else {}
@@ -292,7 +292,7 @@ class MainWindow(FileActions, SessionActions, WindowSettings, QtWidgets.QMainWin
         import wgpu
 
         a = self.engine.adapter
-        text = (f"<b>trifit {render.__version__}</b><br>Pictures as N soft triangles, fitted by "
+        text = (f"<b>trifit {trifit.__version__}</b><br>Pictures as N soft triangles, fitted by "
                 "gradient descent through a differentiable rasterizer (WGSL via wgpu).<br><br>"
                 f"Backend: {self.engine.backend}<br>Adapter: {a.get('name')} ({a.get('backend')}, "
                 f"{a.get('type')})<br>Driver: {a.get('driver', '')}<br>"

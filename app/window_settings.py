@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from PySide6 import QtCore
 
-from render import StopConditions
+from trifit import StopConditions
 
 from .panes import ViewMode
 from .worker import FitParams

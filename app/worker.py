@@ -1,4 +1,4 @@
-"""The fit worker: a thread shell around the run loop (render.run.FitRun).
+"""The fit worker: a thread shell around the run loop (trifit.run.FitRun).
 
 The GUI never touches the fitter (its methods are not thread-safe) and never waits on the GPU.
 It sends commands through a thread-safe queue; the worker hands live changes to the run loop,
@@ -27,8 +27,8 @@ from typing import Any
 import numpy as np
 from PySide6 import QtCore
 
-import render
-from render import FitRun, StopConditions
+import trifit
+from trifit import FitRun, StopConditions
 
 from .gpu_gate import GpuGate
 from .messages import AUTOSAVE_EVERY_S, AutosaveClock, AutosaveSnapshot, FitInfo, FitParams, Progress
@@ -85,7 +85,7 @@ class FitWorkerSignals(QtCore.QObject):
 class FitWorker:
     """Owns the engine's fitter on its own thread. Public methods are for the GUI thread."""
 
-    def __init__(self, engine: render.Engine, gate: GpuGate | None = None):
+    def __init__(self, engine: trifit.Engine, gate: GpuGate | None = None):
         self.engine = engine
         self.gate = gate or GpuGate()
         self.signals = FitWorkerSignals()
@@ -96,7 +96,7 @@ class FitWorker:
         self.signals.job_done.connect(self._on_job_done)
         self.signals.job_failed.connect(self._on_job_failed)
         # state below is only touched by the worker thread
-        self._fitter: render.Fitter | None = None
+        self._fitter: trifit.Fitter | None = None
         self._last_load: _Load | None = None
         self._running = False
         self._stop_rules = StopConditions()
@@ -151,7 +151,7 @@ class FitWorker:
         reported by ``autosave_failed`` and the fit goes on."""
         self._commands.put(_Live("autosave", (writer, float(every_s))))
 
-    def submit(self, fn: Callable[[render.Fitter], Any], on_done: Callable | None = None,
+    def submit(self, fn: Callable[[trifit.Fitter], Any], on_done: Callable | None = None,
                on_error: Callable[[str], None] | None = None) -> int:
         """Run ``fn(fitter)`` on the worker thread between chunks; callbacks run on the GUI thread."""
         self._next_job += 1
@@ -281,7 +281,7 @@ class FitWorker:
         else:
             try:
                 self._fitter.apply(cmd.kind, cmd.value)
-            except (ValueError, render.TrifitError) as exc:
+            except (ValueError, trifit.TrifitError) as exc:
                 self.signals.failed.emit("Cannot apply the change", str(exc))
                 return
             self.signals.applied.emit(cmd.kind, time.perf_counter() - cmd.sent_at)
@@ -311,7 +311,7 @@ class FitWorker:
         if run is not None:
             try:
                 self._emit_applied(run.apply_pending())
-            except (ValueError, render.TrifitError) as exc:
+            except (ValueError, trifit.TrifitError) as exc:
                 self.signals.failed.emit("Cannot apply the change", str(exc))
 
     def _emit_applied(self, applied) -> None:
@@ -322,16 +322,16 @@ class FitWorker:
     def _do_load(self, cmd: _Load) -> None:
         p = cmd.params
         try:
-            fitter = render.Fitter(cmd.image, triangles=p.triangles, size=p.size, seed=p.seed,
+            fitter = trifit.Fitter(cmd.image, triangles=p.triangles, size=p.size, seed=p.seed,
                                    engine=self.engine, init_scene=cmd.init_scene, source=cmd.source)
             if p.sigma_px is not None:
                 fitter.set_sigma(p.sigma_px)
             if p.lr_scale != 1.0:
                 fitter.set_learning_rate(p.lr_scale)
-        except (render.ImageError, render.SceneError) as exc:
+        except (trifit.ImageError, trifit.SceneError) as exc:
             self.signals.failed.emit("Cannot open", str(exc))
             return
-        except (render.TrifitError, ValueError, MemoryError) as exc:
+        except (trifit.TrifitError, ValueError, MemoryError) as exc:
             self.signals.failed.emit("Cannot start this fit", str(exc))
             return
         # Only now, with the new fit built, is the old one paused and replaced.
@@ -374,7 +374,7 @@ class FitWorker:
         except StopIteration:
             self._set_running(False)
             return None
-        except (render.TrifitError, ValueError) as exc:
+        except (trifit.TrifitError, ValueError) as exc:
             self._set_running(False)
             self.signals.failed.emit("The fit stopped", str(exc))
             return None

@@ -11,7 +11,7 @@ if [ -n "${PYTHON:-}" ]; then PY=$PYTHON
 elif [ -x .venv/bin/python ]; then PY=.venv/bin/python
 else PY=python3; fi
 
-"$PY" -c "import render, PySide6, pyqtgraph, wgpu" || {
+"$PY" -c "import trifit, trifit.app, PySide6, pyqtgraph, wgpu" || {
   echo "build_app: install trifit with its GUI extra first: pip install -e '.[gui]'" >&2; exit 2; }
 if ! "$PY" -m PyInstaller --version >/dev/null 2>&1; then
   echo "build_app: installing PyInstaller"

@@ -5,7 +5,7 @@ With no arguments it opens the window (``trifit gui``), as the installed ``trifi
 
 import sys
 
-from render.cli import main
+from trifit.cli import main
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -1,13 +1,14 @@
 """trifit's engine: soft triangles, a float64 reference and a WGSL/wgpu GPU backend, and the fitter.
 
-No Qt is imported anywhere in this package. Public API::
+The engine (this folder, render/, installed as the package ``trifit``) never imports Qt; the
+desktop app is ``trifit.app`` (app/). Public API::
 
-    import render
-    scene = render.Scene.load("scene.json")
-    engine = render.Engine(backend="auto")             # "gpu" | "reference" | "auto"
+    import trifit
+    scene = trifit.Scene.load("scene.json")
+    engine = trifit.Engine(backend="auto")             # "gpu" | "reference" | "auto"
     img = engine.render(scene)                           # float32 (H, W, 3) in [0, 1]
     loss, grad = engine.loss_and_grad(scene, target)     # grad.triangles (T, 10), grad.background (3,)
-    fitter = render.Fitter(target, triangles=150, size=176, seed=0, engine=engine)
+    fitter = trifit.Fitter(target, triangles=150, size=176, seed=0, engine=engine)
     stats = fitter.step(100)
 """
 

@@ -7,12 +7,12 @@ and pooled GPU buffers are built once and reused), on one of two paths:
   iteration count only -- on the command line: ``--iters N`` without ``--time-limit``,
   ``--target-psnr`` or ``--plateau``): the images are loaded at the working size, grouped by
   that size, and each group (up to :data:`BATCH_CHUNK` images) runs in lockstep through one
-  :class:`render.fitter.BatchFitter` -- one set of GPU dispatches per iteration for the whole
+  :class:`trifit.fitter.BatchFitter` -- one set of GPU dispatches per iteration for the whole
   group, and the same strategy as a single fit (growth, pruning, respawn, sigma probes, the
   coarse stage: events at the same iterations for every image, decided per image). Should a
   batched fit fail, its images are fitted one by one instead.
 * **Sequential** (``sequential=True`` / ``--sequential``, any time limit, PSNR or plateau stop --
-  those are per image -- or the reference backend): one :class:`render.fitter.Fitter` per
+  those are per image -- or the reference backend): one :class:`trifit.fitter.Fitter` per
   image, one after another.
 
 Both paths run through the one run loop (render/run.py). Each fit is independent and seeded: an

@@ -270,7 +270,7 @@ def _replay_settings(args) -> dict:
 
 
 def fit_report(fitter, engine, wall: float, mse: float, psnr: float, args) -> dict:
-    """The run report (one implementation: render.report.build_report)."""
+    """The run report (one implementation: trifit.report.build_report)."""
     from .report import build_report
 
     report = build_report(fitter, engine, wall, image=str(args.image))
@@ -364,7 +364,7 @@ def cmd_bench(args) -> int:
 
 def cmd_gui(args) -> int:
     try:
-        from app.main import run_gui
+        from .app.main import run_gui
     except ImportError as exc:
         raise TrifitError(f"the desktop app is not available ({exc}); install with: pip install 'trifit[gui]'") from None
     return run_gui(args.image, start=args.start)

@@ -357,7 +357,7 @@ class BatchFitter(Fitter):
         return self.scenes_now()
 
     def member(self, b: int, scene: Scene | None = None) -> BatchMember:
-        """A Fitter-like view of image ``b`` (for render.report.build_report)."""
+        """A Fitter-like view of image ``b`` (for trifit.report.build_report)."""
         return BatchMember(self, b, scene)
 
 

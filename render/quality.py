@@ -79,7 +79,7 @@ def summarise(rows: list[dict]) -> list[dict]:
 
 
 def run_quality(args) -> int:
-    from resources import sample_path
+    from .resources import sample_path
 
     engine = Engine(args.backend)
     tris_list = [int(t) for t in args.tris.split(",")] if getattr(args, "tris", None) else [50, 150, 500]

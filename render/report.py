@@ -4,14 +4,14 @@
 The HTML page embeds everything (images as base64 PNG, plots as inline SVG, the report JSON in a
 script block): target, render and error map, loss and PSNR curves, the per-phase GPU timing table
 and plot, pool and submission counters, settings, seed, adapter and software versions. Plots are
-drawn by :mod:`render.svgplot` in pure Python: no Qt, no display, any thread.
+drawn by :mod:`trifit.svgplot` in pure Python: no Qt, no display, any thread.
 
 Threading: :func:`build_report`, :func:`write_report` and :func:`write_html_report` may run on any
 thread, the GUI's fit worker included. If plots cannot be drawn, the page is written without them
 and says why.
 
 The GUI calls ``write_report(path, fitter)``; the CLI calls ``build_report`` (through
-``render.cli.fit_report``) and ``write_html_report``.
+``trifit.cli.fit_report``) and ``write_html_report``.
 """
 
 from __future__ import annotations
@@ -396,7 +396,7 @@ def write_report(path, fitter, engine=None, wall_s: float | None = None) -> Path
 
 
 def main(argv: list[str] | None = None) -> int:  # pragma: no cover - used to regenerate docs
-    """``python -m render.report OUT.html [IMAGE]``: fit a bundled sample and write a report."""
+    """``python -m trifit.report OUT.html [IMAGE]``: fit a bundled sample and write a report."""
     import time
 
     from .engine import Engine
@@ -408,7 +408,7 @@ def main(argv: list[str] | None = None) -> int:  # pragma: no cover - used to re
     if len(argv) > 1:
         image = argv[1]
     else:
-        from resources import sample_path
+        from .resources import sample_path
 
         image = sample_path("chelsea.png")
     engine = Engine("auto")

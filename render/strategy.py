@@ -1,7 +1,7 @@
 """Fit policy: how many triangles a fit has when, where new ones go, what is removed, and the
 sigma and learning-rate schedules -- decided by iteration number alone.
 
-A strategy is an object with its own state, attached to one :class:`render.fitter.Fitter`. The
+A strategy is an object with its own state, attached to one :class:`trifit.fitter.Fitter`. The
 fitter runs the iterations and calls the strategy at the iterations it names
 (:meth:`Strategy.next_event`); the strategy acts through the fitter's operations (``add``,
 ``keep``, ``replace``, ``use_schedule``, ``to_full_size``), which keep parameters and Adam moments

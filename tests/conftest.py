@@ -9,8 +9,8 @@ import pytest
 
 
 def _gpu_or_fail():
-    from render.errors import AdapterError
-    from render.gpu.device import get_context
+    from trifit.errors import AdapterError
+    from trifit.gpu.device import get_context
 
     try:
         return get_context()
@@ -27,14 +27,14 @@ def gpu_ctx():
 
 @pytest.fixture(scope="session")
 def gpu_engine(gpu_ctx):
-    from render import Engine
+    from trifit import Engine
 
     return Engine("gpu")
 
 
 @pytest.fixture(scope="session")
 def ref_engine():
-    from render import Engine
+    from trifit import Engine
 
     return Engine("reference")
 
@@ -48,10 +48,10 @@ GUI_TRIANGLES = 20
 def warm_engine(gpu_engine):
     """The shared GPU engine, warmed up (kernels compiled, wgpu's poll thread started) before any
     GUI test counts threads."""
-    import render
-    from resources import sample_path
+    import trifit
+    from trifit.resources import sample_path
 
-    warm = render.Fitter(sample_path("astronaut.png"), triangles=GUI_TRIANGLES, size=GUI_SIZE, engine=gpu_engine)
+    warm = trifit.Fitter(sample_path("astronaut.png"), triangles=GUI_TRIANGLES, size=GUI_SIZE, engine=gpu_engine)
     warm.step(2)
     warm.close()
     return gpu_engine

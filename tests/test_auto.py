@@ -2,8 +2,8 @@
 
 import pytest
 
-from render import Engine
-from render.engine import AUTO_POLICY, MEASURED_CROSSOVER
+from trifit import Engine
+from trifit.engine import AUTO_POLICY, MEASURED_CROSSOVER
 
 
 def test_policy_follows_the_measured_crossover():

@@ -1,6 +1,6 @@
 """Autosave and crash recovery (issue #7, "nothing lost"): app/session.py and its wiring.
 
-The crash test runs the real app (``python -m app IMAGE --start``) in a subprocess, lets it
+The crash test runs the real app (``python -m trifit.app IMAGE --start``) in a subprocess, lets it
 autosave, kills it with SIGKILL mid-fit, checks the files it left, then restores the session in
 a window of this process. Run: ``xvfb-run -a pytest tests/test_autosave.py`` (like test_gui.py).
 Nothing touches the real home: the data directory (TRIFIT_DATA_DIR) and the Qt settings
@@ -27,13 +27,13 @@ pytest.importorskip("pytestqt")
 import shiboken6  # noqa: E402
 from PySide6 import QtCore, QtWidgets  # noqa: E402
 
-import app  # noqa: E402,F401  (installs the PySide6 refcount guard first)
-import render  # noqa: E402
-from app.session import SessionStore  # noqa: E402
-from app.session_record import DATA_DIR_ENV, RESTORE_ENV, SCENE_FILE, SESSION_FILE, read_session_record  # noqa: E402
-from app.window import MainWindow  # noqa: E402
-from app.worker import AutosaveSnapshot, FitParams  # noqa: E402
-from resources import sample_path  # noqa: E402
+import trifit  # noqa: E402
+import trifit.app  # noqa: E402,F401  (installs the PySide6 refcount guard first)
+from trifit.app.session import SessionStore  # noqa: E402
+from trifit.app.session_record import DATA_DIR_ENV, RESTORE_ENV, SCENE_FILE, SESSION_FILE, read_session_record  # noqa: E402
+from trifit.app.window import MainWindow  # noqa: E402
+from trifit.app.worker import AutosaveSnapshot, FitParams  # noqa: E402
+from trifit.resources import sample_path  # noqa: E402
 
 pytestmark = pytest.mark.gui
 
@@ -83,9 +83,9 @@ def fit_state(qtbot, win: MainWindow):
 def abandoned_session(root: Path, source: str, *, n: int = 9, iteration: int = 40) -> Path:
     """A session as a crashed window leaves it: written by SessionStore.save, lock released."""
     store = SessionStore(root)
-    scene = render.Scene.random(n, SIZE, SIZE, seed=n)
+    scene = trifit.Scene.random(n, SIZE, SIZE, seed=n)
     folder = store.save(AutosaveSnapshot(scene, source, FitParams(triangles=n, size=SIZE),
-                                         render.StopConditions(), iteration, n, "gpu", True))
+                                         trifit.StopConditions(), iteration, n, "gpu", True))
     store._lock.unlock()  # the process "died": its lock goes stale
     return folder
 
@@ -108,7 +108,7 @@ def test_kill_9_mid_fit_then_restore(qtbot, engine, settings, tmp_path):
     image = "resources/chelsea.png"  # relative to the app's working folder: saved as an absolute path
     log_path = tmp_path / "app.log"
     with open(log_path, "wb") as log_file:
-        proc = subprocess.Popen([sys.executable, "-m", "app", image, "--start"], cwd=REPO, env=env,
+        proc = subprocess.Popen([sys.executable, "-m", "trifit.app", image, "--start"], cwd=REPO, env=env,
                                 stdout=log_file, stderr=subprocess.STDOUT)
     try:
         # Wait for two autosaves of a running fit, the second further on: it saves periodically.
@@ -138,7 +138,7 @@ def test_kill_9_mid_fit_then_restore(qtbot, engine, settings, tmp_path):
     assert len(folders) == 1, folders
     folder = folders[0]
     record = read_session_record(folder)
-    saved = render.Scene.load(folder / SCENE_FILE)
+    saved = trifit.Scene.load(folder / SCENE_FILE)
     assert record["clean_exit"] is False and record["running"] is True
     assert record["pid"] == proc.pid
     assert record["source"] == str(REPO / image)
@@ -289,7 +289,7 @@ def test_damaged_autosaves_are_ignored(qtbot, engine, settings, tmp_path, caplog
 def test_restore_answered_by_environment(qtbot, engine, settings, tmp_path, monkeypatch):
     root = tmp_path / "autosave"
     folder = abandoned_session(root, sample_path("chelsea.png"), n=7, iteration=123)
-    saved = render.Scene.load(folder / SCENE_FILE)
+    saved = trifit.Scene.load(folder / SCENE_FILE)
     monkeypatch.setenv(RESTORE_ENV, "yes")
     win = make_window(qtbot, engine, settings, SessionStore(root, interval_s=INTERVAL_S))
     try:

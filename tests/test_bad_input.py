@@ -9,8 +9,8 @@ unless its size is the point.
 The command line runs in separate processes. Starting ~40 interpreters would cost more than this
 whole file may (a busy 2-core machine), so most cases are forked from one driver process that
 has imported trifit once: each case is still its own process with its own stderr (fd 2) and exit
-status, as ``python -m render.cli`` would be; a few cases also run as a genuine
-``python -m render.cli`` to keep the driver honest.
+status, as ``python -m trifit.cli`` would be; a few cases also run as a genuine
+``python -m trifit.cli`` to keep the driver honest.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from render import ImageError, Scene, SceneError, imageio, load_image, scene as scene_mod
+from trifit import ImageError, Scene, SceneError, imageio, load_image, scene as scene_mod
 
 ROOT = Path(__file__).resolve().parents[1]
 FIT = ["--tris", "3", "--size", "16", "--iters", "2", "--backend", "reference", "--quiet"]
@@ -416,7 +416,7 @@ _RSS_PROBE = r"""
 import json, sys
 sys.path.insert(0, sys.argv[1])
 from test_bad_input import _peak_mb, _reset_peak
-from render.imageio import load_image
+from trifit.imageio import load_image
 load_image(sys.argv[2], 16)  # warm up: imports, first decode
 out = []
 for path in sys.argv[3:]:
@@ -565,20 +565,20 @@ def _env() -> dict:
 _DRIVER = r"""
 import json, os, signal, sys, time, traceback
 import tqdm  # noqa: F401  (imported once here, so that each forked case starts fast)
-import render, render.cli, render.engine, render.export, render.fitter, render.imageio, render.scene  # noqa
+import trifit, trifit.cli, trifit.engine, trifit.export, trifit.fitter, trifit.imageio, trifit.scene  # noqa
 cases, capture = json.load(sys.stdin), sys.argv[1]
 results = {}
 for name, argv in cases:
     out_p, err_p = os.path.join(capture, name + ".out"), os.path.join(capture, name + ".err")
     sys.stdout.flush(); sys.stderr.flush()
     pid = os.fork()
-    if pid == 0:  # the case: like "python -m render.cli ARGV", with fds 1 and 2 in files
+    if pid == 0:  # the case: like "python -m trifit.cli ARGV", with fds 1 and 2 in files
         code = 1
         try:
             os.dup2(os.open(out_p, os.O_WRONLY | os.O_CREAT | os.O_TRUNC), 1)
             os.dup2(os.open(err_p, os.O_WRONLY | os.O_CREAT | os.O_TRUNC), 2)
             try:
-                code = render.cli.main(argv)
+                code = trifit.cli.main(argv)
             except SystemExit as exc:
                 code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
             except BaseException:
@@ -613,8 +613,8 @@ def _run_cli_cases(cases: list[tuple[str, list[str]]], capture: Path) -> dict[st
 
 
 def _run_cli(args: list[str]) -> tuple:
-    """A genuine ``python -m render.cli``."""
-    p = subprocess.run([sys.executable, "-m", "render.cli", *args], capture_output=True, text=True,
+    """A genuine ``python -m trifit.cli``."""
+    p = subprocess.run([sys.executable, "-m", "trifit.cli", *args], capture_output=True, text=True,
                        timeout=300, cwd=ROOT, env=_env())
     return p.returncode, p.stdout, p.stderr
 
@@ -726,7 +726,7 @@ def test_cli_fits_odd_valid_images(cli, name):
 
 
 def test_cli_genuine_subprocess(tmp_path, bad_images, bad_scenes):
-    """Three cases as real ``python -m render.cli`` runs (the driver above forks instead)."""
+    """Three cases as real ``python -m trifit.cli`` runs (the driver above forks instead)."""
     for n, (args, words) in enumerate([
         (["fit", str(bad_images["bomb-deflate.png"]), *FIT], ["too large"]),
         (["fit", str(bad_images["samples.tif"]), *FIT], ["not an image"]),

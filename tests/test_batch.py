@@ -10,10 +10,10 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from render import Scene
-from render.batch import SUMMARY_NAME, find_images, output_names, run_batch
-from render.cli import main
-from render.run import StopConditions
+from trifit import Scene
+from trifit.batch import SUMMARY_NAME, find_images, output_names, run_batch
+from trifit.cli import main
+from trifit.run import StopConditions
 
 pytestmark = pytest.mark.gpu
 

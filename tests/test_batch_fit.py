@@ -5,12 +5,12 @@ the same strategy as a Fitter, so each of its images ends as that image's own fi
 import numpy as np
 import pytest
 
-from render import Fitter, Scene, StopConditions, reference as R
-from render.fitloop import FitSettings
-from render.fitter import BatchFitter
-from render.placement import initial_raw
-from render.run import FitRun
-from render.strategy import plan_schedule as default_schedule
+from trifit import Fitter, Scene, StopConditions, reference as R
+from trifit.fitloop import FitSettings
+from trifit.fitter import BatchFitter
+from trifit.placement import initial_raw
+from trifit.run import FitRun
+from trifit.strategy import plan_schedule as default_schedule
 
 pytestmark = pytest.mark.gpu
 
@@ -79,7 +79,7 @@ def test_batched_reference_loop_follows_the_gpu(gpu_engine, ref_engine):
 
 
 def test_batched_rollback_restores_every_image(gpu_engine):
-    from render.errors import NumericalFault
+    from trifit.errors import NumericalFault
 
     targets = _targets(2, W=24, H=18)
     s, sched, raws = _setup(targets, iters=10, chunk=5)
@@ -135,7 +135,7 @@ def test_batch_fitter_is_each_image_fitted_alone(gpu_engine, strategy):
 
 
 def test_batch_fitter_refuses_mixed_sizes(gpu_engine):
-    from render.errors import TrifitError
+    from trifit.errors import TrifitError
 
     with pytest.raises(TrifitError, match="one working size"):
         BatchFitter([np.zeros((30, 40, 3)), np.zeros((40, 30, 3))], triangles=4, size=40, engine=gpu_engine)

@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from render.cli import main
+from trifit.cli import main
 
 pytestmark = pytest.mark.gpu
 
@@ -25,7 +25,7 @@ def test_bench_quick_writes_every_section(tmp_path, gpu_ctx):
 
 
 def test_bench_quality_scores_the_saved_scene(tmp_path, gpu_ctx):
-    from resources import sample_path
+    from trifit.resources import sample_path
 
     out = tmp_path / "q.json"
     assert main(["bench", "--quality", "--tris", "4", "--seeds", "2", "--iters", "6", "--size", "24",

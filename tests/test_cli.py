@@ -8,13 +8,13 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from render import Scene, reference as R
-from render.cli import main
+from trifit import Scene, reference as R
+from trifit.cli import main
 
 
 def _run(args):
     """Run the CLI in a subprocess (what a user sees: status, stdout, stderr)."""
-    p = subprocess.run([sys.executable, "-m", "render.cli", *args], capture_output=True, text=True, timeout=300)
+    p = subprocess.run([sys.executable, "-m", "trifit.cli", *args], capture_output=True, text=True, timeout=300)
     return p.returncode, p.stdout, p.stderr
 
 

@@ -14,10 +14,10 @@ from PIL import Image
 if not (os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY")):
     os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
-from render import Scene, reference as R
-from render.cli import main
-from render.errors import AdapterError, TrifitError
-from render.export import (
+from trifit import Scene, reference as R
+from trifit.cli import main
+from trifit.errors import AdapterError, TrifitError
+from trifit.export import (
     SUFFIXES,
     TILE_MAX_PIXELS,
     TILE_MAX_WORKSPACE_BYTES,
@@ -71,7 +71,7 @@ def test_tiled_reference_render_equals_oracle(ref_engine):
 
 @pytest.mark.gpu
 def test_plan_tiles_splits_what_one_buffer_cannot_hold(gpu_engine, gpu_ctx):
-    from render.gpu.workspace import Shape, check_limits
+    from trifit.gpu.workspace import Shape, check_limits
 
     assert plan_tiles(176, 132, 150, gpu_engine) == (176, 132)
     tw, th = plan_tiles(8192, 8192, 150, gpu_engine)
@@ -99,7 +99,7 @@ def test_png_at_4x_box_averaged_matches_1x(tmp_path, gpu_engine):
 @pytest.mark.gpu
 def test_save_png_tiles_large_sizes(tmp_path, gpu_engine, monkeypatch):
     """Force tiny tiles: the tiled uint8 export equals the single-pass render's quantisation."""
-    import render.export as ex
+    import trifit.export as ex
 
     s = scene(12, 40, 30, seed=9)
     monkeypatch.setattr(ex, "TILE_MAX_PIXELS", 24 * 24)

@@ -7,8 +7,8 @@ import textwrap
 import numpy as np
 import pytest
 
-from render import AdapterError, Fitter, Scene
-from render.gpu.workspace import Shape, check_limits
+from trifit import AdapterError, Fitter, Scene
+from trifit.gpu.workspace import Shape, check_limits
 
 
 def _target():
@@ -82,7 +82,7 @@ def test_no_adapter_falls_back_with_a_clear_message():
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env)
     assert "BACKEND reference" in p.stdout and "OK (8, 8, 3)" in p.stdout, p.stderr
     assert "no GPU adapter" in p.stderr or "GPU disabled" in p.stderr
-    p = subprocess.run([sys.executable, "-m", "render.cli", "render", "x.json", "--backend", "gpu", "-o", "y.png"],
+    p = subprocess.run([sys.executable, "-m", "trifit.cli", "render", "x.json", "--backend", "gpu", "-o", "y.png"],
                        capture_output=True, text=True, timeout=120, env=env)
     assert p.returncode == 2  # x.json is missing or the GPU is: one line either way
     assert len(p.stderr.strip().splitlines()) == 1

@@ -7,9 +7,9 @@ import json
 import numpy as np
 import pytest
 
-from render import Fitter, Scene, StopConditions, fitstate, fitter as fitter_mod, placement, reference as R
-from render.run import COARSE_COST_GUESS, FitRun, TimePlanner
-from render.strategy import plan_schedule
+from trifit import Fitter, Scene, StopConditions, fitstate, fitter as fitter_mod, placement, reference as R
+from trifit.run import COARSE_COST_GUESS, FitRun, TimePlanner
+from trifit.strategy import plan_schedule
 
 
 def _target(W=40, H=30, seed=0):
@@ -74,7 +74,7 @@ def test_many_iterations_per_submission_and_no_allocation_per_step(gpu_engine, f
 
 
 def test_a_long_chunk_is_submitted_in_growing_parts():
-    from render.gpu.fitloop import submission_sizes
+    from trifit.gpu.fitloop import submission_sizes
     assert submission_sizes(100, 8) == [8, 16, 32, 44]
     assert submission_sizes(20, 8) == [8, 12] and submission_sizes(16, 8) == [16]
     assert submission_sizes(100, 0) == [100]
@@ -299,7 +299,7 @@ def test_events_read_the_state_that_came_back_with_the_losses(gpu_engine, monkey
     scenes, subs = [], []
     for ride in (True, False):
         if not ride:
-            from render.gpu.fitloop import GpuFitLoop
+            from trifit.gpu.fitloop import GpuFitLoop
             run = GpuFitLoop.run
             monkeypatch.setattr(GpuFitLoop, "run", lambda self, n, read_state=False, _run=run, **kw: _run(self, n, **kw))
         f = _cycling_fitter(gpu_engine, respawn_every=3, sigma_probes=3, host_snapshot_every=5)
@@ -379,7 +379,7 @@ def test_a_count_set_by_hand_caches_no_workspace_for_its_pruning(gpu_engine):
 
 @pytest.mark.gpu
 def test_gpu_loop_follows_the_reference_loop_through_a_restart(gpu_engine, ref_engine):
-    from render.fitloop import FitSettings, Schedule
+    from trifit.fitloop import FitSettings, Schedule
     t = _target()
     settings = FitSettings(triangles=6, size=40)
     raw = fitter_mod.raw_from_scene(Scene.random(6, 40, 30, seed=2, sigma_px=1.0))
@@ -400,7 +400,7 @@ def test_gpu_loop_follows_the_reference_loop_through_a_restart(gpu_engine, ref_e
 def test_gpu_loop_follows_the_reference_loop_through_a_new_schedule(gpu_engine, ref_engine):
     # each GPU iteration's Adam dispatch writes the next iteration's sigma into the scene record, so
     # a schedule set between runs (a probe, a cycle's restart, the GUI's slider) must replace it
-    from render.fitloop import FitSettings, Schedule
+    from trifit.fitloop import FitSettings, Schedule
     t = _target()
     settings = FitSettings(triangles=6, size=40)
     raw = fitter_mod.raw_from_scene(Scene.random(6, 40, 30, seed=4, sigma_px=1.0))

@@ -24,7 +24,7 @@ import pytest
 from hypothesis import HealthCheck, assume, given, settings, strategies as st
 from PIL import Image
 
-from render import ImageError, Scene, SceneError, imageio, load_image, scene as scene_mod
+from trifit import ImageError, Scene, SceneError, imageio, load_image, scene as scene_mod
 
 FUZZ = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 

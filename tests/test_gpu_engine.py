@@ -4,8 +4,8 @@ batching and the buffer pool. Runs on whatever adapter wgpu finds (lavapipe in C
 import numpy as np
 import pytest
 
-from render import BatchError, Engine, Scene, reference as R
-from render.placement import removal_costs
+from trifit import BatchError, Engine, Scene, reference as R
+from trifit.placement import removal_costs
 
 pytestmark = pytest.mark.gpu
 
@@ -172,7 +172,7 @@ def test_culling_stays_within_the_forward_tolerance(gpu_engine):
     # T opaque white triangles just beyond the cull reach of one pixel centre (black background):
     # the GPU skips every one there, the reference does not. The reach rule (ln(T / 1e-5) sigma)
     # bounds what they add up to; a shorter reach would put them closer and fail this.
-    from render.gpu.workspace import cull_sigmas
+    from trifit.gpu.workspace import cull_sigmas
 
     T, W, H, sigma_px = 400, 48, 48, 0.5
     dist = 1.02 * cull_sigmas(T) * sigma_px         # just beyond the reach, pixel units

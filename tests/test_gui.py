@@ -22,16 +22,16 @@ pytest.importorskip("pytestqt")
 
 from PySide6 import QtCore, QtGui, QtWidgets  # noqa: E402
 
-import app  # noqa: E402,F401  (installs the PySide6 refcount guard first)
-import render  # noqa: E402
-from app.canvas import FitCanvas  # noqa: E402
-from app.gpu_gate import GpuGate  # noqa: E402
-from app.main import build_parser  # noqa: E402
-from app.panes import ViewMode, layout_panes  # noqa: E402
-from app.qtcompat import guard_pyside_refcounts  # noqa: E402
-from app.window import MainWindow  # noqa: E402
-from render.run import ChunkSizer  # noqa: E402
-from resources import sample_path  # noqa: E402
+import trifit  # noqa: E402
+import trifit.app  # noqa: E402,F401  (installs the PySide6 refcount guard first)
+from trifit.app.canvas import FitCanvas  # noqa: E402
+from trifit.app.gpu_gate import GpuGate  # noqa: E402
+from trifit.app.main import build_parser  # noqa: E402
+from trifit.app.panes import ViewMode, layout_panes  # noqa: E402
+from trifit.app.qtcompat import guard_pyside_refcounts  # noqa: E402
+from trifit.app.window import MainWindow  # noqa: E402
+from trifit.resources import sample_path  # noqa: E402
+from trifit.run import ChunkSizer  # noqa: E402
 
 pytestmark = pytest.mark.gui
 
@@ -216,7 +216,7 @@ def test_fit_workflow_live_changes_pause_export_quit(qtbot, window, tmp_path):
     path = tmp_path / "fit.json"
     win.save_scene(path)
     qtbot.waitUntil(lambda: path.exists() and "Saved" in win.last_message, timeout=WAIT_MS)
-    scene = render.Scene.load(path)
+    scene = trifit.Scene.load(path)
     assert scene.n_triangles == TRIANGLES + 10
     assert scene.meta["iterations"] == paused_at
 
@@ -289,7 +289,7 @@ def test_open_scene_refines_and_drop_opens_image(qtbot, window, tmp_path):
     win.open_image(sample_path("astronaut.png"))
     wait_loaded(qtbot, win)
     path = tmp_path / "start.json"
-    render.Scene.random(12, SIZE, SIZE, seed=3).save(path)
+    trifit.Scene.random(12, SIZE, SIZE, seed=3).save(path)
     assert win.open_scene(path)
     qtbot.waitUntil(lambda: win.fit_info.triangles == 12, timeout=WAIT_MS)
     assert win.controls.triangles.value() == 12
@@ -321,7 +321,7 @@ def test_exports_use_the_engine_or_explain(qtbot, window, tmp_path):
     win.open_image(sample_path("astronaut.png"))
     wait_loaded(qtbot, win)
     try:
-        from render import export, report
+        from trifit import export, report
         have_exports = all(hasattr(m, f) for m, f in ((export, "save_png"), (export, "save_svg"),
                                                       (report, "write_report")))
     except ImportError:
@@ -342,21 +342,21 @@ def test_exports_use_the_engine_or_explain(qtbot, window, tmp_path):
 
 
 def test_missing_engine_export_is_explained(qtbot, window, tmp_path, monkeypatch):
-    import app.exports
+    import trifit.app.exports
 
-    real_import = app.exports.importlib.import_module
+    real_import = trifit.app.exports.importlib.import_module
 
     def without_export(name, *args):
-        if name in ("render.export", "render.report"):
+        if name in ("trifit.export", "trifit.report"):
             raise ImportError(f"No module named {name!r}")
         return real_import(name, *args)
 
-    monkeypatch.setattr(app.exports.importlib, "import_module", without_export)
+    monkeypatch.setattr(trifit.app.exports.importlib, "import_module", without_export)
     win = window
     win.open_image(sample_path("astronaut.png"))
     wait_loaded(qtbot, win)
     win.export_png(tmp_path / "out.png", 64)
-    assert win.last_error[0] == "Export not available" and "render.export" in win.last_error[1]
+    assert win.last_error[0] == "Export not available" and "trifit.export" in win.last_error[1]
     assert not (tmp_path / "out.png").exists()
 
 
@@ -372,8 +372,8 @@ def test_reset_applies_size_and_seed(qtbot, window):
 
 
 def test_status_says_when_an_overgrown_fit_prunes_back(qtbot, window):
-    from app.worker import Progress
-    from render.fitter import StepStats
+    from trifit.app.worker import Progress
+    from trifit.fitter import StepStats
 
     asked = window.controls.triangles.value()
     for placed, expect in ((asked + 5, f"{asked + 5} triangles (pruning to {asked})"),
@@ -388,7 +388,7 @@ def test_a_gui_fit_writes_the_scene_the_cli_writes(qtbot, window, tmp_path, monk
     # one run loop behind both front ends: equal settings and iterations, identical triangles
     from tqdm import tqdm
 
-    from render.cli import main
+    from trifit.cli import main
 
     monkeypatch.setattr(tqdm, "monitor_interval", 0)  # (no tqdm monitor thread for the leak check)
     win = window
@@ -403,7 +403,7 @@ def test_a_gui_fit_writes_the_scene_the_cli_writes(qtbot, window, tmp_path, monk
     out = tmp_path / "cli.json"
     assert main(["fit", sample_path("astronaut.png"), "--tris", str(TRIANGLES), "--size", str(SIZE),
                  "--iters", "90", "--seed", "0", "--backend", "gpu", "--quiet", "-o", str(out)]) == 0
-    cli = render.Scene.load(out)
+    cli = trifit.Scene.load(out)
     assert gui.meta["iterations"] == cli.meta["iterations"] == 90
     assert gui.triangles.tobytes() == cli.triangles.tobytes() and gui.sigma == cli.sigma
     assert gui.background.tobytes() == cli.background.tobytes()
@@ -412,14 +412,14 @@ def test_a_gui_fit_writes_the_scene_the_cli_writes(qtbot, window, tmp_path, monk
 _DEVICE_RESET_SCRIPT = r"""
 import sys, time, warnings
 warnings.simplefilter("ignore")
-import app  # (the PySide6 refcount guard first)
+import trifit.app  # (the PySide6 refcount guard first)
 from PySide6 import QtCore, QtWidgets
-import render
-from app.window import MainWindow
-from resources import sample_path
+import trifit
+from trifit.app.window import MainWindow
+from trifit.resources import sample_path
 
 qapp = QtWidgets.QApplication([])
-engine = render.Engine("gpu")
+engine = trifit.Engine("gpu")
 settings = QtCore.QSettings(sys.argv[1], QtCore.QSettings.Format.IniFormat)
 settings.setValue("params/size", 48)
 settings.setValue("params/triangles", 20)

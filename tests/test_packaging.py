@@ -45,9 +45,9 @@ def _copy_source(dst: Path) -> None:
     for name in ("pyproject.toml", "README.md", "LICENSE", "MANIFEST.in", "setup.cfg"):
         if (ROOT / name).exists():
             shutil.copy2(ROOT / name, dst / name)
-    top = {p.split(".")[0] for p in PYPROJECT["tool"]["setuptools"]["packages"]}
-    for pkg in sorted(top):
-        shutil.copytree(ROOT / pkg, dst / pkg, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    folders = set(PYPROJECT["tool"]["setuptools"]["package-dir"].values())
+    for folder in sorted(f for f in folders if "/" not in f):
+        shutil.copytree(ROOT / folder, dst / folder, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
 
 
 def _can_build_without_isolation() -> bool:
@@ -79,21 +79,31 @@ def wheel(tmp_path_factory) -> Path:
 
 def test_wheel_carries_shaders_and_resources(wheel):
     names = set(zipfile.ZipFile(wheel).namelist())
-    shaders = {f"shaders/{p.name}" for p in (ROOT / "shaders").glob("*.wgsl")}
-    resources = {f"resources/{p.name}" for p in (ROOT / "resources").iterdir()
+    shaders = {f"trifit/shaders/{p.name}" for p in (ROOT / "shaders").glob("*.wgsl")}
+    resources = {f"trifit/resources/{p.name}" for p in (ROOT / "resources").iterdir()
                  if p.is_file() and p.suffix in (".png", ".svg", ".desktop")}
     assert len(shaders) >= 10 and shaders <= names, sorted(shaders - names)
-    assert {"resources/chelsea.png", "resources/trifit.png"} <= resources <= names, sorted(resources - names)
-    for mod in ("render/cli.py", "render/export.py", "render/report.py", "render/batch.py",
-                "shaders/__init__.py", "resources/__init__.py"):
+    assert {"trifit/resources/chelsea.png", "trifit/resources/trifit.png"} <= resources <= names, \
+        sorted(resources - names)
+    for mod in ("trifit/cli.py", "trifit/export.py", "trifit/report.py", "trifit/batch.py", "trifit/gpu/layouts.py",
+                "trifit/shaders/__init__.py", "trifit/resources/__init__.py", "trifit/app/window.py"):
         assert mod in names, mod
     entry = next(n for n in names if n.endswith(".dist-info/entry_points.txt"))
-    assert "trifit = render.cli:main" in zipfile.ZipFile(wheel).read(entry).decode()
+    assert "trifit = trifit.cli:main" in zipfile.ZipFile(wheel).read(entry).decode()
+
+
+def test_wheel_has_one_top_level_package(wheel):
+    names = zipfile.ZipFile(wheel).namelist()
+    top = {n.split("/")[0] for n in names if not n.split("/")[0].endswith((".dist-info", ".data"))}
+    assert top == {"trifit"}, top
+    (top_level,) = [n for n in names if n.endswith(".dist-info/top_level.txt")] or [None]
+    if top_level:
+        assert zipfile.ZipFile(wheel).read(top_level).decode().split() == ["trifit"]
 
 
 def test_wheel_carries_gui_data_files(wheel):
     names = set(zipfile.ZipFile(wheel).namelist())
-    wanted = {f"app/{p.name}" for p in (ROOT / "app").glob("*.wgsl")}
+    wanted = {f"trifit/app/{p.name}" for p in (ROOT / "app").glob("*.wgsl")}
     assert wanted <= names, sorted(wanted - names)
 
 
@@ -118,8 +128,8 @@ def test_installed_wheel_runs_in_a_fresh_venv(wheel, tmp_path):
     env = CLEAN_ENV
     trifit = venv / "bin" / "trifit"
     assert _run([trifit, "--version"], cwd=work, env=env).stdout.startswith("trifit ")
-    where = _run([py, "-c", "import render, shaders, resources; print(render.__file__); "
-                  "print(resources.sample_path('chelsea.png'))"], cwd=work, env=env).stdout.split()
+    where = _run([py, "-c", "import trifit, trifit.shaders, trifit.resources; print(trifit.__file__); "
+                  "print(trifit.resources.sample_path('chelsea.png'))"], cwd=work, env=env).stdout.split()
     assert all(Path(p).resolve().is_relative_to(venv.resolve()) for p in where), where
     _run([trifit, "fit", where[1], "--size", "24", "--tris", "5", "--iters", "5", "-o", "s.json",
           "--quiet"], cwd=work, env=env)
@@ -145,7 +155,7 @@ def test_pyinstaller_recipe_names_the_data_and_entry():
     spec = (ROOT / "packaging" / "trifit.spec").read_text()
     ast.parse(spec)
     for words in ('"shaders", ["*.wgsl"]', '"resources"', '"app", ["*.wgsl"]', "trifit_entry.py",
-                  "COLLECT(", 'collect_submodules("render")'):
+                  "COLLECT(", 'collect_submodules("trifit")'):
         assert words in spec, words
     ast.parse((ROOT / "packaging" / "trifit_entry.py").read_text())
     script = ROOT / "packaging" / "build_app.sh"

@@ -3,10 +3,10 @@
 import numpy as np
 import pytest
 
-from render import reference as R
-from render.fitloop import FitSettings
-from render.placement import new_triangles, removal_costs, shape_to_residual, shapes_to_residual
-from render.scene import Scene
+from trifit import reference as R
+from trifit.fitloop import FitSettings
+from trifit.placement import new_triangles, removal_costs, shape_to_residual, shapes_to_residual
+from trifit.scene import Scene
 
 
 def _bar_target(scale=1):
@@ -78,7 +78,7 @@ def test_removal_costs_are_what_removing_each_triangle_costs(sigma_px):
 
 
 def test_box_distances_are_the_reference_distances():
-    from render.placement import _signed_distance_boxes
+    from trifit.placement import _signed_distance_boxes
 
     rng = np.random.default_rng(3)
     verts = rng.uniform(-4, 20, (6, 3, 2))

@@ -2,7 +2,7 @@
 
 import pytest
 
-from render.gpu.pool import BufferPool, size_class
+from trifit.gpu.pool import BufferPool, size_class
 
 pytestmark = pytest.mark.gpu
 

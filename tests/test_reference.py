@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from render import Scene, reference as R
+from trifit import Scene, reference as R
 
 
 def _fd(scene, target, loss, h=1e-6):

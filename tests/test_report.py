@@ -18,9 +18,9 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from render import svgfigure, svgplot
-from render.cli import main
-from render.report import build_report, error_map, jsonable, report_json, write_html_report, write_report
+from trifit import svgfigure, svgplot
+from trifit.cli import main
+from trifit.report import build_report, error_map, jsonable, report_json, write_html_report, write_report
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = ROOT / "docs"
@@ -30,7 +30,7 @@ QT_MODULES = ("PySide6", "pyqtgraph", "shiboken6", "PyQt5", "PyQt6")
 
 @pytest.fixture(scope="module")
 def fitter(gpu_engine):
-    from render import Fitter, StopConditions
+    from trifit import Fitter, StopConditions
 
     rng = np.random.default_rng(4)
     img = (rng.uniform(0, 1, (24, 32, 3)) * 255).astype(np.uint8)
@@ -178,7 +178,7 @@ def test_cli_fit_html_report(tmp_path, gpu_ctx):
 
 def test_example_report_in_docs():
     html_path, json_path = DOCS / "example-report.html", DOCS / "example-report.json"
-    assert html_path.exists() and json_path.exists(), "regenerate with: python -m render.report"
+    assert html_path.exists() and json_path.exists(), "regenerate with: python -m trifit.report"
     assert html_path.stat().st_size < 300 * 1024
     text = html_path.read_text(encoding="utf-8")
     _check_self_contained(text)
@@ -195,7 +195,7 @@ def test_cli_html_report_when_qt_cannot_start(tmp_path, gpu_ctx):
     Image.fromarray(img).save(tmp_path / "tiny.png")
     out = tmp_path / "out.html"
     env = dict(os.environ, QT_QPA_PLATFORM="no-such-platform")
-    p = subprocess.run([sys.executable, "-m", "render.cli", "fit", str(tmp_path / "tiny.png"), "--iters", "30",
+    p = subprocess.run([sys.executable, "-m", "trifit.cli", "fit", str(tmp_path / "tiny.png"), "--iters", "30",
                         "--size", "32", "--tris", "8", "--backend", "gpu", "--report", str(out), "--quiet"],
                        cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
     assert p.returncode == 0, p.stderr[-2000:]
@@ -210,16 +210,16 @@ def test_cli_html_report_when_qt_cannot_start(tmp_path, gpu_ctx):
 
 
 def test_report_module_needs_no_qt():
-    """Importing render.report and drawing a whole page (in a fresh interpreter) loads no Qt
+    """Importing trifit.report and drawing a whole page (in a fresh interpreter) loads no Qt
     binding, no pyqtgraph and nothing from the GUI package."""
     code = """
 import json, sys
-import render.report as rr
+import trifit.report as rr
 r = {"software": "trifit test", "iterations": 3, "wall_s": 0.5, "settings": {"loss": "mse"},
      "coarse_until": 2, "history": {"iterations": [1, 2, 3], "losses": [0.5, 0.1, 0.05]},
      "phases_ms": {"forward": 1.5, "host:readback": 0.25}, "final": {"psnr": 13.0}}
 page = rr.render_html(r)
-bad = sorted(m for m in sys.modules if m.split(".")[0] in QT or m == "app" or m.startswith("app."))
+bad = sorted(m for m in sys.modules if m.split(".")[0] in QT or m == "trifit.app" or m.startswith("trifit.app."))
 print(json.dumps({"bad": bad, "svgs": page.count("<svg"), "missing": "Plots are missing" in page}))
 """.replace("QT", repr(QT_MODULES))
     env = dict(os.environ, QT_QPA_PLATFORM="no-such-platform")

@@ -11,10 +11,10 @@ import sys
 import numpy as np
 import pytest
 
-from render import FitRun, Fitter, Scene, StopConditions, reference as R, replay_run
-from render.cli import main
-from render.fitter import BatchFitter
-from render.run import CHECK_EVERY, ChunkSizer
+from trifit import FitRun, Fitter, Scene, StopConditions, reference as R, replay_run
+from trifit.cli import main
+from trifit.fitter import BatchFitter
+from trifit.run import CHECK_EVERY, ChunkSizer
 
 pytestmark = pytest.mark.gpu
 
@@ -134,8 +134,8 @@ def test_a_time_limited_fit_replays_from_its_scene(gpu_engine, tmp_path):
 def test_batched_fits_score_as_sequential_ones(gpu_engine):
     # four crops of a photograph, the same iterations: the batch runs the same strategy in
     # lockstep, so each image ends as its own fit does (exactly, on the adapters tested)
-    from render.imageio import load_image
-    from resources import sample_path
+    from trifit.imageio import load_image
+    from trifit.resources import sample_path
 
     photo = load_image(sample_path("astronaut.png"), 128)
     crops = [photo[y:y + 64, x:x + 64] for y in (0, 64) for x in (0, 64)]

@@ -5,7 +5,7 @@ import json
 import numpy as np
 import pytest
 
-from render import Scene, SceneError
+from trifit import Scene, SceneError
 
 
 def _doc(**over):
@@ -78,7 +78,7 @@ def test_nan_in_triangles_refused():
 
 
 def test_triangle_cap(monkeypatch):
-    import render.scene as sc
+    import trifit.scene as sc
 
     monkeypatch.setattr(sc, "MAX_TRIANGLES", 3)
     with pytest.raises(SceneError, match="cap"):

@@ -8,9 +8,9 @@ import math
 import numpy as np
 import pytest
 
-from render import Fitter, Scene, StopConditions, reference as R
-from render.run import replay_run
-from render.strategy import STRATEGIES, make_strategy
+from trifit import Fitter, Scene, StopConditions, reference as R
+from trifit.run import replay_run
+from trifit.strategy import STRATEGIES, make_strategy
 
 
 def _target(W=24, H=18, seed=0):
@@ -74,7 +74,7 @@ def test_the_fixed_strategy_keeps_its_count_and_has_no_events(ref_engine):
 
 
 def test_unknown_strategies_are_refused(ref_engine):
-    from render.errors import TrifitError
+    from trifit.errors import TrifitError
 
     assert STRATEGIES == ("default", "fixed")
     with pytest.raises(TrifitError, match="unknown strategy 'greedy'"):

@@ -17,8 +17,8 @@ sys.path.insert(0, str(ROOT))
 
 import numpy as np  # noqa: E402
 
-from render import Engine, StopConditions  # noqa: E402
-from render.batch import find_images, run_batch  # noqa: E402
+from trifit import Engine, StopConditions  # noqa: E402
+from trifit.batch import find_images, run_batch  # noqa: E402
 
 
 def main() -> None:

@@ -18,9 +18,9 @@ sys.path.insert(0, str(ROOT))
 
 import numpy as np  # noqa: E402
 
-from render import Scene, load_image  # noqa: E402
-from render.quality import score  # noqa: E402
-from resources import sample_path  # noqa: E402
+from trifit import Scene, load_image  # noqa: E402
+from trifit.quality import score  # noqa: E402
+from trifit.resources import sample_path  # noqa: E402
 
 
 def main():
@@ -41,7 +41,7 @@ def main():
             target = load_image(path, 176).astype(np.float64)
             for run in range(a.runs):
                 out = Path(tmp) / f"{Path(path).stem}-{run}.json"
-                cmd = [sys.executable, "-m", "render.cli", "fit", path, "--tris", str(a.tris), "--size", "176",
+                cmd = [sys.executable, "-m", "trifit.cli", "fit", path, "--tris", str(a.tris), "--size", "176",
                        "--seed", str(a.seed), "--time-limit", f"{a.time_limit:g}", "--quiet", "-o", str(out)]
                 subprocess.run(cmd, check=True, cwd=ROOT)
                 scene = Scene.load(out)

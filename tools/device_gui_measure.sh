@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Measure the desktop app (python -m app.measure) on a machine that has Python, numpy, pillow and a
+# Measure the desktop app (python -m trifit.app.measure) on a machine that has Python, numpy, pillow and a
 # GPU driver but no PySide6, no X server and no package index (the lent H200): Qt runs on its
 # offscreen platform and the canvas presents through a bitmap. Needs, in the checkout:
 #   .whl/ .gl/    from ../shared/tools/gpu-prep.sh (wgpu, rendercanvas, the Vulkan loader)
@@ -25,4 +25,4 @@ export PYTHONPATH=/tmp/site:/tmp/qt/site:$PWD
 export VK_DRIVER_FILES=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json PYTHONUNBUFFERED=1
 export QT_QPA_PLATFORM=offscreen QT_QPA_FONTDIR=/tmp/qtroot/usr/share/fonts/truetype/dejavu
 export XDG_RUNTIME_DIR=/tmp/xdg; mkdir -p -m 700 "$XDG_RUNTIME_DIR"
-python3 -m app.measure "$@"
+python3 -m trifit.app.measure "$@"

@@ -4,7 +4,7 @@
 # with gpu-prep.sh's header; results land in $OUT.
 set -e
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
-python3 -m render.cli bench --quality --time-limit 1 --seeds 3 --json "$OUT/h200-quality.json" 2>&1 | tail -n 20
+python3 -m trifit.cli bench --quality --time-limit 1 --seeds 3 --json "$OUT/h200-quality.json" 2>&1 | tail -n 20
 python3 tools/cli_fits.py --time-limit 1 --runs 3 --json "$OUT/h200-cli.json"
 if ls .untuned/*.png >/dev/null 2>&1; then
   python3 tools/cli_fits.py --time-limit 1 --runs 1 --images "$(ls .untuned/*.png | paste -sd,)" --json "$OUT/h200-untuned.json"

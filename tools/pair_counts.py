@@ -15,11 +15,11 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from render import (
+from trifit import (
     Scene,  # noqa: E402
     reference as R,  # noqa: E402
 )
-from render.gpu.workspace import TILE, cull_sigmas  # noqa: E402
+from trifit.gpu.workspace import TILE, cull_sigmas  # noqa: E402
 
 
 def counts(scene: Scene) -> dict:

@@ -11,8 +11,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from render import Engine  # noqa: E402
-from render.bench import bench_cell  # noqa: E402
+from trifit import Engine  # noqa: E402
+from trifit.bench import bench_cell  # noqa: E402
 
 CELLS = [  # (kind, batch, side, triangles)
     ("fwdbwd", 1, 128, 64),

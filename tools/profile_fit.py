@@ -14,8 +14,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from render import Engine, Fitter, StopConditions, load_image  # noqa: E402
-from resources import sample_path  # noqa: E402
+from trifit import Engine, Fitter, StopConditions, load_image  # noqa: E402
+from trifit.resources import sample_path  # noqa: E402
 
 
 def main():

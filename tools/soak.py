@@ -16,8 +16,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import numpy as np  # noqa: E402
 
-from render import Engine, Fitter  # noqa: E402
-from resources import sample_path  # noqa: E402
+from trifit import Engine, Fitter  # noqa: E402
+from trifit.resources import sample_path  # noqa: E402
 
 
 def rss_mb() -> float:

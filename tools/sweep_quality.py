@@ -16,9 +16,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from render import Engine, StopConditions  # noqa: E402
-from render.quality import fit_and_score  # noqa: E402
-from resources import sample_path  # noqa: E402
+from trifit import Engine, StopConditions  # noqa: E402
+from trifit.quality import fit_and_score  # noqa: E402
+from trifit.resources import sample_path  # noqa: E402
 
 VARIANTS = {
     "default": {},
@@ -206,8 +206,8 @@ def main():
 def budgeted(a):
     import numpy as np
 
-    from render import Fitter, load_image
-    from render.quality import score_as_saved
+    from trifit import Fitter, load_image
+    from trifit.quality import score_as_saved
 
     eng = Engine("gpu")
     print(f"# budgeted plan of {a.budgeted_plan} on {eng.description}, {time.strftime('%Y-%m-%d')}", flush=True)

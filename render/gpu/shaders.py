@@ -25,7 +25,7 @@ _pipelines: dict[tuple, object] = {}
 
 @functools.cache
 def source(name: str) -> str:
-    return importlib.resources.files("shaders").joinpath(name).read_text(encoding="utf-8")
+    return importlib.resources.files("trifit.shaders").joinpath(name).read_text(encoding="utf-8")
 
 
 def max_subgroups(subgroup_size: int, threads: int = 256) -> int:
