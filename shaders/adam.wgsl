@@ -3,7 +3,7 @@
 // logits (value = sigmoid(raw)), so every value stays in range by construction. The step
 // writes the raw parameter, its moments, and the materialised scene value the next forward reads.
 // Workgroup (0, b) also ends image b's iteration: it writes the loss into the loss ring
-// (loss_record.wgsl; its own dispatch cost ~9 us an iteration plus a barrier on the H200), then
+// (loss_record.wgsl; a dispatch of its own would add a launch and a barrier every iteration), then
 // the next iteration's sigma into the scene record (schedule.wgsl; no Adam thread writes that slot,
 // and this iteration's binning, forward and backward have read it). The loss's finiteness check
 // reads the scene record while other workgroups write the next one: both are finite in a sound

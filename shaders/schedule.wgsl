@@ -3,7 +3,7 @@
 // (struct Schedule: render/gpu/layouts.py SCHEDULE, generated).
 // No kernel of its own: bin.wgsl's fit_main starts each iteration (counter, learning-rate scale)
 // and adam.wgsl ends it (the next iteration's sigma into the scene record), one dispatch fewer an
-// iteration than a kernel of their own (~6 us plus a barrier on the H200).
+// iteration than a kernel of their own (each dispatch adds a launch and a barrier).
 
 // `end`: the image's own final sigma (a batch anneals each image towards its own; the fit loop
 // keeps them in a storage array beside the schedule).
