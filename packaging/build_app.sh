@@ -18,7 +18,13 @@ if ! "$PY" -m PyInstaller --version >/dev/null 2>&1; then
   "$PY" -m pip install -q "pyinstaller>=6.10"
 fi
 
-"$PY" -m PyInstaller --noconfirm --clean --log-level WARN \
+# PyInstaller analyses real folders, not the editable install's name mapping: it bundles trifit as
+# the wheel installs it (build/trifit-site), the one import name and its package data included.
+SITE="$ROOT/build/trifit-site"
+rm -rf "$SITE" "$ROOT/build/wheel"
+"$PY" -m pip wheel -q --no-deps --no-build-isolation -w "$ROOT/build/wheel" "$ROOT"
+"$PY" -m pip install -q --no-deps --no-index --target "$SITE" "$ROOT"/build/wheel/trifit-*.whl
+PYTHONPATH="$SITE" TRIFIT_SITE="$SITE" "$PY" -m PyInstaller --noconfirm --clean --log-level WARN \
   --distpath "$ROOT/dist" --workpath "$ROOT/build/pyinstaller" packaging/trifit.spec
 
 APP="$ROOT/dist/trifit/trifit"
