@@ -327,14 +327,6 @@ class DefaultStrategy(FixedStrategy):
             self.pruning = True
             self.fit.keep(self.fit.most_costly(self.settings.triangles))
 
-    def set_count(self, n: int) -> None:
-        super().set_count(n)
-        self._plan_key = None
-
-    def refine(self) -> None:
-        super().refine()
-        self._plan_key = None
-
     # ------------------------------------------------------------------ the events' work
     def _respawn(self) -> None:
         """Re-place, on top, the triangles that stopped contributing (opacity under
