@@ -18,7 +18,7 @@ import numpy as np
 from . import __version__
 from .errors import TrifitError
 
-EXIT_OK, EXIT_INTERNAL, EXIT_BAD_INPUT = 0, 1, 2
+EXIT_OK, EXIT_INTERNAL, EXIT_BAD_INPUT, EXIT_INTERRUPTED = 0, 1, 2, 130
 
 
 class UsageError(TrifitError):
@@ -187,20 +187,18 @@ def cmd_fit(args) -> int:
 
     settings = {"triangles": args.tris, "size": args.size, "seed": args.seed, "loss": args.loss,
                 "strategy": args.strategy}
+    out = Path(args.output) if args.output else Path(args.image).with_suffix(".trifit.json")
+    for path in [out] + [Path(p) for p in (args.report, args.animation) if p]:
+        _check_writable(path)  # every output, before any work: a fit is never lost to a bad path
     replay = _replay_settings(args) if args.replay else None
     if replay is not None:
         settings = replay["settings"]
     target = load_image(args.image, settings["size"])  # validates before any GPU work
     init = Scene.load(args.resume) if args.resume else None
-    out = Path(args.output) if args.output else Path(args.image).with_suffix(".trifit.json")
-    _check_writable(out)
-    if args.report:
-        _check_writable(Path(args.report))
     recorder = None
     if args.animation:
         from .export import AnimationRecorder, default_animation_every
 
-        _check_writable(Path(args.animation))
         recorder = AnimationRecorder(args.animation, every=default_animation_every(args.iters))
     stop = StopConditions(args.iters, args.time_limit, args.target_psnr, args.plateau)
     if not stop.any():
@@ -226,9 +224,11 @@ def cmd_fit(args) -> int:
     chunk = min(recorder.every, fitter.settings.chunk) if recorder else None  # frames land on the interval
     run = replay_run(fitter, replay) if replay is not None else FitRun(fitter, stop, chunk=chunk)
     run.chunk = chunk
+    interrupted = _stop_on_ctrl_c(run)
     try:
         run.run(progress)
     finally:
+        interrupted.restore()
         bar.close()
     if recorder is not None:
         recorder.capture(fitter, force=True)
@@ -239,14 +239,45 @@ def cmd_fit(args) -> int:
     final = engine.render(scene)
     mse = float(np.mean((final.astype(np.float64) - fitter.target) ** 2))
     psnr = 10 * np.log10(1 / mse) if mse > 0 else float("inf")
-    if not args.quiet:
-        print(f"trifit: {fitter.iteration} iterations in {wall:.1f} s on {engine.description}; "
-              f"PSNR {psnr:.2f} dB; scene -> {out}", file=sys.stderr)
+    if not args.quiet or interrupted:
+        print(f"trifit: {'interrupted after ' if interrupted else ''}{fitter.iteration} iterations in "
+              f"{wall:.1f} s on {engine.description}; PSNR {psnr:.2f} dB; scene -> {out}", file=sys.stderr)
     if args.report:
         report = fit_report(fitter, engine, wall, mse, psnr, args)
         _write_report(Path(args.report), report, fitter)
     fitter.close()
-    return EXIT_OK
+    return EXIT_INTERRUPTED if interrupted else EXIT_OK
+
+
+class _stop_on_ctrl_c:
+    """While a fit runs, Ctrl+C ends it at the next chunk (the scene so far is then written and
+    the command exits 130); a second Ctrl+C stops at once. True once Ctrl+C was pressed."""
+
+    def __init__(self, run):
+        import signal
+        import threading
+
+        self.pressed = False
+        self._previous = None
+        if threading.current_thread() is threading.main_thread():
+            self._previous = signal.signal(signal.SIGINT, self._handle)
+        self._run = run
+
+    def _handle(self, signum, frame):
+        if self.pressed:
+            raise KeyboardInterrupt
+        self.pressed = True
+        self._run.cancel()
+
+    def restore(self) -> None:
+        import signal
+
+        if self._previous is not None:
+            signal.signal(signal.SIGINT, self._previous)
+            self._previous = None
+
+    def __bool__(self) -> bool:
+        return self.pressed
 
 
 def _replay_settings(args) -> dict:
@@ -301,11 +332,20 @@ def _report_json(report: dict) -> bytes:
 
 
 def _check_writable(path: Path) -> None:
+    """Refuse an output path before any work: its folder must exist and take a new file (a probe
+    file is created and removed there -- permissions, read-only mounts and full disks all show)."""
+    import tempfile
+
     folder = path.parent if str(path.parent) else Path(".")
     if not folder.is_dir():
         raise TrifitError(f"{path}: folder {folder} does not exist")
     if path.is_dir():
         raise TrifitError(f"{path}: is a folder")
+    try:
+        with tempfile.NamedTemporaryFile(dir=folder, prefix=f".{path.name}.", suffix=".probe"):
+            pass
+    except OSError as exc:
+        raise TrifitError(f"{path}: cannot write to folder {folder} ({exc.strerror or exc})") from None
 
 
 # ---------------------------------------------------------------------- render
@@ -335,6 +375,11 @@ def cmd_batch(args) -> int:
     out = Path(args.output)
     if out.exists() and not out.is_dir():
         raise TrifitError(f"{out}: is a file, not a folder")
+    try:  # the output folder takes files, before any image is fitted
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise TrifitError(f"{out}: cannot create the output folder ({exc.strerror or exc})") from None
+    _check_writable(out / "batch-summary.json")
     stop = StopConditions(args.iters, args.time_limit, args.target_psnr, args.plateau)
     if not stop.any():
         stop.iterations = 600

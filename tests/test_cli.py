@@ -107,3 +107,50 @@ def test_help_everywhere():
         assert code == 0 and "usage" in out.lower(), args
     code, out, _ = _run(["--version"])
     assert code == 0 and out.startswith("trifit ")
+
+
+# a folder that exists and takes no new file, even for root (the CI user): procfs
+UNWRITABLE = "/proc"
+
+
+@pytest.mark.parametrize("option", [["-o", f"{UNWRITABLE}/s.json"], ["--report", f"{UNWRITABLE}/r.html"],
+                                    ["--animation", f"{UNWRITABLE}/a.gif"]], ids=["scene", "report", "animation"])
+def test_an_unwritable_output_is_refused_before_any_work(small_png, tmp_path, option):
+    import time
+
+    t0 = time.perf_counter()
+    code, _, err = _run(["fit", str(small_png), "--iters", "100000", "--size", "24", "--tris", "4",
+                         "-o", str(tmp_path / "ok.json"), *option])
+    assert code == 2 and err.count("\n") == 1 and option[1] in err and "cannot write" in err, err
+    assert time.perf_counter() - t0 < 30  # refused at once, not after 100,000 iterations
+    assert not (tmp_path / "ok.json").exists()
+
+
+def test_batch_refuses_an_unwritable_output_folder(small_png):
+    code, _, err = _run(["batch", str(small_png), "-o", f"{UNWRITABLE}/trifit-out", "--iters", "5"])
+    assert code == 2 and err.count("\n") == 1 and "trifit-out" in err, err
+
+
+@pytest.mark.gpu
+def test_ctrl_c_ends_the_fit_and_keeps_the_scene_so_far(small_png, tmp_path, gpu_ctx):
+    import signal
+    import threading
+    import time
+
+    out = tmp_path / "s.json"
+    p = subprocess.Popen([sys.executable, "-m", "trifit.cli", "fit", str(small_png), "--iters", "1000000",
+                          "--size", "24", "--tris", "6", "--backend", "gpu", "-o", str(out)],
+                         stderr=subprocess.PIPE, text=True)
+    seen = []
+    reader = threading.Thread(target=lambda: seen.extend(iter(lambda: p.stderr.read(1), "")), daemon=True)
+    reader.start()
+    deadline = time.monotonic() + 120
+    while "it/s" not in "".join(seen) and time.monotonic() < deadline:  # the fit is under way
+        time.sleep(0.1)
+    p.send_signal(signal.SIGINT)
+    assert p.wait(timeout=120) == 130
+    reader.join(timeout=10)
+    err = "".join(seen)
+    assert "interrupted after" in err and str(out) in err, err[-500:]
+    scene = Scene.load(out)  # a valid scene file, written atomically
+    assert 0 < scene.meta["iterations"] < 1_000_000 and scene.n_triangles >= 1
