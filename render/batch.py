@@ -32,7 +32,8 @@ Guarantees:
   with its reason and the batch goes on; :attr:`BatchResult.exit_status` is 2 when any failed.
 
 Output names: ``OUTDIR/<stem>.trifit.json`` (``<stem>_<ext>.trifit.json`` when two inputs share a
-stem), plus ``<name>.trifit.png`` with ``render=True`` and ``<name>.trifit-report.json`` with
+stem), plus ``<name>.trifit.png`` with ``render`` (True: the source image's size; a number: that
+scale of it; crisp edges) and ``<name>.trifit-report.json`` with
 ``reports=True``; ``OUTDIR/batch-summary.json`` lists every image's outcome. Every output name
 holds ``.trifit``, and files named so are never taken as inputs, so OUTDIR may be the input
 folder without a render overwriting (or being refitted as) a source image.
@@ -250,10 +251,13 @@ def _save_outputs(scene, fitter, engine, name: str, outdir: Path, render: bool, 
     final = engine.render(scene, fitter.width, fitter.height)
     scene.save(scene_path)  # the result, atomically, before anything optional
     psnr = _psnr(final, fitter.target)
-    if render:
-        from .export import save_png
+    if render:  # a picture at the source image's size (x render when it is a number), crisp edges
+        from .export import picture_size, save_render
+        from .imageio import source_size
 
-        save_png(scene, outdir / f"{name}.trifit.png", engine=engine)
+        frame = source_size(fitter.source) if fitter.source else (scene.width, scene.height)
+        W, H = picture_size(frame, scale=None if render is True else float(render))
+        save_render(scene, outdir / f"{name}.trifit.png", W, H, engine=engine, edges="crisp")
     if reports:
         from .report import build_report, write_json_report
 

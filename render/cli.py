@@ -85,7 +85,11 @@ def build_parser() -> argparse.ArgumentParser:
     f.add_argument("--replay", metavar="SCENE.json",
                    help="re-run the fit that wrote SCENE.json exactly: its settings, iterations, plans and "
                         "live changes (the same adapter writes the same triangles)")
-    f.add_argument("-o", "--output", default=None, metavar="OUT.json", help="scene file (default IMAGE.trifit.json)")
+    f.add_argument("-o", "--output", default=None, metavar="OUT.json|OUT.png|OUT.svg",
+                   help="what the extension names: a scene (.json, default IMAGE.trifit.json), a picture "
+                        "(.png .jpg .webp .tif .bmp, at the source image's size) or a vector file (.svg); "
+                        "a picture or .svg keeps the scene beside it as OUT.trifit.json")
+    _picture_options(f)
     f.add_argument("--report", default=None, metavar="REPORT.json|.html", help="write a run report")
     f.add_argument("--animation", default=None, metavar="OUT.gif",
                    help="record the fit as an animation (.gif, .webp or .png)")
@@ -96,7 +100,10 @@ def build_parser() -> argparse.ArgumentParser:
                                    "(.png .jpg .webp .tif .bmp; .npy float32; .svg vector). "
                                    "Large sizes are rendered in tiles.")
     r.add_argument("scene")
-    r.add_argument("--size", type=_size_wxh, default=None, metavar="WxH", help="output size (default: the scene's frame)")
+    _picture_options(r)
+    r.add_argument("--size", type=_size_wxh, default=None, metavar="WxH",
+                   help="output size (default: the scene's frame); another aspect needs --stretch")
+    r.add_argument("--stretch", action="store_true", help="allow a --size of another aspect than the scene's")
     r.add_argument("--backend", choices=["auto", "gpu", "reference"], default="auto")
     r.add_argument("-o", "--output", required=True, metavar="OUT.png|OUT.npy|OUT.svg")
 
@@ -118,7 +125,10 @@ def build_parser() -> argparse.ArgumentParser:
     bt.add_argument("--loss", choices=["mse", "l1"], default="mse")
     bt.add_argument("--backend", choices=["auto", "gpu", "reference"], default="auto")
     bt.add_argument("--strategy", choices=["default", "fixed"], default="default", help="fit policy (see fit)")
-    bt.add_argument("--png", action="store_true", help="also write a PNG render of each scene (NAME.trifit.png)")
+    bt.add_argument("--png", action="store_true",
+                    help="also write a picture of each scene (NAME.trifit.png) at its source image's size")
+    bt.add_argument("--scale", type=_positive_float, default=None, metavar="K",
+                    help="with --png: K times the source image's size")
     bt.add_argument("--reports", action="store_true",
                     help="also write a JSON report per image (NAME.trifit-report.json)")
     bt.add_argument("--force", action="store_true", help="refit images that already have a scene")
@@ -147,6 +157,16 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("image", nargs="?", default=None)
     g.add_argument("--start", action="store_true", help="start fitting at once")
     return p
+
+
+def _picture_options(p) -> None:
+    """--scale / --width / --edges: the size and edges of a picture written from a scene."""
+    p.add_argument("--scale", type=_positive_float, default=None, metavar="K",
+                   help="picture size: K times the frame (render) or the source image (fit)")
+    p.add_argument("--width", type=_positive_int, default=None, metavar="W", help="picture width, aspect kept")
+    p.add_argument("--edges", choices=["crisp", "fit"], default="crisp",
+                   help="crisp (default): edges antialiased over about one output pixel, at any size; "
+                        "fit: the softness the fit optimised, scaled with the picture")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -187,8 +207,15 @@ def cmd_fit(args) -> int:
 
     settings = {"triangles": args.tris, "size": args.size, "seed": args.seed, "loss": args.loss,
                 "strategy": args.strategy}
+    from . import export
+
     out = Path(args.output) if args.output else Path(args.image).with_suffix(".trifit.json")
-    for path in [out] + [Path(p) for p in (args.report, args.animation) if p]:
+    picture = out.suffix.lower() != ".json"
+    if picture and out.suffix.lower() not in export.SUFFIXES:
+        raise TrifitError(f"{out}: unknown output format {out.suffix or '(none)'}; use .json or one of "
+                          f"{', '.join(export.SUFFIXES)}")
+    scene_path = out.with_suffix(".trifit.json") if picture else out
+    for path in [scene_path] + ([out] if picture else []) + [Path(p) for p in (args.report, args.animation) if p]:
         _check_writable(path)  # every output, before any work: a fit is never lost to a bad path
     replay = _replay_settings(args) if args.replay else None
     if replay is not None:
@@ -235,16 +262,29 @@ def cmd_fit(args) -> int:
         recorder.save()
     wall = time.perf_counter() - t0
     scene = fitter.scene
-    scene.save(out)
+    scene.save(scene_path)  # the fit itself first, whatever else is asked for
+    written = [scene_path]
+    if picture:
+        from .imageio import source_size
+
+        W, H = export.picture_size(source_size(args.image), scale=args.scale, width=args.width)
+        export.save_render(scene, out, W, H, engine=engine, edges=args.edges)
+        written.insert(0, out)
     final = engine.render(scene)
     mse = float(np.mean((final.astype(np.float64) - fitter.target) ** 2))
     psnr = 10 * np.log10(1 / mse) if mse > 0 else float("inf")
-    if not args.quiet or interrupted:
-        print(f"trifit: {'interrupted after ' if interrupted else ''}{fitter.iteration} iterations in "
-              f"{wall:.1f} s on {engine.description}; PSNR {psnr:.2f} dB; scene -> {out}", file=sys.stderr)
     if args.report:
         report = fit_report(fitter, engine, wall, mse, psnr, args)
         _write_report(Path(args.report), report, fitter)
+        written.append(Path(args.report))
+        if Path(args.report).suffix.lower() in (".html", ".htm"):
+            written.append(Path(args.report).with_suffix(".json"))
+    if recorder is not None:
+        written.append(Path(args.animation))
+    if not args.quiet or interrupted:
+        print(f"trifit: {'interrupted after ' if interrupted else ''}{fitter.iteration} iterations in "
+              f"{wall:.1f} s on {engine.description}; PSNR {psnr:.2f} dB; wrote "
+              f"{', '.join(str(p) for p in written)}", file=sys.stderr)
     fitter.close()
     return EXIT_INTERRUPTED if interrupted else EXIT_OK
 
@@ -360,10 +400,11 @@ def cmd_render(args) -> int:
         raise TrifitError(f"{out}: unknown output format {suffix or '(none)'}; use one of {', '.join(export.SUFFIXES)}")
     _check_writable(out)
     scene = Scene.load(args.scene)
-    W, H = args.size if args.size else (scene.width, scene.height)
+    W, H = export.picture_size((scene.width, scene.height), size=args.size, scale=args.scale, width=args.width,
+                               stretch=args.stretch)
     # SVG needs no engine; raster formats are rendered (tiled when large) on the chosen backend
     engine = None if suffix == ".svg" else Engine(args.backend)
-    export.save_render(scene, out, W, H, backend=args.backend, engine=engine)
+    export.save_render(scene, out, W, H, backend=args.backend, engine=engine, edges=args.edges)
     return EXIT_OK
 
 
@@ -384,7 +425,8 @@ def cmd_batch(args) -> int:
     if not stop.any():
         stop.iterations = 600
     result = run_batch(args.inputs, out, triangles=args.tris, size=args.size, stop=stop, seed=args.seed,
-                       loss=args.loss, strategy=args.strategy, backend=args.backend, render=args.png, reports=args.reports,
+                       loss=args.loss, strategy=args.strategy, backend=args.backend,
+                       render=(args.scale or True) if args.png else False, reports=args.reports,
                        force=args.force, progress=not args.quiet,
                        # batching needs an iteration count the user chose (see render/batch.py)
                        sequential=args.sequential or args.iters is None)

@@ -48,6 +48,49 @@ TILE_MAX_WORKSPACE_BYTES = 512 * 1024 * 1024
 REFERENCE_TILE_PIXELS = 1024 * 1024
 
 
+#: Edge softness of a crisp export, in output pixels: a logistic edge rises 10-90% over ~4.4 sigma,
+#: so about one output pixel -- the antialiasing of a vector rendering, at any size.
+CRISP_SIGMA_PX = 0.25
+EDGES = ("crisp", "fit")
+
+
+def with_edges(scene: Scene, width: int, height: int, edges: str = "crisp") -> Scene:
+    """The scene to render at ``width`` x ``height``: ``"crisp"`` antialiases edges over about one
+    output pixel (a 4096 px picture of a 176 px fit stays sharp); ``"fit"`` keeps the softness the
+    fit optimised (scaled with the picture)."""
+    if edges not in EDGES:
+        raise TrifitError(f"unknown edges {edges!r}; use one of {', '.join(EDGES)}")
+    if edges == "fit":
+        return scene
+    out = scene.copy()
+    out.sigma = CRISP_SIGMA_PX / min(int(width), int(height))
+    return out
+
+
+def picture_size(frame: tuple[int, int], *, size: tuple[int, int] | None = None, scale: float | None = None,
+                 width: int | None = None, stretch: bool = False) -> tuple[int, int]:
+    """Output size for a picture of a ``frame`` (w, h): ``size`` WxH (its aspect must be the
+    frame's, to a pixel, unless ``stretch``), ``scale`` x the frame, or ``width`` with the aspect
+    kept; the frame itself by default."""
+    fw, fh = (int(v) for v in frame)
+    if sum(v is not None for v in (size, scale, width)) > 1:
+        raise TrifitError("give one of a size, a scale or a width")
+    if scale is not None:
+        W, H = round(fw * scale), round(fh * scale)
+    elif width is not None:
+        W, H = int(width), round(int(width) * fh / fw)
+    elif size is not None:
+        W, H = (int(v) for v in size)
+        if not stretch and abs(W * fh - H * fw) > max(fw, fh, W, H):
+            raise TrifitError(f"size {W}x{H} has another aspect than the scene's {fw}x{fh} "
+                              f"(a {W}x{round(W * fh / fw)} picture would keep it; --stretch distorts it)")
+    else:
+        W, H = fw, fh
+    if not (1 <= W <= MAX_RENDER_SIDE and 1 <= H <= MAX_RENDER_SIDE):
+        raise TrifitError(f"render size must be between 1x1 and {MAX_RENDER_SIDE}x{MAX_RENDER_SIDE}, got {W}x{H}")
+    return W, H
+
+
 def _engine(engine, backend: str):
     if engine is not None:
         return engine
@@ -66,12 +109,13 @@ def _render_size(scene: Scene, width, height) -> tuple[int, int]:
 
 # ---------------------------------------------------------------------- dispatch
 def save_render(scene: Scene, path, width: int | None = None, height: int | None = None,
-                backend: str = "auto", engine=None) -> Path:
+                backend: str = "auto", engine=None, edges: str = "fit") -> Path:
     """Write ``scene`` rendered at ``width`` x ``height`` (default: its frame) to ``path``.
 
     The format follows the suffix: raster formats and ``.npy`` are rendered through the engine
-    (tiled when large, see :func:`render_large`); ``.svg`` is written as vector polygons.
-    Returns the path written.
+    (tiled when large, see :func:`render_large`); pictures with the ``edges`` of
+    :func:`with_edges`, ``.npy`` as the scene itself renders; ``.svg`` is written as vector
+    polygons. Returns the path written.
     """
     path = Path(path)
     suffix = path.suffix.lower()
@@ -80,11 +124,12 @@ def save_render(scene: Scene, path, width: int | None = None, height: int | None
     W, H = _render_size(scene, width, height)
     if suffix == ".svg":
         save_svg(scene, path, W, H)
-    elif suffix == ".npy":
+        return path
+    if suffix == ".npy":  # data, not a picture: the scene's own render, whatever the edges
         img = render_large(scene, W, H, _engine(engine, backend))
         atomic_write(path, lambda f: np.save(f, img))
     else:
-        save_png(scene, path, W, H, engine=_engine(engine, backend))
+        save_png(with_edges(scene, W, H, edges), path, W, H, engine=_engine(engine, backend))
     return path
 
 

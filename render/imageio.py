@@ -217,6 +217,18 @@ def prepare(im: Image.Image, size: int | None = None) -> np.ndarray:
     return arr
 
 
+def source_size(path) -> tuple[int, int]:
+    """(width, height) of an image file as :func:`load_image` orients it (EXIF applied), read
+    from its header; for a file load_image has accepted."""
+    with Image.open(path) as im:
+        w, h = im.size
+        try:
+            orientation = im.getexif().get(_EXIF_ORIENTATION, 1)
+        except Exception:  # an unreadable EXIF block counts as orientation 1, as in _orient
+            orientation = 1
+    return (h, w) if orientation in (5, 6, 7, 8) else (w, h)
+
+
 def _orient(im: Image.Image) -> Image.Image:
     """Apply the EXIF orientation; an unreadable EXIF block counts as orientation 1."""
     try:

@@ -154,3 +154,31 @@ def test_ctrl_c_ends_the_fit_and_keeps_the_scene_so_far(small_png, tmp_path, gpu
     assert "interrupted after" in err and str(out) in err, err[-500:]
     scene = Scene.load(out)  # a valid scene file, written atomically
     assert 0 < scene.meta["iterations"] < 1_000_000 and scene.n_triangles >= 1
+
+
+@pytest.mark.gpu
+def test_fit_writes_what_the_extension_names_and_keeps_the_scene(small_png, tmp_path, gpu_ctx):
+    pic, svg = tmp_path / "pic.png", tmp_path / "vec.svg"
+    code, _, err = _run(["fit", str(small_png), "--iters", "10", "--size", "24", "--tris", "5", "--backend", "gpu",
+                         "-o", str(pic)])
+    assert code == 0 and str(pic) in err and str(tmp_path / "pic.trifit.json") in err, err
+    assert Image.open(pic).size == Image.open(small_png).size == (40, 30)  # the source image's size
+    assert Scene.load(tmp_path / "pic.trifit.json").n_triangles == 5     # the fit is never lost
+    assert main(["fit", str(small_png), "--iters", "5", "--size", "24", "--tris", "4", "--width", "200",
+                 "--backend", "gpu", "--quiet", "-o", str(pic)]) == 0
+    assert Image.open(pic).size == (200, 150)
+    assert main(["fit", str(small_png), "--iters", "5", "--size", "24", "--tris", "4", "--quiet",
+                 "--backend", "gpu", "-o", str(svg)]) == 0
+    assert svg.read_text().startswith("<?xml") and (tmp_path / "vec.trifit.json").exists()
+    code, _, err = _run(["fit", str(small_png), "--iters", "5", "-o", str(tmp_path / "x.xyz")])
+    assert code == 2 and "unknown output format" in err and err.count("\n") == 1
+
+
+def test_render_keeps_the_aspect_unless_told(tmp_path):
+    s = Scene.random(3, 40, 30, seed=0)
+    s.save(tmp_path / "s.json")
+    code, _, err = _run(["render", str(tmp_path / "s.json"), "--size", "100x100", "-o", str(tmp_path / "o.svg")])
+    assert code == 2 and "aspect" in err and err.count("\n") == 1
+    assert main(["render", str(tmp_path / "s.json"), "--size", "100x100", "--stretch", "-o", str(tmp_path / "o.svg")]) == 0
+    assert main(["render", str(tmp_path / "s.json"), "--width", "120", "-o", str(tmp_path / "w.svg")]) == 0
+    assert 'width="120" height="90"' in (tmp_path / "w.svg").read_text()

@@ -255,3 +255,66 @@ def test_cli_fit_records_an_animation(tmp_path, gpu_ctx):
     with Image.open(tmp_path / "fit.gif") as im:
         assert im.size == (24, 16)
         assert im.n_frames == 7  # iteration 0, then every 5 iterations up to 30
+
+
+def _polygons_rasterised(svg: str, width: int, height: int, supersample: int = 4) -> np.ndarray:
+    """An independent renderer of trifit's SVG: Pillow polygons, composited in document order at
+    ``supersample`` x the size, then box-filtered down (float (H, W, 3) in [0, 1])."""
+    import xml.etree.ElementTree as ET
+
+    from PIL import ImageDraw
+
+    root = ET.fromstring(svg)
+    ns = {"s": "http://www.w3.org/2000/svg"}
+    vx, vy, vw, vh = (float(v) for v in root.get("viewBox").split())
+    k = supersample
+    sx, sy = width * k / vw, height * k / vh
+    hexrgb = lambda h: np.array([int(h[i:i + 2], 16) for i in (1, 3, 5)], float) / 255  # noqa: E731
+    canvas = np.empty((height * k, width * k, 3))
+    canvas[:] = hexrgb(root.find("s:rect", ns).get("fill"))
+    for poly in root.iter(f"{{{ns['s']}}}polygon"):
+        pts = [tuple(float(v) for v in p.split(",")) for p in poly.get("points").split()]
+        mask = Image.new("L", (width * k, height * k), 0)
+        ImageDraw.Draw(mask).polygon([((x - vx) * sx, (y - vy) * sy) for x, y in pts], fill=255)
+        a = np.asarray(mask, float)[..., None] / 255 * float(poly.get("fill-opacity"))
+        canvas = canvas * (1 - a) + hexrgb(poly.get("fill")) * a
+    return canvas.reshape(height, k, width, k, 3).mean(axis=(1, 3))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("scale", [4, 8])
+def test_crisp_picture_exports_agree_with_the_svg(gpu_engine, tmp_path, scale):
+    # a scene as a fit leaves it: a soft sigma at its own 48x36 frame, which a picture at 4x or
+    # 8x must not blow up into blur (--edges crisp, the default of `trifit render` and `fit -o`)
+    from trifit.cli import main
+    from trifit.export import svg_text
+
+    s = Scene.random(25, 48, 36, seed=3, sigma_px=1.0)
+    s.save(tmp_path / "s.json")
+    W, H = 48 * scale, 36 * scale
+    reference = _polygons_rasterised(svg_text(s, W, H), W, H)
+    psnr = {}
+    for edges in ("crisp", "fit"):
+        out = tmp_path / f"{edges}.png"
+        assert main(["render", str(tmp_path / "s.json"), "--scale", str(scale), "--edges", edges,
+                     "--backend", "gpu", "-o", str(out)]) == 0
+        img = np.asarray(Image.open(out), float) / 255
+        assert img.shape == (H, W, 3)
+        psnr[edges] = 10 * np.log10(1 / np.mean((img - reference) ** 2))
+    assert psnr["crisp"] > 30.0, psnr                 # the picture is the vector file, rasterised
+    assert psnr["crisp"] > psnr["fit"] + 3.0, psnr    # and far sharper than the fit's own edges
+
+
+def test_picture_sizes_keep_the_aspect():
+    from trifit.errors import TrifitError
+    from trifit.export import picture_size
+
+    assert picture_size((176, 132)) == (176, 132)
+    assert picture_size((176, 132), scale=4) == (704, 528)
+    assert picture_size((176, 132), width=1000) == (1000, 750)
+    assert picture_size((176, 132), size=(800, 600)) == (800, 600)
+    with pytest.raises(TrifitError, match="another aspect"):
+        picture_size((176, 132), size=(800, 800))
+    assert picture_size((176, 132), size=(800, 800), stretch=True) == (800, 800)
+    with pytest.raises(TrifitError, match="one of"):
+        picture_size((176, 132), scale=2, width=10)
