@@ -280,7 +280,7 @@ def _fit_sequential(img_path, target, engine, stop, *, triangles, size, seed, lo
 
     name = names[img_path]
     scene_path = outdir / f"{name}.trifit.json"
-    bar.set_postfix_str(img_path.name[:40])
+    bar.set_description_str(f"image {bar.n + 1} of {bar.total}: {img_path.name[:40]}")
     t0 = time.perf_counter()
     try:
         if target is None:
@@ -289,7 +289,7 @@ def _fit_sequential(img_path, target, engine, stop, *, triangles, size, seed, lo
                         source=str(img_path), loss=loss, strategy=strategy)
         try:
             def step(stats, _name=img_path.name):
-                bar.set_postfix_str(f"{_name[:30]} it {stats.iteration} psnr {stats.psnr:.2f}")
+                bar.set_postfix_str(f"it {stats.iteration} psnr {stats.psnr:.2f}")
 
             FitRun(fitter, stop).run(step if progress else None)
             psnr = _save_outputs(fitter.scene, fitter, engine, name, outdir, render, reports)
@@ -313,7 +313,7 @@ def _fit_batched(members, engine, stop, *, triangles, size, seed, loss, strategy
 
     opts = dict(triangles=triangles, size=size, seed=seed, loss=loss, strategy=strategy, render=render,
                 reports=reports, progress=progress, bar=bar, record=record, outdir=outdir, names=names)
-    bar.set_postfix_str(f"{len(members)} x {members[0][0].name[:30]} (batched)")
+    bar.set_description_str(f"images {bar.n + 1}-{bar.n + len(members)} of {bar.total} (batched)")
     t0 = time.perf_counter()
     try:
         bf = BatchFitter([t for _, t in members], triangles=triangles, size=size, seeds=seed, engine=engine,

@@ -236,13 +236,22 @@ def cmd_fit(args) -> int:
     fitter = Fitter(target, engine=engine, init_scene=init, source=str(args.image), **settings)
     t0 = time.perf_counter()
     total = stop.iterations if stop.iterations else None
-    bar = tqdm(total=total, unit="it", disable=args.quiet, desc="fit", dynamic_ncols=True,
-               bar_format="{l_bar}{bar}| {n_fmt}/{total_fmt} [{elapsed}<{remaining}, {rate_fmt}{postfix}]"
-               if total else "{desc}: {n_fmt} it [{elapsed}, {rate_fmt}{postfix}]")
+    timed = total is None and stop.time_limit is not None  # the bar counts seconds: it shows the time left
+    if timed:
+        bar = tqdm(total=stop.time_limit, disable=args.quiet, desc="fit", dynamic_ncols=True,
+                   bar_format="{l_bar}{bar}| {elapsed} of " + f"{stop.time_limit:g} s" + " [{remaining} left{postfix}]")
+    else:
+        bar = tqdm(total=total, unit="it", disable=args.quiet, desc="fit", dynamic_ncols=True,
+                   bar_format="{l_bar}{bar}| {n_fmt}/{total_fmt} [{elapsed}<{remaining}, {rate_fmt}{postfix}]"
+                   if total else "{desc}: {n_fmt} it [{elapsed}, {rate_fmt}{postfix}]")
 
     def progress(stats):
-        bar.update(stats.iterations)
-        bar.set_postfix_str(f"psnr {stats.psnr:.2f} dB, sigma {stats.sigma_px:.2f} px")
+        if timed:
+            bar.update(min(time.perf_counter() - t0, stop.time_limit) - bar.n)
+            bar.set_postfix_str(f"{stats.iteration} it, psnr {stats.psnr:.2f} dB")
+        else:
+            bar.update(stats.iterations)
+            bar.set_postfix_str(f"psnr {stats.psnr:.2f} dB, sigma {stats.sigma_px:.2f} px")
         if recorder is not None:
             recorder.capture(fitter)
 

@@ -182,3 +182,15 @@ def test_render_keeps_the_aspect_unless_told(tmp_path):
     assert main(["render", str(tmp_path / "s.json"), "--size", "100x100", "--stretch", "-o", str(tmp_path / "o.svg")]) == 0
     assert main(["render", str(tmp_path / "s.json"), "--width", "120", "-o", str(tmp_path / "w.svg")]) == 0
     assert 'width="120" height="90"' in (tmp_path / "w.svg").read_text()
+
+
+@pytest.mark.gpu
+def test_progress_says_the_time_left_and_which_image(small_png, tmp_path, gpu_ctx):
+    code, _, err = _run(["fit", str(small_png), "--size", "16", "--tris", "3", "--time-limit", "1", "--backend", "gpu",
+                         "-o", str(tmp_path / "t.json")])
+    assert code == 0 and " of 1 s" in err and "left" in err, err[-400:]
+    other = tmp_path / "b.png"
+    Image.open(small_png).transpose(Image.Transpose.FLIP_LEFT_RIGHT).save(other)
+    code, _, err = _run(["batch", str(small_png), str(other), "-o", str(tmp_path / "out"), "--size", "16",
+                         "--tris", "3", "--time-limit", "0.3", "--backend", "gpu"])
+    assert code == 0 and "image 1 of 2: in.png" in err and "image 2 of 2: b.png" in err, err[-600:]
