@@ -153,6 +153,7 @@ class MainWindow(FileActions, SessionActions, WindowSettings, QtWidgets.QMainWin
         self.addDockWidget(QtCore.Qt.DockWidgetArea.RightDockWidgetArea, self.plots_dock)
 
         self.controls.triangles_changed.connect(self.worker.set_triangles)
+        self.controls.triangles_changed.connect(lambda _n: self._update_title())
         self.controls.sigma_changed.connect(self.worker.set_sigma)
         self.controls.lr_changed.connect(self.worker.set_learning_rate)
         self.controls.stop_changed.connect(self.worker.set_stop_conditions)
@@ -321,12 +322,20 @@ class MainWindow(FileActions, SessionActions, WindowSettings, QtWidgets.QMainWin
         self.canvas.set_target(info.target)
         self.plots.clear()
         self.controls.set_triangles_quietly(info.triangles)
-        name = Path(info.source).name if info.source else "image"
-        self.setWindowTitle(f"trifit — {name} ({info.width}×{info.height}, {info.triangles} triangles)")
+        self._update_title()
         self.status_iteration.setText(f"iteration {info.iteration}")
         self.status_psnr.setText("PSNR –")
         if info.source:
             self._add_recent(info.source)
+
+    def _update_title(self) -> None:
+        """The title names the image and the count set (it follows live changes)."""
+        info = self.fit_info
+        if info is None:
+            return
+        name = Path(info.source).name if info.source else "image"
+        self.setWindowTitle(f"trifit — {name} ({info.width}×{info.height}, "
+                            f"{self.controls.triangles.value()} triangles)")
 
     def _follow_engine_device(self) -> None:
         """After a device reset (the fitter recovered from a lost device) the engine computes on
@@ -363,11 +372,12 @@ class MainWindow(FileActions, SessionActions, WindowSettings, QtWidgets.QMainWin
         self.status_iteration.setText(f"iteration {stats.iteration}")
         self.status_rate.setText(f"{stats.it_per_s:.1f} it/s")
         self.status_psnr.setText(f"PSNR {stats.psnr:.2f} dB")
-        # The fitter grows towards the count asked for in stages, past it for a while (then prunes
-        # back; saves and exports always hold the count asked for): show where it is.
-        asked = self.controls.triangles.value()
-        pruning = f" (pruning to {asked})" if stats.n_triangles > asked else ""
-        self.status_triangles.setText(f"{stats.n_triangles} triangles{pruning}")
+        # The count shown is the count set; while the fit grows towards it in stages, or past it
+        # for a while and prunes back (saves and exports always hold the count set), the working
+        # count stands beside it.
+        asked, now = self.controls.triangles.value(), stats.n_triangles
+        phase = "" if now == asked else f" (now {now}, {'pruning' if now > asked else 'growing'})"
+        self.status_triangles.setText(f"{asked} triangles{phase}")
 
     def _on_running_changed(self, running: bool) -> None:
         self.running = running

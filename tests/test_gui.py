@@ -376,7 +376,8 @@ def test_status_says_when_an_overgrown_fit_prunes_back(qtbot, window):
     from trifit.fitter import StepStats
 
     asked = window.controls.triangles.value()
-    for placed, expect in ((asked + 5, f"{asked + 5} triangles (pruning to {asked})"),
+    for placed, expect in ((asked + 5, f"{asked} triangles (now {asked + 5}, pruning)"),
+                           (asked - 3, f"{asked} triangles (now {asked - 3}, growing)"),
                            (asked, f"{asked} triangles")):
         stats = StepStats(iteration=10, iterations=5, loss=0.01, psnr=20.0, wall_s=0.1, it_per_s=50.0,
                           n_triangles=placed, sigma_px=1.0)
@@ -465,3 +466,12 @@ def test_the_preview_survives_a_device_reset(tmp_path):
     p = subprocess.run([sys.executable, "-c", _DEVICE_RESET_SCRIPT, str(tmp_path / "s.ini")],
                        capture_output=True, text=True, timeout=240)
     assert p.returncode == 0 and p.stdout.startswith("ok"), p.stdout[-2000:] + p.stderr[-4000:]
+
+
+def test_the_title_follows_a_live_count_change(qtbot, window):
+    win = window
+    win.open_image(sample_path("astronaut.png"))
+    wait_loaded(qtbot, win)
+    assert f"{TRIANGLES} triangles" in win.windowTitle()
+    win.controls.triangles.setValue(TRIANGLES + 7)
+    assert f"{TRIANGLES + 7} triangles" in win.windowTitle()
