@@ -68,6 +68,8 @@ class MainWindow(FileActions, SessionActions, WindowSettings, QtWidgets.QMainWin
         self._build_menus()
         self._build_status_bar()
         self._connect_worker()
+        for box in self.findChildren(QtWidgets.QAbstractSpinBox):
+            box.installEventFilter(self)  # Space starts and pauses the fit there too
         self._restore_settings()
         if session is not None:
             self.worker.configure_autosave(session.save, session.interval_s)
@@ -244,6 +246,14 @@ class MainWindow(FileActions, SessionActions, WindowSettings, QtWidgets.QMainWin
         self.scene_path = str(path)
         self._remember_folder(path)
         return True
+
+    def eventFilter(self, obj, event) -> bool:  # noqa: N802 - Qt override
+        """A spin box with focus would take Space as typing (a number has no spaces): let it
+        reach the Start / Pause shortcut instead."""
+        if (event.type() == QtCore.QEvent.Type.ShortcutOverride and event.key() == QtCore.Qt.Key.Key_Space
+                and event.modifiers() == QtCore.Qt.KeyboardModifier.NoModifier):
+            return True  # not accepted by the box: the shortcut fires
+        return super().eventFilter(obj, event)
 
     def toggle_running(self) -> None:
         if self.running:

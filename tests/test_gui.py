@@ -475,3 +475,20 @@ def test_the_title_follows_a_live_count_change(qtbot, window):
     assert f"{TRIANGLES} triangles" in win.windowTitle()
     win.controls.triangles.setValue(TRIANGLES + 7)
     assert f"{TRIANGLES + 7} triangles" in win.windowTitle()
+
+
+def test_space_starts_and_pauses_even_from_a_spin_box(qtbot, window):
+    win = window
+    win.open_image(sample_path("astronaut.png"))
+    wait_loaded(qtbot, win)
+    win.activateWindow()
+    qtbot.waitActive(win)
+    box = win.controls.triangles
+    box.setFocus()
+    qtbot.waitUntil(box.hasFocus, timeout=WAIT_MS)
+    before = box.value()
+    qtbot.keyClick(box, QtCore.Qt.Key.Key_Space)
+    qtbot.waitUntil(lambda: win.running, timeout=WAIT_MS)
+    qtbot.keyClick(box, QtCore.Qt.Key.Key_Space)
+    qtbot.waitUntil(lambda: not win.running, timeout=WAIT_MS)
+    assert box.value() == before  # the box took no keystroke
