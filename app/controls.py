@@ -8,7 +8,7 @@ so typing "1500" does not rebuild the fit at 1, 15 and 150 triangles on the way.
 
 from __future__ import annotations
 
-from PySide6 import QtCore, QtWidgets
+from PySide6 import QtCore, QtGui, QtWidgets
 
 from trifit import StopConditions
 from trifit.fitter import MAX_TRIANGLES_FIT
@@ -30,9 +30,30 @@ def _spin(minimum: int, maximum: int, value: int, *, step: int = 1, suffix: str 
     return box
 
 
+class _OffSpinBox(QtWidgets.QDoubleSpinBox):
+    """A spin box whose minimum means "off" (its special value text, e.g. "auto (anneal)"), and
+    which takes any beginning of that text typed by hand ("auto", "a") as the minimum."""
+
+    def _is_off(self, text: str) -> bool:
+        t = text.strip()
+        suffix = self.suffix().strip()
+        if suffix and t.endswith(suffix):  # the box keeps its suffix while one types
+            t = t[: -len(suffix)].strip()
+        t = t.lower()
+        return bool(t) and bool(self.specialValueText()) and self.specialValueText().lower().startswith(t)
+
+    def validate(self, text: str, pos: int):
+        if self._is_off(text):
+            return QtGui.QValidator.State.Acceptable, text, pos
+        return super().validate(text, pos)
+
+    def valueFromText(self, text: str) -> float:  # noqa: N802 - Qt override
+        return self.minimum() if self._is_off(text) else super().valueFromText(text)
+
+
 def _dspin(minimum: float, maximum: float, value: float, *, step: float, decimals: int = 2,
            suffix: str = "", off_text: str | None = None) -> QtWidgets.QDoubleSpinBox:
-    box = QtWidgets.QDoubleSpinBox()
+    box = _OffSpinBox() if off_text is not None else QtWidgets.QDoubleSpinBox()
     box.setRange(minimum, maximum)
     box.setDecimals(decimals)
     box.setSingleStep(step)

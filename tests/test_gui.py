@@ -492,3 +492,19 @@ def test_space_starts_and_pauses_even_from_a_spin_box(qtbot, window):
     qtbot.keyClick(box, QtCore.Qt.Key.Key_Space)
     qtbot.waitUntil(lambda: not win.running, timeout=WAIT_MS)
     assert box.value() == before  # the box took no keystroke
+
+
+def test_sigma_takes_auto_typed_by_hand(qtbot, window):
+    box = window.controls.sigma
+    box.setValue(1.5)
+    assert window.controls.sigma_px() == 1.5
+    for typed in ("auto", "Auto", "a"):
+        box.setValue(1.5)
+        box.lineEdit().selectAll()
+        qtbot.keyClicks(box.lineEdit(), typed)
+        qtbot.keyClick(box.lineEdit(), QtCore.Qt.Key.Key_Return)
+        assert window.controls.sigma_px() is None, typed  # back to the anneal
+    box.lineEdit().selectAll()
+    qtbot.keyClicks(box.lineEdit(), "0.7")
+    qtbot.keyClick(box.lineEdit(), QtCore.Qt.Key.Key_Return)
+    assert window.controls.sigma_px() == pytest.approx(0.7)
