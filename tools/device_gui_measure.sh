@@ -21,7 +21,7 @@ for so in /tmp/qtroot/usr/lib/x86_64-linux-gnu/*.so.* /tmp/qtroot/lib/x86_64-lin
 done
 echo "supplied: $(ls /tmp/qtlibs | tr '\n' ' ')"
 export LD_LIBRARY_PATH=/tmp/qtlibs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
-export PYTHONPATH=/tmp/site:/tmp/qt/site:$PWD
+export PYTHONPATH=/tmp/site:/tmp/qt/site:$(bash tools/stage_package.sh /tmp/trifit-pkg)
 export VK_DRIVER_FILES=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json PYTHONUNBUFFERED=1
 export QT_QPA_PLATFORM=offscreen QT_QPA_FONTDIR=/tmp/qtroot/usr/share/fonts/truetype/dejavu
 export XDG_RUNTIME_DIR=/tmp/xdg; mkdir -p -m 700 "$XDG_RUNTIME_DIR"
