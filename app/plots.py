@@ -13,6 +13,7 @@ import numpy as np
 import pyqtgraph as pg
 from PySide6 import QtCore, QtWidgets
 
+MAX_MARKS = 200  # growth / pruning markers kept on the plots (a long fit has ~100)
 REDRAW_HZ = 4  # the plots are painted in software, and a repaint is slow on a small CPU-only machine
 
 
@@ -131,6 +132,8 @@ class PlotsPanel(QtWidgets.QWidget):
 
         self.losses = Series(4096)
         self.rates = Series()
+        self.count_marks: list[tuple[pg.InfiniteLine, pg.InfiniteLine]] = []  # growth / pruning events
+        self._last_count: int | None = None
         self.gpu_ms: dict[str, Series] = {}
         self._dirty = False
         self._redraw_timer = QtCore.QTimer(self)
@@ -154,7 +157,28 @@ class PlotsPanel(QtWidgets.QWidget):
         self.loss_plot.setLogMode(x=False, y=bool(on))
 
     # ------------------------------------------------------------------ data in
+    def _mark_count_change(self, iteration: int, count: int) -> None:
+        """A dashed line where the working count changed (green: growth, red: pruning), on the
+        loss and PSNR plots: the fit's sawtooth reads as designed. The newest MAX_MARKS stay."""
+        last, self._last_count = self._last_count, count
+        if last is None or count == last:
+            return
+        pen = pg.mkPen("#5cb85c" if count > last else "#d9534f", width=1, style=QtCore.Qt.PenStyle.DashLine)
+        pair = tuple(pg.InfiniteLine(pos=iteration, angle=90, pen=pen, movable=False) for _ in range(2))
+        for plot, line in zip((self.loss_plot, self.psnr_plot), pair):
+            line.setToolTip(f"iteration {iteration}: {last} -> {count} triangles")
+            plot.addItem(line, ignoreBounds=True)
+        self.count_marks.append(pair)
+        while len(self.count_marks) > MAX_MARKS:
+            for plot, line in zip((self.loss_plot, self.psnr_plot), self.count_marks.pop(0)):
+                plot.removeItem(line)
+
     def clear(self) -> None:
+        for pair in self.count_marks:
+            for plot, line in zip((self.loss_plot, self.psnr_plot), pair):
+                plot.removeItem(line)
+        self.count_marks.clear()
+        self._last_count = None
         self.losses.clear()
         self.rates.clear()
         for series in self.gpu_ms.values():
@@ -164,6 +188,8 @@ class PlotsPanel(QtWidgets.QWidget):
     def add_progress(self, progress) -> None:
         if len(progress.losses):
             self.losses.extend(progress.iterations, progress.losses)
+        if progress.stats is not None:
+            self._mark_count_change(progress.stats.iteration, progress.stats.n_triangles)
         if progress.stats is not None and progress.chunk:
             self.rates.append(progress.stats.iteration, progress.stats.it_per_s)
             self.stats.set_chunk(progress.chunk)

@@ -508,3 +508,21 @@ def test_sigma_takes_auto_typed_by_hand(qtbot, window):
     qtbot.keyClicks(box.lineEdit(), "0.7")
     qtbot.keyClick(box.lineEdit(), QtCore.Qt.Key.Key_Return)
     assert window.controls.sigma_px() == pytest.approx(0.7)
+
+
+def test_growth_and_pruning_are_marked_on_the_plots(qtbot, window):
+    from trifit.app.worker import Progress
+    from trifit.fitter import StepStats
+
+    plots = window.plots
+    plots.clear()
+    for it, count in ((10, 20), (20, 20), (30, 35), (40, 28), (50, 28)):
+        stats = StepStats(iteration=it, iterations=10, loss=0.01, psnr=20.0, wall_s=0.1, it_per_s=50.0,
+                          n_triangles=count, sigma_px=1.0)
+        plots.add_progress(Progress(stats=stats, iterations=np.arange(it - 9, it + 1), losses=np.full(10, 0.01),
+                                    chunk=10))
+    marks = [(a.value(), a.pen.color().name()) for a, _ in plots.count_marks]
+    assert marks == [(30, "#5cb85c"), (40, "#d9534f")]  # growth at 30, pruning at 40
+    assert all(b in plots.psnr_plot.items for _, b in plots.count_marks)
+    plots.clear()
+    assert not plots.count_marks
