@@ -140,10 +140,16 @@ def sigmoid(x: np.ndarray) -> np.ndarray:
     return 1.0 / (1.0 + np.exp(-x))
 
 
+def raw_triangles(values) -> np.ndarray:
+    """Triangles' raw parameters (..., 10) from their values: vertices as they are, colours and
+    opacity as logits."""
+    t = np.array(values, dtype=np.float64)
+    t[..., 6:10] = logit(t[..., 6:10])
+    return t
+
+
 def raw_from_scene(scene: Scene) -> np.ndarray:
-    t = scene.triangles.copy()
-    t[:, 6:10] = logit(t[:, 6:10])
-    return np.concatenate([t.ravel(), logit(scene.background)])
+    return np.concatenate([raw_triangles(scene.triangles).ravel(), logit(scene.background)])
 
 
 def values_from_raw(raw: np.ndarray, n_tris: int) -> tuple[np.ndarray, np.ndarray]:

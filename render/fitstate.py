@@ -14,7 +14,7 @@ from dataclasses import replace as dc_replace
 
 import numpy as np
 
-from .fitloop import FitSettings, logit, values_from_raw
+from .fitloop import FitSettings, raw_triangles, values_from_raw
 from .history import release_loop
 
 #: fit loops kept by (triangle count, working size): pruning cycles revisit a few counts, and a
@@ -65,12 +65,10 @@ class FitState:
     # ------------------------------------------------------------------ operations
     def add(self, new: list[np.ndarray]) -> None:
         """Put each image's new triangles (values, (k, 10)) on top, with zero moments."""
-        fresh = np.stack(new).astype(np.float64)
-        fresh[..., 6:10] = logit(fresh[..., 6:10])
+        fresh = raw_triangles(np.stack(new))
         T, k = self.n_triangles, fresh.shape[1]
-        parts = [(tri, rest) for tri, rest in self._split()]
         self._join([(np.concatenate([tri, fresh if j == 0 else np.zeros_like(fresh)], axis=1), rest)
-                    for j, (tri, rest) in enumerate(parts)], T + k)
+                    for j, (tri, rest) in enumerate(self._split())], T + k)
 
     def keep(self, idx: np.ndarray) -> None:
         """Keep triangles ``idx[b]`` of each image b (all the same length), in that order."""
@@ -88,8 +86,7 @@ class FitState:
             alive = np.ones(self.n_triangles, bool)
             alive[d] = False
             order = np.concatenate([np.flatnonzero(alive), d])
-            raw_new = np.array(fresh, dtype=np.float64)
-            raw_new[:, 6:10] = logit(raw_new[:, 6:10])
+            raw_new = raw_triangles(fresh)
             for j, (tri, _) in enumerate(out):
                 tri[b] = tri[b][order]
                 tri[b, len(order) - len(d):] = raw_new if j == 0 else 0.0

@@ -104,7 +104,7 @@ class FixedStrategy:
         self.settings.overgrow = 1.0
         fit = self.fit
         if n > fit.n_triangles:
-            fit.add(self._place(n - fit.n_triangles, n))
+            fit.add(self._place([n - fit.n_triangles] * fit.batch, n))
         elif n < fit.n_triangles:
             fit.keep(fit.most_costly(n, transient=True))
 
@@ -113,12 +113,14 @@ class FixedStrategy:
         self.fit.use_schedule(self.schedule(self.fit.iteration))
 
     # ------------------------------------------------------------------ helpers
-    def _place(self, k: int, n_after: int) -> list[np.ndarray]:
-        """k new triangles per image (values, (k, 10) each) where the image's error is largest."""
+    def _place(self, counts: list[int], n_after: int | None = None) -> list[np.ndarray | None]:
+        """counts[b] new triangles for image b (values, (k, 10); None for none), where its error
+        is largest, sized for ``n_after`` triangles (default: the count asked for)."""
         fit = self.fit
         image = fit.placement_image()
         return [new_triangles(fit.targets[b], k, image[b], fit.rngs[b], self.settings,
-                              self.settings.insert_radius, n_after) for b in range(fit.batch)]
+                              self.settings.insert_radius, n_after) if k else None
+                for b, k in enumerate(counts)]
 
 
 class DefaultStrategy(FixedStrategy):
@@ -308,7 +310,7 @@ class DefaultStrategy(FixedStrategy):
             fit.to_full_size()
         change = self._count_change(iteration)
         if change is not None and change[0] == "grow":
-            fit.add(self._place(change[1] - fit.n_triangles, change[1]))
+            fit.add(self._place([change[1] - fit.n_triangles] * fit.batch, change[1]))
         elif change is not None:
             self.pruning = True  # from here (with one cycle) the count only falls
             fit.keep(fit.most_costly(change[1]))
@@ -338,9 +340,7 @@ class DefaultStrategy(FixedStrategy):
                 for t in tris]
         if not any(len(d) for d in dead):
             return
-        image = fit.placement_image()
-        new = [new_triangles(fit.targets[b], len(d), image[b], fit.rngs[b], s, s.insert_radius) if len(d) else None
-               for b, d in enumerate(dead)]
+        new = self._place([len(d) for d in dead])
         fit.replace(dead, new)
 
     def _usefulness(self, tris: np.ndarray) -> np.ndarray:
