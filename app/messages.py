@@ -62,6 +62,7 @@ class AutosaveSnapshot:
     n_triangles: int            # triangles in the scene now (the fitter may still be growing)
     backend: str
     running: bool
+    checkpoint: Any = None      # render.checkpoint.Checkpoint: what a restore resumes from exactly
 
 
 class AutosaveClock:

@@ -6,13 +6,16 @@ the store writes it to the user's data directory::
 
     <data>/autosave/session-<date>-<time>-<pid>/
         scene.json     the scene (the trifit scene format; File > Open scene can read it)
+        state.npz      the fit's checkpoint (render/checkpoint.py): parameters, Adam moments,
+                       schedule, strategy progress, loss history -- a restore resumes from it
         session.json   what the fit was made from: target image (absolute path), working size,
                        triangle count, seed, sigma, learning-rate scale, stop rules, iteration,
                        time, software version, pid, "clean_exit": false
         lock           a QLockFile held while the window lives (pid, process name, host, boot id)
 
-Both files are written atomically (a temporary file renamed over the old one), scene first, so
-a ``kill -9`` at any moment leaves the previous complete pair or the new one. A normal quit
+Every file is written atomically (a temporary file renamed over the old one), session.json last,
+so a ``kill -9`` at any moment leaves a usable session: a checkpoint whose iteration is not the
+record's is ignored, and the restore starts from the scene. A normal quit
 deletes the folder. At the next start, a folder whose lock is stale (its process is gone) and
 whose ``session.json`` says ``clean_exit: false`` is a crashed session: the window offers to
 restore it (the newest one, if several). One folder per running window, so two trifit windows
@@ -43,10 +46,12 @@ from pathlib import Path
 from PySide6 import QtCore
 
 import trifit
+from trifit.checkpoint import save_checkpoint
 from trifit.fileutil import atomic_write_bytes
 
 from .session_record import (
     AUTOSAVE_ENV,
+    CHECKPOINT_FILE,
     DAMAGED_PREFIX,
     FOLDER_PREFIX,
     LOCK_FILE,
@@ -57,6 +62,7 @@ from .session_record import (
     CrashedSession,
     SessionDamaged,
     autosave_interval,
+    checkpoint_of,
     data_dir,
     params_from_record,
     read_session_record,
@@ -153,7 +159,7 @@ class SessionStore:
             log.warning("an autosaved session cannot be restored: its image %s is gone "
                         "(the scene is in %s)", record["source"], folder / SCENE_FILE)
             return None
-        return CrashedSession(folder, record, scene, params, stop, lock)
+        return CrashedSession(folder, record, scene, params, stop, lock, checkpoint_of(folder, record))
 
     def adopt(self, crashed: CrashedSession) -> None:
         """Continue ``crashed`` in this window: later autosaves go to its folder (so its files
@@ -190,6 +196,10 @@ class SessionStore:
             scene = snap.scene
             scene.meta["source"] = source  # so File > Open scene finds the image from anywhere
             scene.save(folder / SCENE_FILE)
+            if snap.checkpoint is not None:
+                save_checkpoint(snap.checkpoint, folder / CHECKPOINT_FILE)
+            else:
+                (folder / CHECKPOINT_FILE).unlink(missing_ok=True)  # never one of an older iteration
             now = time.time()
             record = {
                 "format": SESSION_FORMAT,

@@ -44,8 +44,9 @@ class SessionActions:
         box.open()  # window-modal, not blocking
 
     def answer_restore(self, restore: bool) -> None:
-        """Answer the pending restore question: restore the crashed session (its image, settings
-        and scene; the fit starts from that scene) or delete it and open the start-up image."""
+        """Answer the pending restore question: restore the crashed session (its image and
+        settings; the fit resumes from its checkpoint -- iteration, sigma, optimiser state --
+        or, without a usable one, starts from its scene) or delete it and open the start-up image."""
         crashed, self.restore_offer = self.restore_offer, None
         box, self._restore_box = self._restore_box, None
         if box is not None and box.isVisible():
@@ -65,7 +66,8 @@ class SessionActions:
         self.controls.set_params(crashed.params)
         self.controls.set_stop_conditions(crashed.stop)
         self.worker.set_stop_conditions(crashed.stop)
-        self.worker.load(crashed.source, crashed.params, init_scene=crashed.scene, start=start)
+        self.worker.load(crashed.source, crashed.params, init_scene=crashed.scene, start=start,
+                         resume=crashed.checkpoint)
         log.info("restoring the session autosaved in %s (%s)", crashed.folder, crashed.describe())
         self.show_message(f"Restored the previous session ({crashed.describe()})")
 

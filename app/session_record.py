@@ -17,6 +17,7 @@ from PySide6 import QtCore
 
 import trifit
 from trifit import StopConditions
+from trifit.checkpoint import CheckpointError, load_checkpoint
 from trifit.fitter import MAX_TRIANGLES_FIT
 from trifit.imageio import MAX_WORKING_SIZE
 
@@ -32,6 +33,7 @@ SESSION_FORMAT = "trifit-session"
 SESSION_VERSION = 1
 SESSION_FILE = "session.json"
 SCENE_FILE = "scene.json"
+CHECKPOINT_FILE = "state.npz"
 LOCK_FILE = "lock"
 FOLDER_PREFIX = "session-"
 DAMAGED_PREFIX = "damaged-"
@@ -92,6 +94,7 @@ class CrashedSession:
     params: FitParams
     stop: StopConditions
     lock: Any  # QtCore.QLockFile
+    checkpoint: Any = None  # render.checkpoint.Checkpoint of the fit at the record's iteration, if usable
 
     @property
     def source(self) -> str:
@@ -182,6 +185,24 @@ def read_session_record(folder: Path) -> dict | None:
     _number(record.get("iteration", 0), "iteration", integer=True, low=0)
     _number(record.get("saved_at_unix", 0.0), "saved_at_unix", low=0)
     return record
+
+
+def checkpoint_of(folder: Path, record: dict):
+    """The folder's checkpoint when it is usable and of the record's iteration, else None (logged:
+    the restore then starts from the saved scene, as before checkpoints existed)."""
+    path = folder / CHECKPOINT_FILE
+    if not path.exists():
+        return None
+    try:
+        ck = load_checkpoint(path)
+    except CheckpointError as exc:
+        log.warning("ignoring the autosave's checkpoint (%s); a restore starts from its scene", exc)
+        return None
+    if ck.iteration != int(record.get("iteration", -1)) or ck.state["batch"] != 1:
+        log.warning("ignoring the autosave's checkpoint (iteration %d, the session's is %s); a restore "
+                    "starts from its scene", ck.iteration, record.get("iteration"))
+        return None
+    return ck
 
 
 # ---------------------------------------------------------------------- the store

@@ -51,6 +51,7 @@ class _Load:
     source: str | None = None
     init_scene: Any = None
     start: bool = False
+    resume: Any = None                  # render.checkpoint.Checkpoint: continue that fit instead
 
 
 @dataclass
@@ -115,11 +116,13 @@ class FitWorker:
         self._thread.start()
 
     def load(self, image, params: FitParams, *, source: str | None = None, init_scene=None,
-             start: bool = False) -> None:
-        """Build a new fit; on failure ``failed`` is emitted and the current fit stays."""
+             start: bool = False, resume=None) -> None:
+        """Build a new fit; on failure ``failed`` is emitted and the current fit stays.
+        ``resume``: a checkpoint of a fit of this image to continue where it was (a crash
+        restore); if it does not fit the image, the fit starts from ``init_scene`` instead."""
         if source is None and isinstance(image, str):
             source = image
-        self._commands.put(_Load(image, replace(params), source, init_scene, start))
+        self._commands.put(_Load(image, replace(params), source, init_scene, start, resume))
 
     def run(self) -> None:
         self._commands.put(_RUN)
@@ -261,7 +264,7 @@ class FitWorker:
             elif isinstance(cmd, tuple) and cmd[0] == _RESET:
                 if self._last_load is not None:  # a fresh fit: seed and size apply, no init scene
                     self._do_load(replace(self._last_load, params=cmd[1], init_scene=None,
-                                          start=self._running))
+                                          resume=None, start=self._running))
         for live in latest_live.values():
             self._apply_live(live)
 
@@ -322,12 +325,14 @@ class FitWorker:
     def _do_load(self, cmd: _Load) -> None:
         p = cmd.params
         try:
-            fitter = trifit.Fitter(cmd.image, triangles=p.triangles, size=p.size, seed=p.seed,
-                                   engine=self.engine, init_scene=cmd.init_scene, source=cmd.source)
-            if p.sigma_px is not None:
-                fitter.set_sigma(p.sigma_px)
-            if p.lr_scale != 1.0:
-                fitter.set_learning_rate(p.lr_scale)
+            fitter = self._resumed(cmd) if cmd.resume is not None else None
+            if fitter is None:
+                fitter = trifit.Fitter(cmd.image, triangles=p.triangles, size=p.size, seed=p.seed,
+                                       engine=self.engine, init_scene=cmd.init_scene, source=cmd.source)
+                if p.sigma_px is not None:
+                    fitter.set_sigma(p.sigma_px)
+                if p.lr_scale != 1.0:
+                    fitter.set_learning_rate(p.lr_scale)
         except (trifit.ImageError, trifit.SceneError) as exc:
             self.signals.failed.emit("Cannot open", str(exc))
             return
@@ -347,12 +352,26 @@ class FitWorker:
         self._last_preview = 0.0
         self.signals.loaded.emit(FitInfo(cmd.source, fitter.target.copy(), fitter.width, fitter.height,
                                          fitter.settings.triangles, self.engine.backend, fitter.iteration))
+        if len(fitter.history):  # a resumed fit: its loss curve so far
+            self.signals.progress.emit(Progress(None, np.array(fitter.history.iterations),
+                                                np.array(fitter.history.losses), 0))
         if fitter.gpu_image() is None:
             # Reference backend: show the initial triangles; the GPU path shows them after a step.
             self.signals.progress.emit(Progress(None, np.empty(0, int), np.empty(0), 0,
                                                 pixels=self.engine.render(fitter.scene)))
         if cmd.start:
             self._set_running(True)
+
+    def _resumed(self, cmd: _Load):
+        """The checkpointed fit, continued; None (logged) when the checkpoint does not fit the
+        image as it is now -- the caller then starts from the saved scene."""
+        try:
+            return trifit.Fitter.resume(cmd.image, cmd.resume, engine=self.engine, source=cmd.source)
+        except trifit.TrifitError as exc:
+            if isinstance(exc, trifit.ImageError):
+                raise
+            log.warning("cannot resume the checkpointed fit (%s); starting from its saved scene", exc)
+            return None
 
     def _do_job(self, job: _Job) -> None:
         if self._fitter is None:
@@ -402,6 +421,7 @@ class FitWorker:
             return None
         try:
             scene = f.scene
+            checkpoint = f.checkpoint()
         except Exception as exc:  # a failed readback must not stop the fit; try again next period
             log.warning("autosave: cannot read the scene back (%s: %s)", type(exc).__name__, exc)
             return None
@@ -409,7 +429,7 @@ class FitWorker:
         return AutosaveSnapshot(scene, self._last_load.source if self._last_load else None,
                                 replace(self._params) if self._params else FitParams(),
                                 replace(self._stop_rules), f.iteration, f.n_triangles,
-                                self.engine.backend, self._running)
+                                self.engine.backend, self._running, checkpoint)
 
     def _write_autosave(self, snapshot: AutosaveSnapshot) -> None:
         try:

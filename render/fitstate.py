@@ -121,15 +121,17 @@ class FitState:
         raw, m, v = (np.concatenate([tri.reshape(self.batch, -1), rest], axis=1) for tri, rest in parts)
         self._set(raw, m, v, n, self.iteration, images)
 
-    def _set(self, raw, m, v, n: int, iteration: int, images=None) -> None:
+    def _set(self, raw, m, v, n: int, iteration: int, images=None, exact: bool = False) -> None:
         """Continue from this state with n triangles: a kept loop of that count and working size
         reset (pruning cycles return to a few counts dozens of times a second), or a new one.
         ``images``: the same count and size, and only these images changed (a respawn): the
         loop takes their new state and leaves the others' bits alone, so an image's fit never
-        depends on what happens to the others in its batch."""
-        raw = np.asarray(raw, dtype=np.float32).astype(np.float64)
-        m = np.zeros_like(raw) if m is None else np.asarray(m, dtype=np.float32).astype(np.float64)
-        v = np.zeros_like(raw) if v is None else np.asarray(v, dtype=np.float32).astype(np.float64)
+        depends on what happens to the others in its batch. The state is rounded to float32 (what
+        the GPU loop holds), unless ``exact`` (a checkpoint of the float64 reference loop)."""
+        kind = np.float64 if exact else np.float32
+        raw = np.asarray(raw, dtype=kind).astype(np.float64)
+        m = np.zeros_like(raw) if m is None else np.asarray(m, dtype=kind).astype(np.float64)
+        v = np.zeros_like(raw) if v is None else np.asarray(v, dtype=kind).astype(np.float64)
         self.n_triangles = n
         target = self.working_targets()
         key = (n, target.shape)

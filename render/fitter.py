@@ -22,6 +22,7 @@ from dataclasses import replace as dc_replace
 import numpy as np
 
 from . import __version__
+from .checkpoint import Checkpoint, restore as restore_checkpoint, settings_of, take as take_checkpoint
 from .engine import Engine
 from .errors import DeviceLostError, NumericalFault, TrifitError
 from .fitloop import FitSettings, raw_from_scene
@@ -56,7 +57,28 @@ class Fitter(FitState):
             source = str(target_image)
         self._setup([target_image], [seed], [source], init_scene, triangles, size, engine, settings)
 
-    def _setup(self, images, seeds, sources, init_scene, triangles, size, engine, settings) -> None:
+    @classmethod
+    def resume(cls, target_image, checkpoint: Checkpoint, engine: Engine | None = None, *,
+               source: str | None = None) -> Fitter:
+        """The fit ``checkpoint`` was taken of (render/checkpoint.py), continuing as if it had only
+        paused: its iteration, schedule, optimiser state, strategy progress and history.
+        ``target_image`` must be the image it was fitting (it is checked by working size)."""
+        if source is None and isinstance(target_image, str):
+            source = str(target_image)
+        if cls is not Fitter or checkpoint.state["batch"] != 1:
+            raise TrifitError("Fitter.resume continues a one-image fit")
+        initial, now = settings_of(checkpoint)
+        rest = {k: v for k, v in initial.as_dict().items() if k not in ("triangles", "size", "seed")}
+        fit = cls.__new__(cls)
+        fit._setup([target_image], [initial.seed], [source], None, initial.triangles, initial.size, engine, rest,
+                   resume=(checkpoint, now))
+        return fit
+
+    def checkpoint(self) -> Checkpoint:
+        """Everything :meth:`resume` needs to go on from here (call between steps)."""
+        return take_checkpoint(self)
+
+    def _setup(self, images, seeds, sources, init_scene, triangles, size, engine, settings, resume=None) -> None:
         self.engine = engine or Engine("auto")
         self.settings = FitSettings(triangles=int(triangles), size=int(size), seed=int(seeds[0]), **settings)
         s = self.settings
@@ -84,11 +106,16 @@ class Fitter(FitState):
         self._loops: dict = {}      # fit loops by (count, working size), least recently used first
         self._loop = None
         self._half = half_size(self.targets, s) if init_scene is None else None
+        if resume is not None:
+            self.settings = s = resume[1]  # as the fit had them: planned length, live changes
         self.strategy = make_strategy(s.strategy, self)
         if not self.strategy.uses_coarse_stage:
             self._half = None
         self.coarse = self._half is not None  # the loop works at half size
         self.full_from = 0                    # the iteration the full-size stage began
+        if resume is not None:
+            restore_checkpoint(self, resume[0])
+            return
         if init_scene is not None:
             if init_scene.n_triangles < 1:
                 raise TrifitError("the scene to refine has no triangles")

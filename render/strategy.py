@@ -112,6 +112,15 @@ class FixedStrategy:
         self.sigma_fixed = sigma
         self.fit.use_schedule(self.schedule(self.fit.iteration))
 
+    # ------------------------------------------------------------------ progress (checkpoints)
+    def state(self) -> dict:
+        """What this strategy has learned or been told so far, JSON-able (render/checkpoint.py)."""
+        return {"sigma_fixed": self.sigma_fixed, "time_budgeted": self.time_budgeted}
+
+    def load_state(self, state: dict) -> None:
+        self.sigma_fixed = None if state.get("sigma_fixed") is None else float(state["sigma_fixed"])
+        self.time_budgeted = bool(state.get("time_budgeted", False))
+
     # ------------------------------------------------------------------ helpers
     def _place(self, counts: list[int], n_after: int | None = None) -> list[np.ndarray | None]:
         """counts[b] new triangles for image b (values, (k, 10); None for none), where its error
@@ -136,6 +145,19 @@ class DefaultStrategy(FixedStrategy):
         self.sigma_scales = np.ones(fit.batch)  # each image's final-sigma factor, from the probes
         self._plan_key = None
         self._counts: list[tuple[int, int]] = []  # (first iteration, wanted count), by iteration
+
+    def state(self) -> dict:
+        return {**super().state(), "pruning": self.pruning, "probes_done": self.probes_done,
+                "sigma_scales": [float(k) for k in self.sigma_scales]}
+
+    def load_state(self, state: dict) -> None:
+        super().load_state(state)
+        self.pruning = bool(state["pruning"])
+        self.probes_done = int(state["probes_done"])
+        scales = np.asarray(state["sigma_scales"], dtype=np.float64)
+        if scales.shape != self.sigma_scales.shape or not np.all(np.isfinite(scales)) or np.any(scales <= 0):
+            raise ValueError(f"sigma_scales {state['sigma_scales']!r} do not fit this fit")
+        self.sigma_scales = scales
 
     # ------------------------------------------------------------------ the plan
     def peak(self) -> int:

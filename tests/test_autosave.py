@@ -30,7 +30,14 @@ from PySide6 import QtCore, QtWidgets  # noqa: E402
 import trifit  # noqa: E402
 import trifit.app  # noqa: E402,F401  (installs the PySide6 refcount guard first)
 from trifit.app.session import SessionStore  # noqa: E402
-from trifit.app.session_record import DATA_DIR_ENV, RESTORE_ENV, SCENE_FILE, SESSION_FILE, read_session_record  # noqa: E402
+from trifit.app.session_record import (  # noqa: E402
+    CHECKPOINT_FILE,
+    DATA_DIR_ENV,
+    RESTORE_ENV,
+    SCENE_FILE,
+    SESSION_FILE,
+    read_session_record,
+)
 from trifit.app.window import MainWindow  # noqa: E402
 from trifit.app.worker import AutosaveSnapshot, FitParams  # noqa: E402
 from trifit.resources import sample_path  # noqa: E402
@@ -78,6 +85,10 @@ def fit_state(qtbot, win: MainWindow):
     win.worker.submit(lambda f: (f.iteration, f.scene), on_done=got.append)
     qtbot.waitUntil(lambda: bool(got), timeout=WAIT_MS)
     return got[0]
+
+
+def psnr(image: np.ndarray, target: np.ndarray) -> float:
+    return float(10 * np.log10(1 / np.mean((np.clip(image, 0, 1) - target) ** 2)))
 
 
 def abandoned_session(root: Path, source: str, *, n: int = 9, iteration: int = 40) -> Path:
@@ -177,12 +188,21 @@ def test_kill_9_mid_fit_then_restore(qtbot, engine, settings, tmp_path):
         assert (win.controls.params().size, win.controls.params().triangles) == (SIZE, TRIANGLES)
         assert win.restored is offer
 
-        # The fitter starts from the autosaved scene (refining it), not from a fresh start.
-        iteration, scene = fit_state(qtbot, win)
-        assert iteration == 0
+        # The fit resumes where it was: its iteration, sigma, scene and PSNR (from the checkpoint).
+        assert (folder / CHECKPOINT_FILE).is_file() and offer.checkpoint is not None
+        got = []
+        win.worker.submit(lambda f: (f.iteration, f.scene, f.target.copy(), len(f.history), f.strategy.name),
+                          on_done=got.append)
+        qtbot.waitUntil(lambda: bool(got), timeout=WAIT_MS)
+        iteration, scene, target, history_len, _ = got[0]
+        assert iteration == record["iteration"] > 0
+        assert history_len == iteration  # the loss curve goes on from where it was
         assert scene.n_triangles == saved.n_triangles
-        np.testing.assert_allclose(scene.triangles, saved.triangles, atol=2e-3)
-        np.testing.assert_allclose(scene.background, saved.background, atol=2e-3)
+        assert scene.sigma == pytest.approx(saved.sigma, rel=1e-6)
+        np.testing.assert_allclose(scene.triangles, saved.triangles, atol=1e-6)
+        psnr_saved = psnr(engine.render(saved), target)
+        psnr_restored = psnr(engine.render(scene), target)
+        assert abs(psnr_restored - psnr_saved) <= 0.1, (psnr_saved, psnr_restored)
 
         # The restored fit runs and autosaves into the adopted folder.
         win.start_fit()
@@ -325,3 +345,34 @@ def test_failed_restore_keeps_the_autosave(qtbot, engine, settings, tmp_path, mo
     found = SessionStore(root).find_crashed()
     assert [c.folder for c in found] == [folder]
     found[0].lock.unlock()
+
+
+def test_unusable_checkpoint_restores_from_the_scene(qtbot, engine, settings, tmp_path, monkeypatch, caplog):
+    """A checkpoint that is damaged, or of another iteration than the record (a kill between the
+    writes), is ignored with a log line: the restore starts from the saved scene instead."""
+    from trifit.checkpoint import save_checkpoint
+
+    root = tmp_path / "autosave"
+    source = sample_path("chelsea.png")
+    damaged = abandoned_session(root, source, n=7, iteration=40)
+    (damaged / CHECKPOINT_FILE).write_bytes(b"PK\x03\x04 not a checkpoint")
+    stale_root = tmp_path / "stale"
+    stale = abandoned_session(stale_root, source, n=7, iteration=40)
+    f = trifit.Fitter(source, triangles=7, size=SIZE, engine=engine)
+    f.step(3)
+    save_checkpoint(f.checkpoint(), stale / CHECKPOINT_FILE)  # iteration 3, the record says 40
+    with caplog.at_level(logging.WARNING, logger="trifit.app"):
+        for where in (root, stale_root):
+            found = SessionStore(where).find_crashed()
+            assert len(found) == 1 and found[0].checkpoint is None
+            found[0].lock.unlock()
+    assert sum("ignoring the autosave's checkpoint" in r.getMessage() for r in caplog.records) == 2
+    monkeypatch.setenv(RESTORE_ENV, "yes")
+    win = make_window(qtbot, engine, settings, SessionStore(root, interval_s=INTERVAL_S))
+    try:
+        win.begin(sample_path("astronaut.png"), start=False)
+        qtbot.waitUntil(lambda: win.fit_info is not None, timeout=WAIT_MS)
+        iteration, scene = fit_state(qtbot, win)
+        assert iteration == 0 and scene.n_triangles == 7  # from the scene, as a refit
+    finally:
+        win.close()

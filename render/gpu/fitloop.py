@@ -262,18 +262,29 @@ class GpuFitLoop:
     def current_values(self):
         """Triangles, background and sigma as the device has them now (one small readback);
         triangles (B, T, 10) and backgrounds (B, 3) for a stack."""
+        B = self.batch
+        tris, bg, _ = SCENE.unpack(self.records().astype(np.float64), self.n_tris)
+        # the record holds the next iteration's sigma (adam.wgsl); the scene is the current one's
+        sigma = self.schedule.sigmas(max(self.iter, 1), B).astype(np.float32).astype(np.float64)
+        return (tris, bg, sigma) if self.batched else (tris[0], bg[0], float(sigma[0]))
+
+    def records(self) -> np.ndarray:
+        """(B, stride) float32: the scene records as the device materialised them from the raw
+        parameters (adam.wgsl, in float32: an ulp from the host's rounding of the same values) with
+        the next iteration's sigma. A checkpoint keeps them so that a resumed fit goes on to the bit."""
         B, stride = self.batch, self.shape.scene_stride
         size = B * stride * 4
         enc = self.device.create_command_encoder()
         st, _ = self.ws.copy_out(enc, "scene", size)
         self.device.queue.submit([enc.finish()])
         self.backend.counters.submissions += 1
-        rec = Workspace.read(st, size).astype(np.float64).reshape(B, stride)
         self.backend.counters.readback_bytes += size
-        tris, bg, _ = SCENE.unpack(rec, self.n_tris)
-        # the record holds the next iteration's sigma (adam.wgsl); the scene is the current one's
-        sigma = self.schedule.sigmas(max(self.iter, 1), B).astype(np.float32).astype(np.float64)
-        return (tris, bg, sigma) if self.batched else (tris[0], bg[0], float(sigma[0]))
+        return Workspace.read(st, size).reshape(B, stride)
+
+    def put_records(self, records) -> None:
+        """Write back what :meth:`records` read (after ``set_state`` of the same parameters)."""
+        rec = np.ascontiguousarray(records, dtype=np.float32).reshape(self.batch, self.shape.scene_stride)
+        self.backend.counters.upload_bytes += self.ws.write("scene", rec)
 
     def gpu_image(self):
         """(buffer, width, height): the last forward's float32 rgb image, on the device."""

@@ -1,0 +1,136 @@
+"""Checkpoints (render/checkpoint.py): a resumed fit goes on exactly as the uninterrupted one,
+on the GPU and in the reference; damaged or mismatched checkpoints are refused whole."""
+
+import json
+import zipfile
+
+import numpy as np
+import pytest
+
+from trifit import Fitter, Scene, TrifitError, reference as R
+from trifit.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
+
+
+def _target(W=64, H=48, seed=2):
+    rng = np.random.default_rng(seed)
+    truth = Scene.random(20, W, H, seed=seed, sigma_px=1.0)
+    return np.clip(R.render(truth) + rng.normal(0, 0.01, (H, W, 3)), 0, 1)
+
+
+def _resume_matches(engine, target, total, cuts, tmp_path, **kw):
+    """Fit ``total`` iterations straight through; for each cut, checkpoint there (through a file),
+    resume in a new fitter, run the rest: the same scene, bit for bit, and the same history."""
+    straight = Fitter(target, engine=engine, **kw)
+    straight.plan(total)
+    saved = {}
+    for cut in sorted(cuts):
+        straight.step(cut - straight.iteration)
+        saved[cut] = save_checkpoint(straight.checkpoint(), tmp_path / f"at-{cut}.npz")
+    straight.step(total - straight.iteration)
+    want = straight.scene
+    for cut, path in saved.items():
+        resumed = Fitter.resume(target, load_checkpoint(path), engine=engine)
+        assert resumed.iteration == cut and len(resumed.history) == cut
+        resumed.step(total - cut)
+        got = resumed.scene
+        assert got.n_triangles == want.n_triangles
+        assert got.triangles.tobytes() == want.triangles.tobytes(), f"resumed at {cut}"
+        assert got.background.tobytes() == want.background.tobytes()
+        assert got.sigma == want.sigma
+        assert np.array_equal(resumed.history.losses, straight.history.losses)
+        assert got.meta["changes"] == want.meta["changes"]
+
+
+@pytest.mark.gpu
+def test_gpu_resume_is_the_uninterrupted_fit(gpu_engine, tmp_path):
+    # cuts in the half-size stage, during growth, and after pruning and sigma probes have begun
+    total = 600
+    kw = dict(triangles=30, size=64, seed=4, coarse_min_size=24)  # a half-size stage at this small size
+    f = Fitter(_target(), engine=gpu_engine, **kw)
+    f.plan(total)
+    assert 50 < f.coarse_until < 300 < f.strategy.probe_at(0) < 530
+    _resume_matches(gpu_engine, _target(), total, [50, 300, 530], tmp_path, **kw)
+
+
+def test_reference_resume_is_the_uninterrupted_fit(ref_engine, tmp_path):
+    _resume_matches(ref_engine, _target(32, 24), 120, [40, 90], tmp_path, triangles=8, size=32, seed=1)
+
+
+@pytest.mark.gpu
+def test_resume_keeps_live_changes_and_a_refit(gpu_engine, tmp_path):
+    """A fit with a count and sigma set by hand, refining a saved scene (no half-size stage)."""
+    start = Fitter(_target(), triangles=20, size=64, seed=0, engine=gpu_engine)
+    start.step(60)
+    f = Fitter(_target(), triangles=20, size=64, seed=0, engine=gpu_engine, init_scene=start.scene)
+    f.step(30)
+    f.set_triangles(26)
+    f.set_sigma(0.8)
+    f.step(30)
+    ck = f.checkpoint()
+    resumed = Fitter.resume(_target(), ck, engine=gpu_engine)
+    assert not resumed.has_coarse_stage and resumed.strategy.sigma_fixed == f.strategy.sigma_fixed
+    assert resumed.settings.triangles == 26
+    f.step(40)
+    resumed.step(40)
+    assert resumed.scene.triangles.tobytes() == f.scene.triangles.tobytes()
+
+
+def test_mismatched_image_is_refused(ref_engine):
+    f = Fitter(_target(32, 24), triangles=6, size=32, seed=0, engine=ref_engine)
+    f.step(3)
+    with pytest.raises(CheckpointError, match="24"):
+        Fitter.resume(_target(32, 32), f.checkpoint(), engine=ref_engine)
+
+
+def _damage(path, out, **change):
+    with np.load(path) as z:
+        data = {k: z[k] for k in z.files}
+    state = json.loads(bytes(data["state"]).decode())
+    for key, value in change.items():
+        if key in data and key != "state":
+            data[key] = value
+        else:
+            state[key] = value
+    data["state"] = np.frombuffer(json.dumps(state).encode(), dtype=np.uint8)
+    np.savez(out, **data)
+    return out
+
+
+def test_damaged_checkpoints_are_refused(ref_engine, tmp_path):
+    f = Fitter(_target(32, 24), triangles=6, size=32, seed=0, engine=ref_engine)
+    f.step(5)
+    good = save_checkpoint(f.checkpoint(), tmp_path / "good.npz")
+    assert load_checkpoint(good).iteration == 5
+    cut = tmp_path / "cut.npz"
+    cut.write_bytes(good.read_bytes()[:200])
+    bad_raw = f.checkpoint().raw.copy()
+    bad_raw[0, 0] = np.nan
+    cases = {
+        "cut": cut,
+        "format": _damage(good, tmp_path / "format.npz", format="something-else"),
+        "version": _damage(good, tmp_path / "version.npz", version=99),
+        "settings": _damage(good, tmp_path / "settings.npz", settings={"no_such_setting": 1}),
+        "nan": _damage(good, tmp_path / "nan.npz", raw=bad_raw),
+        "shape": _damage(good, tmp_path / "shape.npz", n_triangles=50),
+        "rngs": _damage(good, tmp_path / "rngs.npz", rngs=[]),
+    }
+    with zipfile.ZipFile(tmp_path / "nostate.npz", "w") as z:
+        z.writestr("raw.npy", b"")
+    cases["no state"] = tmp_path / "nostate.npz"
+    (tmp_path / "text.npz").write_text("not a zip")
+    cases["text"] = tmp_path / "text.npz"
+    for name, path in cases.items():
+        with pytest.raises(CheckpointError):
+            load_checkpoint(path)
+            pytest.fail(name)
+    with pytest.raises(CheckpointError):
+        load_checkpoint(tmp_path / "missing.npz")
+
+
+def test_batch_checkpoints_are_not_resumed_as_one_image(ref_engine):
+    from trifit import BatchFitter
+
+    b = BatchFitter([_target(32, 24), _target(32, 24, seed=3)], triangles=6, size=32, engine=ref_engine)
+    b.step(2)
+    with pytest.raises(TrifitError, match="one-image"):
+        Fitter.resume(_target(32, 24), b.checkpoint(), engine=ref_engine)
