@@ -1,5 +1,6 @@
 """Export jobs. Each ``*_job`` returns a function the fit worker runs with the fitter (the scene
-readback and any render happen on the worker thread, never on the GUI thread).
+readback and any render happen on the worker thread, never on the GUI thread). Pictures, which
+can take long to render, are a chain of tile jobs instead: app/picture_export.py.
 
 PNG/SVG/report come from ``trifit.export`` / ``trifit.report``; a build without them gets
 :class:`ExportUnavailable` with a readable reason before any file dialog opens.
@@ -35,15 +36,6 @@ def scene_json_job(path: str | Path):
     return job
 
 
-def png_job(path: str | Path, width: int, height: int):
-    save_png = engine_function("export", "save_png")
-
-    def job(fitter):
-        save_png(fitter.scene, str(path), int(width), int(height), fitter.engine)
-        return str(path)
-    return job
-
-
 def svg_job(path: str | Path):
     save_svg = engine_function("export", "save_svg")
 
@@ -60,8 +52,3 @@ def report_job(path: str | Path):
         write_report(str(path), fitter)
         return str(path)
     return job
-
-
-def png_size_for_width(width: int, frame_w: int, frame_h: int) -> tuple[int, int]:
-    """Export size keeping the fit's aspect ratio."""
-    return int(width), max(1, round(int(width) * frame_h / frame_w))

@@ -1,6 +1,7 @@
 """The main window's file side: open, save and export dialogs, exports run on the worker
-thread, the recent-files menu, drag and drop. A mixin of :class:`app.window.MainWindow`, which
-owns the state these methods use (worker, settings, status and error display)."""
+thread (pictures as a chain of tile jobs: app/picture_export.py), the recent-files menu, drag
+and drop. A mixin of :class:`app.window.MainWindow`, which owns the state these methods use
+(worker, settings, status and error display, the export progress widget)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,12 @@ from pathlib import Path
 
 from PySide6 import QtWidgets
 
+from trifit.errors import TrifitError
+from trifit.fileutil import check_writable
+
 from . import exports
+from .export_dialog import ExportDialog
+from .picture_export import PictureExport
 
 IMAGE_FILTER = "Images (*.png *.jpg *.jpeg *.bmp *.gif *.tif *.tiff *.webp *.ppm *.pgm);;All files (*)"
 SCENE_FILTER = "trifit scenes (*.json);;All files (*)"
@@ -24,11 +30,44 @@ class FileActions:
             self.show_message(f"Saved scene to {written}")
         self._run_export(lambda: exports.scene_json_job(path), on_done=saved)
 
-    def export_png(self, path: str | os.PathLike, width: int) -> None:
+    def export_png(self, path: str | os.PathLike, width: int, edges: str = "crisp") -> PictureExport | None:
+        """A picture ``width`` pixels wide, the fit's aspect kept (see :meth:`export_picture`)."""
+        return self.export_picture(path, width=width, edges=edges)
+
+    def export_picture(self, path: str | os.PathLike, *, scale: float | None = None, width: int | None = None,
+                       edges: str = "crisp") -> PictureExport | None:
+        """Export the fit as a PNG / JPEG / WebP picture (format by suffix) at ``scale`` x the
+        fit's frame or ``width`` pixels wide, with ``edges`` "crisp" or "fit" (as ``trifit render``).
+
+        Tiles render on the worker between fit chunks; the status bar shows the progress and a
+        Cancel button. A path or size that cannot work is refused here, before any work. Returns
+        the running export, or None when refused (the reason shown in a dialog)."""
         if self.fit_info is None:
-            return
-        w, h = exports.png_size_for_width(width, self.fit_info.width, self.fit_info.height)
-        self._run_export(lambda: exports.png_job(path, w, h), "Exported PNG to")
+            return None
+        if self.picture_export is not None and self.picture_export.active:
+            self.show_error("Export running", "A picture export is running: wait for it, or cancel it first.")
+            return None
+        try:
+            picture_size = exports.engine_function("export", "picture_size")
+            size = picture_size((self.fit_info.width, self.fit_info.height), scale=scale, width=width)
+            job = PictureExport(self.worker, path, size, edges, lambda: self.running, parent=self)
+            check_writable(job.path)
+        except exports.ExportUnavailable as exc:
+            self.show_error("Export not available", str(exc))
+            return None
+        except TrifitError as exc:
+            self.show_error("Cannot export", str(exc))
+            return None
+        job.finished.connect(lambda written: self.show_message(f"Exported picture to {written}"))
+        job.failed.connect(lambda message: self.show_error("Export failed", message))
+        job.cancelled.connect(lambda: self.show_message("Export cancelled: nothing was written"))
+        self.picture_export = job
+        self.export_progress.watch(job)
+        job.start()
+        return job
+
+    def _render_preview(self, job, on_done, on_error) -> None:
+        self.worker.submit(job, on_done=on_done, on_error=on_error)
 
     def export_svg(self, path: str | os.PathLike) -> None:
         self._run_export(lambda: exports.svg_job(path), "Exported SVG to")
@@ -91,18 +130,40 @@ class FileActions:
             return False
 
     def ask_export_png(self) -> None:
-        if self.fit_info is None or not self._check_available("export", "save_png"):
+        """The export dialog (non-blocking); the export starts once it has closed."""
+        if self.fit_info is None or not self._check_available("export", "iter_tiles"):
             return
-        default = int(self.settings.value("export/png_width", 1024, type=int))
-        width, ok = QtWidgets.QInputDialog.getInt(
-            self, "Export PNG", f"Width in pixels (height follows the {self.fit_info.width}:"
-            f"{self.fit_info.height} aspect ratio):", default, 16, 16384, 16)
-        if not ok:
+        if self.picture_export is not None and self.picture_export.active:
+            self.show_error("Export running", "A picture export is running: wait for it, or cancel it first.")
             return
-        self.settings.setValue("export/png_width", width)
-        path = self._ask_save_path("Export PNG", ".png", "PNG images (*.png)")
-        if path:
-            self.export_png(path, width)
+        s = self.settings
+        stem = Path(self.fit_info.source).stem if self.fit_info.source else "trifit"
+        suffix = str(s.value("export/suffix", ".png"))
+        dialog = ExportDialog(self, (self.fit_info.width, self.fit_info.height),
+                              str(Path(self._folder()) / f"{stem}.trifit{suffix}"), self._render_preview,
+                              source=self.fit_info.source,
+                              by_width=s.value("export/by", "scale") == "width",
+                              scale=float(s.value("export/scale", 4.0, type=float)),
+                              width=int(s.value("export/png_width", 1024, type=int)),
+                              edges=str(s.value("export/edges", "crisp")))
+        dialog.accepted.connect(lambda: self._export_chosen(dialog))
+        dialog.finished.connect(dialog.deleteLater)
+        self.export_dialog = dialog
+        dialog.open()
+
+    def _export_chosen(self, dialog: ExportDialog) -> None:
+        choice = dialog.choice()
+        s = self.settings
+        s.setValue("export/by", "width" if choice.by_width else "scale")
+        s.setValue("export/scale", choice.scale)
+        s.setValue("export/png_width", choice.width)
+        s.setValue("export/edges", choice.edges)
+        s.setValue("export/suffix", Path(choice.path).suffix.lower())
+        self._remember_folder(choice.path)
+        if choice.by_width:
+            self.export_picture(choice.path, width=choice.width, edges=choice.edges)
+        else:
+            self.export_picture(choice.path, scale=choice.scale, edges=choice.edges)
 
     def ask_export_svg(self) -> None:
         if self.fit_info is None or not self._check_available("export", "save_svg"):

@@ -30,6 +30,57 @@ def percentile(values, q) -> float:
     return float(np.percentile(np.asarray(values, dtype=np.float64), q)) if len(values) else float("nan")
 
 
+class StallMeter:
+    """The GUI event loop's stalls: a precise ``HEARTBEAT_MS`` QTimer on the GUI thread whose
+    lateness (actual gap minus the interval) is how long the loop could not react. Measures
+    between :meth:`begin` and :meth:`stop`; ``p99`` / ``max`` are the worst stalls a user would
+    feel (this script and tests/test_gui_export.py use it)."""
+
+    def __init__(self, interval_ms: int = HEARTBEAT_MS):
+        self.interval_ms = interval_ms
+        self.gaps_ms: list[float] = []
+        self._last: float | None = None
+        self._measuring = False
+        self._timer = QtCore.QTimer()
+        self._timer.setTimerType(QtCore.Qt.TimerType.PreciseTimer)
+        self._timer.setInterval(interval_ms)
+        self._timer.timeout.connect(self._beat)
+
+    def start(self) -> StallMeter:
+        """Start the heartbeat (not yet measuring: see :meth:`begin`)."""
+        self._timer.start()
+        return self
+
+    def begin(self) -> None:
+        """Count the gaps from now on (earlier ones, e.g. a warm-up, are dropped)."""
+        self.gaps_ms.clear()
+        self._last = None
+        self._measuring = True
+        if not self._timer.isActive():
+            self._timer.start()
+
+    def stop(self) -> None:
+        self._timer.stop()
+        self._measuring = False
+
+    def _beat(self) -> None:
+        now = time.perf_counter()
+        if self._last is not None and self._measuring:
+            self.gaps_ms.append((now - self._last) * 1000 - self.interval_ms)
+        self._last = now
+
+    @property
+    def lateness_ms(self) -> list[float]:
+        return [max(g, 0.0) for g in self.gaps_ms]
+
+    def p(self, q: float) -> float:
+        return percentile(self.lateness_ms, q)
+
+    @property
+    def max_ms(self) -> float:
+        return max(self.lateness_ms, default=float("nan"))
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m trifit.app.measure", description=__doc__.splitlines()[0])
     parser.add_argument("--seconds", type=float, default=10.0)
@@ -48,28 +99,17 @@ def main(argv: list[str] | None = None) -> int:
     if args.hide_plots:
         window.plots_dock.hide()
 
-    gaps_ms: list[float] = []
     latencies: dict[str, float] = {}
-    state = {"last": None, "t0": None, "frames0": 0, "iter0": 0}
+    state = {"t0": None, "frames0": 0, "iter0": 0}
     window.worker.signals.applied.connect(lambda kind, s: latencies.setdefault(kind, s))
-
-    def beat():
-        now = time.perf_counter()
-        if state["last"] is not None and state["t0"] is not None:
-            gaps_ms.append((now - state["last"]) * 1000 - HEARTBEAT_MS)
-        state["last"] = now
-
-    heartbeat = QtCore.QTimer()
-    heartbeat.setTimerType(QtCore.Qt.TimerType.PreciseTimer)
-    heartbeat.setInterval(HEARTBEAT_MS)
-    heartbeat.timeout.connect(beat)
-    heartbeat.start()
+    stalls = StallMeter().start()
 
     def iteration() -> int:
         return window.last_stats.iteration if window.last_stats else 0
 
     def begin():
         state["t0"] = time.perf_counter()
+        stalls.begin()
         state["frames0"] = window.canvas.clock.count
         state["iter0"] = iteration()
 
@@ -81,7 +121,6 @@ def main(argv: list[str] | None = None) -> int:
         elapsed = time.perf_counter() - state["t0"]
         frames = window.canvas.clock.count - state["frames0"]
         iters = iteration() - state["iter0"]
-        lateness = [max(g, 0.0) for g in gaps_ms]
         engine = window.engine
         lines = [
             f"date: {datetime.datetime.now().astimezone().isoformat(timespec='seconds')}",
@@ -95,14 +134,13 @@ def main(argv: list[str] | None = None) -> int:
             f"fit rate: {iters / elapsed:.1f} iterations/s ({iters} iterations)",
             f"preview: {frames / elapsed:.1f} frames/s ({frames} frames drawn, "
             f"{window.canvas.clock.cancelled} cancelled, {window.canvas.clock.deferred} deferred while the fit held the GPU)",
-            f"event-loop heartbeat ({HEARTBEAT_MS} ms timer, {len(gaps_ms)} beats): lateness p50 "
-            f"{percentile(lateness, 50):.1f} ms, p99 {percentile(lateness, 99):.1f} ms, "
-            f"max {max(lateness, default=float('nan')):.1f} ms",
+            f"event-loop heartbeat ({HEARTBEAT_MS} ms timer, {len(stalls.gaps_ms)} beats): lateness p50 "
+            f"{stalls.p(50):.1f} ms, p99 {stalls.p(99):.1f} ms, max {stalls.max_ms:.1f} ms",
             "live change applied after: " + (", ".join(f"{k} {v * 1000:.0f} ms" for k, v in latencies.items())
                                              or "(not applied)"),
         ]
         print("\n".join(lines), flush=True)
-        heartbeat.stop()
+        stalls.stop()
         window.close()
         app.quit()
 

@@ -4,7 +4,9 @@ small stats panel (submissions, buffer-pool hits/misses, bytes moved).
 Progress arrives ~15 times a second; curves are redrawn at most ``REDRAW_HZ`` times a second
 from growable numpy arrays, with downsampling and clip-to-view so a 100k-iteration history
 stays cheap to draw. Quality (loss, PSNR) and speed (GPU ms per pass, iterations/s) sit in two
-tabs, so only the two plots on show are painted.
+tabs, so only the two plots on show are painted. The GPU-time axis and (unless unticked) the loss
+axis are logarithmic, their labels thinned to the plot's height (app/axes.py); the GPU passes'
+legend sits above its plot.
 """
 
 from __future__ import annotations
@@ -13,8 +15,20 @@ import numpy as np
 import pyqtgraph as pg
 from PySide6 import QtCore, QtWidgets
 
+from .axes import LogTickAxis
+
 MAX_MARKS = 200  # growth / pruning markers kept on the plots (a long fit has ~100)
 REDRAW_HZ = 4  # the plots are painted in software, and a repaint is slow on a small CPU-only machine
+MIN_GPU_MS = 1e-4  # the GPU-time plot's floor (its axis is logarithmic)
+LEGEND_COLUMNS = 2  # the GPU passes' legend: two rows for the usual four passes (fits a narrow dock)
+#: the GPU passes' curve colours (Okabe-Ito: told apart with the common colour-vision deficiencies)
+PASS_COLOURS = ("#e69f00", "#56b4e9", "#009e73", "#f0e442", "#cc79a7", "#d55e00", "#0072b2", "#bbbbbb")
+LEGEND_NAME_CHARS = 12  # longer pass names are cut (with an ellipsis): the legend's columns stay narrow
+
+
+def short_name(name: str) -> str:
+    """A pass's name as the legend shows it."""
+    return name if len(name) <= LEGEND_NAME_CHARS else name[: LEGEND_NAME_CHARS - 1] + "\u2026"
 
 
 class Series:
@@ -105,12 +119,14 @@ class PlotsPanel(QtWidgets.QWidget):
         super().__init__(parent)
         self.quality_view = pg.GraphicsLayoutWidget()
         self.speed_view = pg.GraphicsLayoutWidget()
-        self.loss_plot = self._plot(self.quality_view, 0, "loss (MSE)")
+        self.loss_plot = self._plot(self.quality_view, 0, "loss (MSE)", log_ticks=True)
         self.psnr_plot = self._plot(self.quality_view, 1, "PSNR (dB)")
-        self.gpu_plot = self._plot(self.speed_view, 0, "GPU ms / iteration, per pass (median)")
-        self.rate_plot = self._plot(self.speed_view, 1, "iterations / s")
+        self.gpu_legend = self._legend(self.speed_view, 0)
+        self.gpu_plot = self._plot(self.speed_view, 1, "GPU ms / iteration, per pass (median)", log_ticks=True)
+        self.rate_plot = self._plot(self.speed_view, 2, "iterations / s")
+        # the passes differ by an order of magnitude or more: a log axis shows each one's changes
+        self.gpu_plot.setLogMode(x=False, y=True)
         # (no setXLink: both plots auto-range to the same iterations, and a link repaints twice)
-        self.gpu_legend = self.gpu_plot.addLegend(offset=(-4, 4), labelTextSize="7pt")
         self.loss_curve = self.loss_plot.plot(pen=pg.mkPen("#e8a33d", width=1))
         self.psnr_curve = self.psnr_plot.plot(pen=pg.mkPen("#4fb3d9", width=1))
         self.rate_curve = self.rate_plot.plot(pen=pg.mkPen("#8fd14f", width=1))
@@ -143,8 +159,9 @@ class PlotsPanel(QtWidgets.QWidget):
         self.set_log_loss(True)
 
     @staticmethod
-    def _plot(view: pg.GraphicsLayoutWidget, row: int, title: str) -> pg.PlotItem:
-        plot = view.addPlot(row=row, col=0)
+    def _plot(view: pg.GraphicsLayoutWidget, row: int, title: str, log_ticks: bool = False) -> pg.PlotItem:
+        axes = {"left": LogTickAxis("left")} if log_ticks else None
+        plot = view.addPlot(row=row, col=0, axisItems=axes)
         plot.setTitle(title, size="8pt")
         plot.showGrid(x=True, y=True, alpha=0.2)
         plot.setDownsampling(auto=True, mode="peak")
@@ -152,6 +169,16 @@ class PlotsPanel(QtWidgets.QWidget):
         plot.setMenuEnabled(False)
         plot.getAxis("left").setWidth(44)  # fixed: no re-layout (and jitter) as tick labels change
         return plot
+
+    @staticmethod
+    def _legend(view: pg.GraphicsLayoutWidget, row: int) -> pg.LegendItem:
+        """The GPU-time legend, in a row of its own above the plot: it never covers a curve, and
+        its dark background keeps the names readable (pyqtgraph's default legend is transparent
+        and sits on the curves)."""
+        legend = pg.LegendItem(colCount=LEGEND_COLUMNS, labelTextSize="8pt", labelTextColor="#e8e8e8",
+                               brush=pg.mkBrush(28, 28, 32, 235), pen=pg.mkPen("#606068"), horSpacing=12)
+        view.addItem(legend, row=row, col=0)
+        return legend
 
     def set_log_loss(self, on: bool) -> None:
         self.loss_plot.setLogMode(x=False, y=bool(on))
@@ -202,8 +229,9 @@ class PlotsPanel(QtWidgets.QWidget):
             series = self.gpu_ms.get(name)
             if series is None:
                 series = self.gpu_ms[name] = Series(256)
-                pen = pg.mkPen(pg.intColor(len(self.gpu_curves), hues=8), width=1)
-                self.gpu_curves[name] = self.gpu_plot.plot(pen=pen, name=name)
+                pen = pg.mkPen(PASS_COLOURS[len(self.gpu_curves) % len(PASS_COLOURS)], width=1.5)
+                curve = self.gpu_curves[name] = self.gpu_plot.plot(pen=pen, name=name)
+                self.gpu_legend.addItem(curve, short_name(name))
             series.append(iteration, ms)
         self.stats.set_timings(timings)
 
@@ -217,4 +245,5 @@ class PlotsPanel(QtWidgets.QWidget):
         self.psnr_curve.setData(x, psnr_db(y), skipFiniteCheck=True)
         self.rate_curve.setData(self.rates.x, self.rates.y, skipFiniteCheck=True)
         for name, series in self.gpu_ms.items():
-            self.gpu_curves[name].setData(series.x, series.y, skipFiniteCheck=True)
+            # (a log axis: a pass shorter than the timestamps resolve reads 0 ms, drawn at the floor)
+            self.gpu_curves[name].setData(series.x, np.maximum(series.y, MIN_GPU_MS), skipFiniteCheck=True)

@@ -21,10 +21,14 @@ from PySide6 import QtCore, QtGui, QtWidgets
 import trifit
 
 from .canvas import FitCanvas, make_canvas
+from .canvas_view import CanvasView
 from .controls import ControlsPanel
+from .export_dialog import ExportDialog
+from .export_progress import ExportProgress
 from .file_actions import FileActions
 from .gpu_gate import GpuGate
 from .panes import ViewMode
+from .picture_export import PictureExport
 from .plots import PlotsPanel
 from .session import SessionStore
 from .session_actions import SessionActions
@@ -58,6 +62,8 @@ class MainWindow(FileActions, SessionActions, WindowSettings, QtWidgets.QMainWin
         self._restore_box: QtWidgets.QMessageBox | None = None
         self._restore_fallback: tuple[str | None, bool] = (None, False)
         self._autosave_error_shown = False
+        self.picture_export: PictureExport | None = None   # the latest picture export (running or ended)
+        self.export_dialog: ExportDialog | None = None     # the latest export dialog opened
         self.setWindowTitle("trifit")
         self.setAcceptDrops(True)
 
@@ -92,7 +98,8 @@ class MainWindow(FileActions, SessionActions, WindowSettings, QtWidgets.QMainWin
         self.act_save = self._action("&Save scene", self.ask_save_scene, key.Save)
         self.act_save_as = self._action("Save scene &as…", lambda: self.ask_save_scene(always_ask=True),
                                         key.SaveAs)
-        self.act_export_png = self._action("&PNG at chosen size…", self.ask_export_png)
+        self.act_export_png = self._action("&Picture (PNG, JPEG, WebP)…", self.ask_export_png,
+                                           tip="A picture of the fit at any size, crisp or as fitted")
         self.act_export_svg = self._action("&SVG…", self.ask_export_svg)
         self.act_export_json = self._action("Scene &JSON…", lambda: self.ask_save_scene(always_ask=True))
         self.act_export_report = self._action("&Report (HTML)…", self.ask_export_report)
@@ -137,7 +144,8 @@ class MainWindow(FileActions, SessionActions, WindowSettings, QtWidgets.QMainWin
         layout.setContentsMargins(0, 0, 0, 0)
         layout.setSpacing(2)
         layout.addLayout(bar)
-        layout.addWidget(self.canvas, 1)
+        self.canvas_view = CanvasView(self.canvas, self.act_open.shortcut())  # a hint until an image is open
+        layout.addWidget(self.canvas_view, 1)
         self.setCentralWidget(central)
         self._show_split_controls(False)
 
@@ -193,6 +201,8 @@ class MainWindow(FileActions, SessionActions, WindowSettings, QtWidgets.QMainWin
 
     def _build_status_bar(self) -> None:
         status = self.statusBar()
+        self.export_progress = ExportProgress()
+        status.addPermanentWidget(self.export_progress)
         self.status_adapter = QtWidgets.QLabel(f"{self.engine.backend}: {self.engine.adapter.get('name', '?')}")
         self.status_triangles = QtWidgets.QLabel("– triangles")
         self.status_iteration = QtWidgets.QLabel("iteration –")
@@ -224,6 +234,8 @@ class MainWindow(FileActions, SessionActions, WindowSettings, QtWidgets.QMainWin
         path = os.path.abspath(os.fspath(path))  # saved scenes and autosaves name it from anywhere
         self.worker.load(path, self.controls.params(), start=start)
         self.statusBar().showMessage(f"Opening {Path(path).name}…", 3000)
+        if self.fit_info is None:
+            self.canvas_view.show_hint(f"Opening {Path(path).name}…")
 
     def open_scene(self, path: str | os.PathLike) -> bool:
         """Refine a saved scene against its source image (or the current one)."""
@@ -286,6 +298,8 @@ class MainWindow(FileActions, SessionActions, WindowSettings, QtWidgets.QMainWin
     def show_error(self, title: str, message: str) -> None:
         self.last_error = (title, message)
         log.info("%s: %s", title, message)
+        if self.fit_info is None:
+            self.canvas_view.show_hint()  # e.g. the open failed: say again what to do
         box = QtWidgets.QMessageBox(QtWidgets.QMessageBox.Icon.Warning, title, message,
                                     QtWidgets.QMessageBox.StandardButton.Ok, self)
         box.setAttribute(QtCore.Qt.WidgetAttribute.WA_DeleteOnClose)
@@ -330,6 +344,7 @@ class MainWindow(FileActions, SessionActions, WindowSettings, QtWidgets.QMainWin
         self.last_stats = None
         self._follow_engine_device()
         self.canvas.set_target(info.target)
+        self.canvas_view.show_canvas()
         self.plots.clear()
         self.controls.set_triangles_quietly(info.triangles)
         self._update_title()
@@ -359,7 +374,7 @@ class MainWindow(FileActions, SessionActions, WindowSettings, QtWidgets.QMainWin
         self.canvas.set_split(old.state.split)
         if self.fit_info is not None:
             self.canvas.set_target(self.fit_info.target)
-        self.centralWidget().layout().replaceWidget(old, self.canvas)
+        self.canvas_view.replace_canvas(self.canvas)
         old.close()
         old.deleteLater()
         log.warning("the GPU device was replaced: the canvas now draws on the new one")
@@ -401,9 +416,14 @@ class MainWindow(FileActions, SessionActions, WindowSettings, QtWidgets.QMainWin
         """Stop the worker thread and release the fit (idempotent); True when the thread ended."""
         if isinstance(self.canvas, FitCanvas):
             self.canvas.release_gpu_turn()  # the worker may need the gate to finish its chunk
+        export = self.picture_export
+        if export is not None:
+            export.cancel()  # a picture not written yet is not written
         ended = self.worker.shutdown()
         if not ended:
             log.warning("the fit worker did not stop in time")
+        if export is not None and not export.join():
+            log.warning("the picture export did not stop in time")
         if self.session is not None:
             for crashed in (self.restore_offer, self._restoring):  # not answered, or not restored
                 if crashed is not None:                              # after all: ask next time

@@ -9,11 +9,10 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import math
 import sys
 import time
 from pathlib import Path
-
-import numpy as np
 
 from . import __version__
 from .errors import TrifitError
@@ -222,16 +221,17 @@ def cmd_fit(args) -> int:
         settings = replay["settings"]
     target = load_image(args.image, settings["size"])  # validates before any GPU work
     init = Scene.load(args.resume) if args.resume else None
-    recorder = None
-    if args.animation:
-        from .export import AnimationRecorder, default_animation_every
-
-        recorder = AnimationRecorder(args.animation, every=default_animation_every(args.iters))
     stop = StopConditions(args.iters, args.time_limit, args.target_psnr, args.plateau)
     if not stop.any():
         stop.iterations = 600
     if replay is not None:
         stop = StopConditions(iterations=replay["iterations"])
+    recorder = None
+    if args.animation:
+        from .export import AnimationRecorder
+
+        # frames spaced over the planned iterations; with none planned (a time limit) the gaps grow as it goes
+        recorder = AnimationRecorder(args.animation, total=stop.iterations)
     engine = Engine(args.backend)
     fitter = Fitter(target, engine=engine, init_scene=init, source=str(args.image), **settings)
     t0 = time.perf_counter()
@@ -254,10 +254,13 @@ def cmd_fit(args) -> int:
             bar.set_postfix_str(f"psnr {stats.psnr:.2f} dB, sigma {stats.sigma_px:.2f} px")
         if recorder is not None:
             recorder.capture(fitter)
+            run.chunk = min(recorder.until_due(fitter.iteration), fitter.settings.chunk)
 
     if recorder is not None:
         recorder.capture(fitter)  # the starting state
-    chunk = min(recorder.every, fitter.settings.chunk) if recorder else None  # frames land on the interval
+    # chunks end where the next frame is due, so frames land on their iterations (a fit's result
+    # does not depend on its chunks)
+    chunk = min(recorder.until_due(fitter.iteration), fitter.settings.chunk) if recorder else None
     run = replay_run(fitter, replay) if replay is not None else FitRun(fitter, stop, chunk=chunk)
     run.chunk = chunk
     interrupted = _stop_on_ctrl_c(run)
@@ -280,8 +283,8 @@ def cmd_fit(args) -> int:
         export.save_render(scene, out, W, H, engine=engine, edges=args.edges)
         written.insert(0, out)
     final = engine.render(scene)
-    mse = float(np.mean((final.astype(np.float64) - fitter.target) ** 2))
-    psnr = 10 * np.log10(1 / mse) if mse > 0 else float("inf")
+    mse = float(((final.astype("float64") - fitter.target) ** 2).mean())
+    psnr = 10 * math.log10(1 / mse) if mse > 0 else float("inf")
     if args.report:
         report = fit_report(fitter, engine, wall, mse, psnr, args)
         _write_report(Path(args.report), report, fitter)
@@ -381,20 +384,9 @@ def _report_json(report: dict) -> bytes:
 
 
 def _check_writable(path: Path) -> None:
-    """Refuse an output path before any work: its folder must exist and take a new file (a probe
-    file is created and removed there -- permissions, read-only mounts and full disks all show)."""
-    import tempfile
+    from .fileutil import check_writable
 
-    folder = path.parent if str(path.parent) else Path(".")
-    if not folder.is_dir():
-        raise TrifitError(f"{path}: folder {folder} does not exist")
-    if path.is_dir():
-        raise TrifitError(f"{path}: is a folder")
-    try:
-        with tempfile.NamedTemporaryFile(dir=folder, prefix=f".{path.name}.", suffix=".probe"):
-            pass
-    except OSError as exc:
-        raise TrifitError(f"{path}: cannot write to folder {folder} ({exc.strerror or exc})") from None
+    check_writable(path)
 
 
 # ---------------------------------------------------------------------- render

@@ -141,26 +141,28 @@ def save_png(scene: Scene, path, width: int | None = None, height: int | None = 
     frame is never held (an 8192 x 8192 export holds 192 MiB of uint8, not 768 MiB of float32).
     """
     from PIL import Image
-    from PIL.PngImagePlugin import PngInfo
 
     path = Path(path)
     W, H = _render_size(scene, width, height)
     fmt = RASTER_FORMATS.get(path.suffix.lower(), "PNG")
     pixels = render_large(scene, W, H, _engine(engine, backend), dtype=np.uint8)
     im = Image.fromarray(pixels, "RGB")
-    options: dict = {}
-    if fmt == "PNG":
-        info = PngInfo()
-        info.add_text("Software", f"trifit {__version__}")
-        options = {"pnginfo": info, "compress_level": 6}
-    elif fmt == "JPEG":
-        options = {"quality": 95, "subsampling": 0}
-    elif fmt == "WEBP":
-        options = {"quality": 95}
-    elif fmt == "TIFF":
-        options = {"compression": "tiff_deflate"}
+    options = picture_options(fmt)
     atomic_write(path, lambda f: im.save(f, format=fmt, **options))
     return path
+
+
+def picture_options(fmt: str) -> dict:
+    """Pillow's save options for a picture in ``fmt`` (every writer of 8-bit pictures uses
+    these, so the CLI's and the window's files are the same bytes)."""
+    if fmt == "PNG":
+        from PIL.PngImagePlugin import PngInfo
+
+        info = PngInfo()
+        info.add_text("Software", f"trifit {__version__}")
+        return {"pnginfo": info, "compress_level": 6}
+    return {"JPEG": {"quality": 95, "subsampling": 0}, "WEBP": {"quality": 95},
+            "TIFF": {"compression": "tiff_deflate"}}.get(fmt, {})
 
 
 def to_uint8(image: np.ndarray) -> np.ndarray:
@@ -305,37 +307,116 @@ ANIMATION_FORMATS = {".gif": "GIF", ".webp": "WEBP", ".png": "PNG", ".apng": "PN
 class AnimationRecorder:
     """Frames of a running fit, written as an animated GIF (or ``.webp`` / ``.png`` APNG).
 
-    ``capture(fitter)`` renders the fitter's current scene at a small size (longer side at most
-    ``max_side``) every ``every`` iterations. Frames are kept as uint8 arrays; when
-    ``max_frames`` are held, every other frame is dropped and the capture interval doubles, so
-    memory stays below ``max_frames * max_side^2 * 3`` bytes however long the fit runs, and the
-    frames stay evenly spaced. ``save()`` writes the file atomically (the last frame is held for
-    ``hold_ms``). Usage::
+    A fit changes the picture most in its first iterations and less and less after, so frames are
+    spaced by visible change, not by a fixed count: the gaps between frames grow geometrically,
+    ``every`` iterations at first (one frame per iteration by default). With ``total`` (the
+    iterations the fit is planned for) the growth is chosen so that about ``frames`` frames reach
+    exactly the last one; without (a fit to a time limit) the gaps grow by ``GROWTH`` a frame as
+    the fit goes on, so a fit ten times longer gets a fixed number of frames more, not ten times
+    as many. ``capture(fitter)`` renders the fitter's current scene at a small size (longer side
+    at most ``max_side``) when a frame is due; :meth:`until_due` says how many iterations a run
+    may go before the next, so that frames land on their iterations. Frames are kept as uint8
+    arrays; when ``max_frames`` are held, a third or more are dropped and the growth squared (see
+    :meth:`_thin`), so memory stays below ``max_frames * max_side^2 * 3`` bytes however long the
+    fit runs, and the gaps still grow. ``save()`` writes the file atomically (the
+    last frame is held for ``hold_ms``). Usage::
 
-        rec = AnimationRecorder("fit.gif", every=25)
+        rec = AnimationRecorder("fit.gif", total=600)
         fitter.run(stop, callback=lambda stats: rec.capture(fitter))
         rec.capture(fitter, force=True)  # the final state
         rec.save()
     """
 
-    def __init__(self, path, every: int = 25, max_frames: int = 120, max_side: int = 256,
-                 frame_ms: int = 80, hold_ms: int = 1500):
+    #: the gaps' growth per frame when the fit's length is unknown: about 30 frames per tenfold
+    #: iterations, after the first twenty or so (one frame each)
+    GROWTH = 1.08
+
+    def __init__(self, path, every: int = 1, max_frames: int = 120, max_side: int = 256,
+                 frame_ms: int = 80, hold_ms: int = 1500, *, total: int | None = None, frames: int = 80):
         self.path = Path(path)
         fmt = ANIMATION_FORMATS.get(self.path.suffix.lower())
         if fmt is None:
             raise TrifitError(f"{self.path}: animations are written as {', '.join(ANIMATION_FORMATS)}")
-        if every < 1 or max_frames < 2 or max_side < 8:
-            raise ValueError("need every >= 1, max_frames >= 2 and max_side >= 8")
+        if every < 1 or max_frames < 2 or max_side < 8 or frames < 2 or (total is not None and total < 0):
+            raise ValueError("need every >= 1, max_frames >= 2, frames >= 2, max_side >= 8 and total >= 0")
         self.format = fmt
-        self.every = int(every)
+        self.min_gap = int(every)
         self.max_frames = int(max_frames)
         self.max_side = int(max_side)
         self.frame_ms = int(frame_ms)
         self.hold_ms = int(hold_ms)
+        self.total = None if total is None else int(total)
+        self.target_frames = min(int(frames), self.max_frames)
+        self.growth = self.GROWTH
         self.frames: list[np.ndarray] = []
         self.iterations: list[int] = []
-        self._last: int | None = None
+        self._start: int | None = None   # the first frame's iteration: offsets count from there
+        self._plan: list[int] = []       # offsets still to come, when the total is known
+        self._next: int | None = None    # the next frame's iteration
 
+    # ------------------------------------------------------------------ spacing
+    def _step(self, offset: int, growth: float, gap: int, last_gap: int = 0) -> int:
+        """The offset of the frame after one at ``offset``: ``offset + 1`` grows by ``growth``, and
+        the gap is at least ``gap`` and never shorter than the one before (``last_gap``)."""
+        return max(offset + gap, offset + last_gap, int(round((offset + 1) * growth)) - 1)
+
+    def _offsets(self, total: int, growth: float, limit: int) -> list[int]:
+        """Offsets 0 .. ``total`` spaced by :meth:`_step`, the last exactly ``total``; the gaps never
+        shrink (a short last gap is merged into the one before). Stops early past ``limit`` offsets."""
+        out = [0]
+        while out[-1] < total and len(out) <= limit:
+            nxt = self._step(out[-1], growth, self.min_gap)
+            if nxt >= total:
+                if len(out) > 1 and total - out[-1] < out[-1] - out[-2]:
+                    out[-1] = total
+                else:
+                    out.append(total)
+                break
+            out.append(nxt)
+        return out
+
+    def _plan_for(self, total: int) -> list[int]:
+        """The fewest-growth plan over ``total`` iterations with at most ``target_frames`` frames."""
+        if len(self._offsets(total, 1.0, self.target_frames)) <= self.target_frames:
+            return self._offsets(total, 1.0, self.target_frames)  # every ``min_gap`` iterations
+        lo, hi = 1.0, float(total + 1)  # too many frames at lo; two at hi
+        for _ in range(60):
+            mid = math.sqrt(lo * hi)
+            if len(self._offsets(total, mid, self.target_frames)) <= self.target_frames:
+                hi = mid
+            else:
+                lo = mid
+        self.growth = hi  # where the fit runs past its total, the gaps go on growing alike
+        return self._offsets(total, hi, self.target_frames)
+
+    def _schedule_after(self, iteration: int) -> None:
+        """Set the next frame's iteration after a frame at ``iteration``."""
+        offset = iteration - self._start
+        while self._plan and self._plan[0] <= offset:
+            self._plan.pop(0)
+        if self._plan:
+            nxt = self._plan[0]
+        else:
+            last_gap = iteration - self.iterations[-2] if len(self.iterations) > 1 else 0
+            nxt = self._step(offset, self.growth, self.min_gap, last_gap)
+        self._next = self._start + nxt
+
+    @property
+    def every(self) -> int:
+        """The gap (iterations) from the newest frame to the next one."""
+        if self._next is None or not self.iterations:
+            return self.min_gap
+        return self._next - self.iterations[-1]
+
+    def due(self, iteration: int) -> bool:
+        return self._next is None or iteration >= self._next
+
+    def until_due(self, iteration: int) -> int:
+        """Iterations from ``iteration`` to the next frame (at least 1): how far a run may go so
+        that the next frame lands on its iteration."""
+        return 1 if self._next is None else max(1, self._next - int(iteration))
+
+    # ------------------------------------------------------------------ frames
     @property
     def nbytes(self) -> int:
         return sum(f.nbytes for f in self.frames)
@@ -343,9 +424,6 @@ class AnimationRecorder:
     def frame_size(self, width: int, height: int) -> tuple[int, int]:
         scale = min(1.0, self.max_side / max(width, height))
         return max(1, round(width * scale)), max(1, round(height * scale))
-
-    def due(self, iteration: int) -> bool:
-        return self._last is None or iteration - self._last >= self.every
 
     def capture(self, fitter, force: bool = False) -> bool:
         """Add a frame of ``fitter``'s current scene when one is due (or ``force``). True if added."""
@@ -369,17 +447,41 @@ class AnimationRecorder:
             from PIL import Image
 
             frame = np.asarray(Image.fromarray(frame, "RGB").resize((fw, fh), Image.Resampling.BOX))
+        iteration = int(iteration)
+        if self._start is None:
+            self._start = iteration
+            self._plan = self._plan_for(self.total) if self.total is not None else []
         self.frames.append(np.ascontiguousarray(frame))
-        self.iterations.append(int(iteration))
-        self._last = int(iteration)
+        self.iterations.append(iteration)
         if len(self.frames) > self.max_frames:
-            last_frame, last_it = self.frames[-1], self.iterations[-1]
-            self.frames = self.frames[::2]
-            self.iterations = self.iterations[::2]
-            if self.iterations[-1] != last_it:  # keep the newest frame
-                self.frames.append(last_frame)
-                self.iterations.append(last_it)
-            self.every *= 2
+            self._thin()
+        self._schedule_after(iteration)
+
+    def _thin(self) -> None:
+        """Keep at most two thirds of the frames: those a recorder with the growth squared would
+        have taken -- the first, the early ones (still one per ``min_gap``), then geometrically
+        spaced -- and the newest; the least gap doubles too while that keeps more. Frames to come
+        follow the new spacing, so the gaps still grow and the early frames stay dense."""
+        offsets = [it - self._start for it in self.iterations]
+        self.growth *= self.growth
+        while True:
+            keep = [0]
+            for i in range(1, len(offsets)):
+                last_gap = offsets[keep[-1]] - offsets[keep[-2]] if len(keep) > 1 else 0
+                if offsets[i] >= self._step(offsets[keep[-1]], self.growth, self.min_gap, last_gap):
+                    keep.append(i)
+            newest = len(offsets) - 1
+            if keep[-1] != newest:  # the newest always stays: a short last gap is merged into the one before
+                if len(keep) > 1 and offsets[newest] - offsets[keep[-1]] < offsets[keep[-1]] - offsets[keep[-2]]:
+                    keep[-1] = newest
+                else:
+                    keep.append(newest)
+            if len(keep) <= max(2, 2 * self.max_frames // 3):
+                break
+            self.min_gap *= 2
+        self.frames = [self.frames[i] for i in keep]
+        self.iterations = [self.iterations[i] for i in keep]
+        self._plan = []  # past the plan's frame budget: the gaps grow from here as without a total
 
     def save(self) -> Path:
         """Write the animation atomically; returns its path."""
@@ -396,14 +498,6 @@ class AnimationRecorder:
             options["lossless"] = True
         atomic_write(self.path, lambda f: images[0].save(f, format=self.format, **options))
         return self.path
-
-
-def default_animation_every(total_iterations: int | None, frames: int = 80, minimum: int = 5) -> int:
-    """An interval giving about ``frames`` frames over ``total_iterations`` (25 if unknown), never
-    below ``minimum`` iterations (each frame costs a small render)."""
-    if not total_iterations:
-        return 25
-    return max(minimum, int(math.ceil(total_iterations / frames)))
 
 
 __all__ = [

@@ -57,6 +57,28 @@ def warm_engine(gpu_engine):
     return gpu_engine
 
 
+def open_window(qtbot, engine, settings, size=(1100, 560)):
+    """A shown main window and a check to run after closing it: the fit worker and every thread
+    the window started are gone (a generator: ``yield from open_window(...)`` in a fixture)."""
+    import threading
+
+    from trifit.app.window import MainWindow
+
+    threads_before = set(threading.enumerate())
+    count_before = threading.active_count()
+    win = MainWindow(engine, settings=settings)
+    win.resize(*size)
+    win.show()
+    qtbot.waitExposed(win)
+    yield win
+    win.close()
+    assert not win.worker.alive, "the fit worker thread outlived its window"
+    leaked = set(threading.enumerate()) - threads_before
+    assert not leaked, f"threads left running: {leaked}"
+    # (<=: a daemon thread of another test module, e.g. tqdm's monitor, may end meanwhile)
+    assert threading.active_count() <= count_before
+
+
 @pytest.fixture
 def gui_settings(tmp_path):
     """QSettings in a temp file, preset to the small GUI test size and triangle count."""

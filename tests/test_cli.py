@@ -194,3 +194,14 @@ def test_progress_says_the_time_left_and_which_image(small_png, tmp_path, gpu_ct
     code, _, err = _run(["batch", str(small_png), str(other), "-o", str(tmp_path / "out"), "--size", "16",
                          "--tris", "3", "--time-limit", "0.3", "--backend", "gpu"])
     assert code == 0 and "image 1 of 2: in.png" in err and "image 2 of 2: b.png" in err, err[-600:]
+
+
+@pytest.mark.parametrize("args", [["--version"], ["--help"], ["fit", "--help"], ["batch", "--help"]])
+def test_version_and_help_load_neither_numpy_nor_the_engine(args):
+    """`trifit --version` / `--help` answer at once: the engine, numpy and wgpu load on first use."""
+    code = ("import sys\nfrom trifit.cli import main\n"
+            f"try:\n    main({args!r})\nexcept SystemExit:\n    pass\n"
+            "heavy = sorted(m for m in ('numpy', 'wgpu', 'PIL', 'trifit.engine', 'trifit.fitter') if m in sys.modules)\n"
+            "print('LOADED', heavy)")
+    out = subprocess.run([sys.executable, "-P", "-c", code], capture_output=True, text=True, timeout=60)
+    assert "LOADED []" in out.stdout, out.stdout[-500:] + out.stderr[-500:]

@@ -245,18 +245,6 @@ def test_animation_formats(tmp_path):
         AnimationRecorder(tmp_path / "b.gif").save()
 
 
-@pytest.mark.gpu
-def test_cli_fit_records_an_animation(tmp_path, gpu_ctx):
-    img = (np.random.default_rng(1).uniform(0, 1, (20, 30, 3)) * 255).astype(np.uint8)
-    Image.fromarray(img).save(tmp_path / "in.png")
-    code = main(["fit", str(tmp_path / "in.png"), "--size", "24", "--tris", "4", "--iters", "30",
-                 "-o", str(tmp_path / "s.json"), "--animation", str(tmp_path / "fit.gif"), "--quiet"])
-    assert code == 0
-    with Image.open(tmp_path / "fit.gif") as im:
-        assert im.size == (24, 16)
-        assert im.n_frames == 7  # iteration 0, then every 5 iterations up to 30
-
-
 def _polygons_rasterised(svg: str, width: int, height: int, supersample: int = 4) -> np.ndarray:
     """An independent renderer of trifit's SVG: Pillow polygons, composited in document order at
     ``supersample`` x the size, then box-filtered down (float (H, W, 3) in [0, 1])."""

@@ -35,7 +35,7 @@ from trifit.run import ChunkSizer  # noqa: E402
 
 pytestmark = pytest.mark.gui
 
-from conftest import GUI_SIZE as SIZE, GUI_TRIANGLES as TRIANGLES  # noqa: E402
+from conftest import GUI_SIZE as SIZE, GUI_TRIANGLES as TRIANGLES, open_window  # noqa: E402
 
 WAIT_MS = 20_000   # generous: a cold lavapipe compiles the shaders on the first step
 
@@ -56,19 +56,7 @@ def settings(gui_settings):
 
 @pytest.fixture
 def window(qtbot, engine, settings):
-    threads_before = set(threading.enumerate())
-    count_before = threading.active_count()
-    win = MainWindow(engine, settings=settings)
-    win.resize(1100, 560)
-    win.show()
-    qtbot.waitExposed(win)
-    yield win
-    win.close()
-    assert not win.worker.alive, "the fit worker thread outlived its window"
-    leaked = set(threading.enumerate()) - threads_before
-    assert not leaked, f"threads left running: {leaked}"
-    # (<=: a daemon thread of another test module, e.g. tqdm's monitor, may end meanwhile)
-    assert threading.active_count() <= count_before
+    yield from open_window(qtbot, engine, settings)
 
 
 def wait_loaded(qtbot, win: MainWindow, source: str | None = None):

@@ -1,0 +1,231 @@
+"""Picture exports from the window (app/picture_export.py, app/export_dialog.py) on lavapipe
+under Xvfb: the file is the one ``trifit render`` writes, Cancel writes nothing, and a large
+export leaves the fit running and the event loop responsive.
+
+Run: ``xvfb-run -a pytest tests/test_gui_export.py``. Under CI=true a missing wgpu adapter is a
+failure, not a skip.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+pytest.importorskip("PySide6")
+pytest.importorskip("pytestqt")
+
+from conftest import open_window  # noqa: E402
+from PySide6 import QtCore  # noqa: E402
+
+import trifit.app  # noqa: E402,F401  (installs the PySide6 refcount guard first)
+import trifit.export  # noqa: E402
+from trifit.app.measure import StallMeter  # noqa: E402
+from trifit.app.picture_export import TILE_SIDE  # noqa: E402
+from trifit.app.window import MainWindow  # noqa: E402
+from trifit.errors import AdapterError  # noqa: E402
+from trifit.resources import sample_path  # noqa: E402
+
+pytestmark = pytest.mark.gui
+
+WAIT_MS = 20_000
+LARGE_WIDTH = 4096     # the size that froze the window when an export was one worker job
+STALL_P99_MS = 50.0
+
+
+# ---------------------------------------------------------------------- fixtures
+@pytest.fixture(scope="module")
+def engine(warm_engine):
+    return warm_engine
+
+
+@pytest.fixture
+def folder(tmp_path):
+    """An empty folder for the pictures (tmp_path holds the window's settings file)."""
+    out = tmp_path / "pictures"
+    out.mkdir()
+    return out
+
+
+@pytest.fixture
+def window(qtbot, engine, gui_settings):
+    yield from open_window(qtbot, engine, gui_settings)
+
+
+def iteration(win: MainWindow) -> int:
+    return win.last_stats.iteration if win.last_stats is not None else 0
+
+
+def fitting(qtbot, win: MainWindow, iterations: int = 3) -> None:
+    win.open_image(sample_path("astronaut.png"), start=True)
+    qtbot.waitUntil(lambda: win.fit_info is not None and iteration(win) >= iterations, timeout=WAIT_MS)
+
+
+def wait_ended(qtbot, job, timeout_ms: int = WAIT_MS) -> None:
+    qtbot.waitUntil(lambda: not job.active, timeout=timeout_ms)
+
+
+def reference_bytes(qtbot, win: MainWindow, job, path, monkeypatch) -> bytes:
+    """``trifit.export.save_render`` of the scene the export read, at its size and edges, in
+    tiles of the export's side (tiles of another size may differ by a rounding in a few pixels),
+    rendered on the worker thread (the engine is the fit's: one thread at a time)."""
+    monkeypatch.setattr(trifit.export, "TILE_MAX_PIXELS", TILE_SIDE * TILE_SIDE)
+    W, H = job.size
+    ended: list = []
+    win.worker.submit(lambda fitter: trifit.export.save_render(job.scene, path, W, H, engine=fitter.engine,
+                                                               edges=job.edges),
+                      on_done=ended.append, on_error=lambda message: ended.append(f"failed: {message}"))
+    qtbot.waitUntil(lambda: bool(ended), timeout=WAIT_MS)
+    assert ended == [path], ended
+    return path.read_bytes()
+
+
+# ---------------------------------------------------------------------- the dialog, and what it writes
+def test_the_dialog_previews_the_edges_and_writes_what_the_cli_writes(qtbot, window, folder, monkeypatch):
+    win = window
+    fitting(qtbot, win)
+    fw, fh = win.fit_info.width, win.fit_info.height
+    win.act_export_png.trigger()
+    dialog = win.export_dialog
+    qtbot.waitUntil(dialog.isVisible, timeout=WAIT_MS)
+
+    # The size: a scale of the frame, or a width with the aspect kept; W x H is shown.
+    dialog.by_scale_radio.setChecked(True)
+    dialog.scale_box.setValue(10)
+    assert f"{10 * fw} × {10 * fh}" in dialog.size_label.text()
+    dialog.by_width_radio.setChecked(True)
+    dialog.width_box.setValue(700)
+    W, H = 700, round(700 * fh / fw)
+    assert f"{W} × {H}" in dialog.size_label.text()
+
+    # The preview (a worker job) shows the chosen edges: crisp and as-fitted differ.
+    dialog.edge_buttons["crisp"].setChecked(True)
+    qtbot.waitUntil(lambda: dialog.preview_key == ((W, H), "crisp"), timeout=WAIT_MS)
+    crisp = dialog.preview_pixels.copy()
+    assert dialog.preview_label.pixmap() is not None and not dialog.preview_label.pixmap().isNull()
+    dialog.edge_buttons["fit"].setChecked(True)
+    qtbot.waitUntil(lambda: dialog.preview_key == ((W, H), "fit"), timeout=WAIT_MS)
+    assert crisp.shape == dialog.preview_pixels.shape
+    assert (crisp != dialog.preview_pixels).any(), "the preview does not show the edges chosen"
+
+    # Paths that cannot work are refused in the dialog, before any work.
+    assert dialog.path_edit.text().endswith("astronaut.trifit.png")  # never the source's own name
+    a_folder = folder.parent / "named.png"
+    a_folder.mkdir()
+    for bad, says in ((folder / "missing" / "out.png", "does not exist"), (folder / "out.gif", ".gif"),
+                      (folder, "suffix"), (a_folder, "is a folder"), (win.fit_info.source, "being fitted")):
+        dialog.path_edit.setText(str(bad))
+        dialog.export_button.click()
+        assert dialog.isVisible() and dialog.error_label.isVisible(), bad
+        assert says in dialog.error_label.text()
+        assert win.picture_export is None
+    assert list(folder.iterdir()) == []
+
+    # An existing file is replaced when Export is pressed again for it.
+    out = folder / "out.png"
+    out.write_bytes(b"an older picture")
+    dialog.path_edit.setText(str(out))
+    dialog.export_button.click()
+    assert dialog.isVisible() and "again to replace" in dialog.error_label.text()
+    assert win.picture_export is None
+    dialog.export_button.click()
+    assert not dialog.isVisible(), "the dialog must be closed before the export works"
+    job = win.picture_export
+    assert job is not None and job.size == (W, H) and job.edges == "fit"
+    wait_ended(qtbot, job)
+    assert job.state == "done" and win.last_error is None, win.last_error
+    assert job.total_tiles > 1  # tiled: the GUI's tile chain is what is compared
+    assert out.read_bytes() == reference_bytes(qtbot, win, job, folder / "ref.png", monkeypatch)
+    assert win.running, "the fit stopped for the export"
+
+    # Crisp edges, a scale, another format: the same bytes as the engine's export.
+    jpeg = win.export_picture(folder / "out.jpg", scale=9.0, edges="crisp")
+    wait_ended(qtbot, jpeg)
+    assert jpeg.state == "done" and jpeg.size == (9 * fw, 9 * fh)
+    assert (folder / "out.jpg").read_bytes() == reference_bytes(qtbot, win, jpeg, folder / "ref.jpg", monkeypatch)
+    assert sorted(p.name for p in folder.iterdir()) == ["out.jpg", "out.png", "ref.jpg", "ref.png"]
+
+
+# ---------------------------------------------------------------------- cancel
+def test_cancel_writes_nothing_and_the_fit_goes_on(qtbot, window, folder):
+    win = window
+    fitting(qtbot, win)
+    out = folder / "big.png"
+    job = win.export_picture(out, width=LARGE_WIDTH)
+    assert win.export_progress.isVisible()
+    qtbot.waitUntil(lambda: job.done_tiles >= 2, timeout=WAIT_MS)
+    with qtbot.waitSignal(job.cancelled, timeout=WAIT_MS):
+        win.export_progress.cancel_button.click()
+    assert job.state == "cancelled" and job.done_tiles < job.total_tiles
+    assert not win.export_progress.isVisible()
+    assert "cancelled" in win.last_message and win.last_error is None
+    after = iteration(win)
+    qtbot.waitUntil(lambda: iteration(win) >= after + 3, timeout=WAIT_MS)
+    assert win.running
+
+    # Cancelled while encoding: the encoded bytes are dropped.
+    job = win.export_picture(out, width=1024)
+    job.encoding.connect(job.cancel)
+    with qtbot.waitSignal(job.cancelled, timeout=WAIT_MS):
+        pass
+    assert job.state == "cancelled"
+    assert list(folder.iterdir()) == [], "a cancelled export left a file"
+    assert win.running
+
+
+# ---------------------------------------------------------------------- a large export
+def test_a_large_export_leaves_the_fit_running_and_the_window_responsive(qtbot, window, folder):
+    win = window
+    fitting(qtbot, win, iterations=5)
+    stalls = StallMeter()
+    stalls.begin()
+    before = iteration(win)
+    seen: list[int] = []  # the fit's iteration at each tile job
+    out = folder / "large.png"
+    job = win.export_picture(out, width=LARGE_WIDTH)
+    job.progress.connect(lambda done, total: seen.append(iteration(win)))
+    wait_ended(qtbot, job, timeout_ms=120_000)
+    stalls.stop()
+    assert job.state == "done", win.last_error
+    advanced = iteration(win) - before
+    print(f"\n{LARGE_WIDTH} px export: {job.seconds:.1f} s, {job.total_tiles} tiles; the fit advanced "
+          f"{advanced} iterations; event-loop lateness p50 {stalls.p(50):.1f} ms, p99 {stalls.p(99):.1f} ms, "
+          f"max {stalls.max_ms:.1f} ms over {len(stalls.gaps_ms)} beats")
+    from PIL import Image
+
+    with Image.open(out) as im:
+        assert im.size == job.size == (LARGE_WIDTH, LARGE_WIDTH * win.fit_info.height // win.fit_info.width)
+    assert len(seen) > 2 and seen[-1] > seen[0], "the fit did not advance while the tiles rendered"
+    assert advanced >= 10
+    assert stalls.p(99) <= STALL_P99_MS, f"event loop p99 stall {stalls.p(99):.1f} ms"
+    assert win.running
+    QtCore.QCoreApplication.processEvents()
+
+
+# ---------------------------------------------------------------------- failures
+def test_failures_are_said_in_a_dialog_and_leave_no_file(qtbot, window, folder, monkeypatch):
+    win = window
+    fitting(qtbot, win)
+
+    def no_tiles(*args, **kwargs):
+        raise AdapterError("cannot render these tiles")
+        yield  # a generator, as iter_tiles is
+
+    monkeypatch.setattr(trifit.export, "iter_tiles", no_tiles)
+    job = win.export_picture(folder / "a.png", width=300)
+    wait_ended(qtbot, job)
+    assert job.state == "failed" and win.last_error[0] == "Export failed"
+    assert "cannot render these tiles" in win.last_error[1]
+    monkeypatch.undo()
+
+    import trifit.app.picture_export as picture_export
+
+    def full_disk(path, data):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(picture_export, "atomic_write_bytes", full_disk)
+    win.last_error = None
+    job = win.export_picture(folder / "b.png", width=300)
+    wait_ended(qtbot, job)
+    assert job.state == "failed" and win.last_error[0] == "Export failed"
+    assert "No space left" in win.last_error[1] and "b.png" in win.last_error[1]
+    assert list(folder.iterdir()) == []
+    assert not win.export_progress.isVisible() and win.running
