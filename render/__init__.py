@@ -14,15 +14,35 @@ desktop app is ``trifit.app`` (app/). Public API::
 
 __version__ = "0.1.0"
 
-from .engine import Engine, Gradient  # noqa: E402
-from .errors import AdapterError, BatchError, ImageError, SceneError, TrifitError  # noqa: E402
-from .fitter import BatchFitter, Fitter  # noqa: E402
-from .imageio import load_image  # noqa: E402
-from .run import FitRun, Progress, StopConditions, replay_run  # noqa: E402
-from .scene import Scene  # noqa: E402
+# What ``import trifit`` names, loaded on first use (PEP 562): the CLI's --version and --help,
+# and any tool that needs one module, never pay for numpy, the engine or wgpu.
+_LAZY = {
+    "Engine": "engine", "Gradient": "engine",
+    "AdapterError": "errors", "BatchError": "errors", "ImageError": "errors", "SceneError": "errors",
+    "TrifitError": "errors",
+    "BatchFitter": "fitter", "Fitter": "fitter",
+    "load_image": "imageio",
+    "FitRun": "run", "Progress": "run", "StopConditions": "run", "replay_run": "run",
+    "Scene": "scene",
+}
 
 __all__ = [
     "AdapterError", "BatchError", "BatchFitter", "Engine", "FitRun", "Fitter", "Gradient", "ImageError",
     "Progress", "Scene", "replay_run",
     "SceneError", "StopConditions", "TrifitError", "__version__", "load_image",
 ]
+
+
+def __getattr__(name: str):
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'trifit' has no attribute {name!r}")
+    import importlib
+
+    value = getattr(importlib.import_module(f".{module}", __name__), name)
+    globals()[name] = value  # later lookups are plain attribute reads
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))
