@@ -23,6 +23,11 @@ from .scene import Scene
 _LOGIT_EPS = 1e-4
 
 
+#: the working size (longer side, px) at which ``FitSettings.lr_vertex`` is in force as set; at
+#: another size the fit scales it by LR_VERTEX_SIZE / size, so vertices move as many pixels a step
+LR_VERTEX_SIZE = 176
+
+
 @dataclass
 class FitSettings:
     """Everything a fit is built from (recorded in each scene's meta). The measurements behind
@@ -35,7 +40,8 @@ class FitSettings:
     strategy: str = "default"     # the fit policy (render/strategy.py): "default" or "fixed"
     sigma_start_px: float = 2.5   # edge softness at the start, in pixels of the working size
     sigma_end_px: float = 0.5     # ... annealed geometrically to this
-    lr_vertex: float = 0.006      # per-group Adam learning rates (vertices in frame units)
+    lr_vertex: float = 0.006      # per-group Adam learning rates (vertices in frame units at a working size of
+                                  # LR_VERTEX_SIZE px; the fit scales it to the working size, render/fitstate.py)
     lr_colour: float = 0.05
     lr_alpha: float = 0.05
     lr_background: float = 0.05

@@ -14,7 +14,8 @@ from dataclasses import replace as dc_replace
 
 import numpy as np
 
-from .fitloop import FitSettings, raw_triangles, values_from_raw
+from .errors import AdapterError, DeviceLostError
+from .fitloop import LR_VERTEX_SIZE, FitSettings, raw_triangles, values_from_raw
 from .history import release_loop
 
 #: fit loops kept by (triangle count, working size): pruning cycles revisit a few counts, and a
@@ -49,9 +50,18 @@ class FitState:
         return self.render(tris, bg, sigmas, full=True, transient=True)
 
     def render(self, tris, bg, sigmas, *, full: bool = False, transient: bool = False) -> np.ndarray:
-        """Render B scenes at the working (or full) size: float32 (B, H, W, 3) in [0, 1]."""
+        """Render B scenes at the working (or full) size: float32 (B, H, W, 3) in [0, 1]. A batch
+        larger than one device buffer allows (a sigma probe renders 3 scenes an image) goes in
+        halves: each scene renders alone the same as in any batch."""
         H, W = (self.targets if full else self.working_targets()).shape[1:3]
-        out = self.engine.impl.render_batch(tris, np.clip(bg, 0, 1), sigmas, W, H, transient=transient)
+        try:
+            out = self.engine.impl.render_batch(tris, np.clip(bg, 0, 1), sigmas, W, H, transient=transient)
+        except AdapterError as exc:
+            if isinstance(exc, DeviceLostError) or len(tris) < 2:
+                raise
+            half = len(tris) // 2
+            return np.concatenate([self.render(tris[:half], bg[:half], sigmas[:half], full=full, transient=transient),
+                                   self.render(tris[half:], bg[half:], sigmas[half:], full=full, transient=transient)])
         return np.clip(out, 0.0, 1.0).astype(np.float32)
 
     def most_costly(self, n: int, transient: bool = False, current: bool = False) -> np.ndarray:
@@ -152,9 +162,13 @@ class FitState:
         self._cached = (loop, iteration, raw, m, v)
 
     def _optim(self) -> FitSettings:
-        """The settings with the learning rates in force: as set x the live scale x fault halvings."""
+        """The settings with the learning rates in force: as set x the live scale x fault halvings,
+        the vertices' in pixels (fitloop.LR_VERTEX_SIZE): a step moves a vertex as many pixels at
+        any working size, where the same step in frame units would be 3x as many at 512 px as at 176."""
         f = self._lr_scale * self._lr_fault
-        return dc_replace(self.settings, **{k: getattr(self.settings, k) * f for k in _LR_NAMES})
+        rates = {k: getattr(self.settings, k) * f for k in _LR_NAMES}
+        rates["lr_vertex"] *= LR_VERTEX_SIZE / max(self.width, self.height)
+        return dc_replace(self.settings, **rates)
 
     def learning_rates(self) -> dict[str, float]:
         opt = self._optim()
