@@ -7,7 +7,7 @@ import json
 import numpy as np
 import pytest
 
-from trifit import Fitter, Scene, StopConditions, fitstate, fitter as fitter_mod, placement, reference as R
+from trifit import AdapterError, Fitter, Scene, StopConditions, fitstate, fitter as fitter_mod, placement, reference as R
 from trifit.run import COARSE_COST_GUESS, FitRun, TimePlanner
 from trifit.strategy import plan_schedule
 
@@ -112,7 +112,9 @@ def test_live_changes_between_steps(backend, request):
     assert st.sigma_px == pytest.approx(3.0, rel=1e-5)
     assert f.scene.sigma * 24 == pytest.approx(3.0, rel=1e-5)
     f.set_learning_rate(0.5)
-    assert f.learning_rates()["lr_vertex"] == pytest.approx(0.003)
+    # the vertex rate is set for a 176 px working size and scaled to this one (32 px): same pixels a step
+    assert f.learning_rates()["lr_vertex"] == pytest.approx(0.5 * 0.006 * 176 / 32)
+    assert f.learning_rates()["lr_colour"] == pytest.approx(0.5 * 0.05)
     assert [c[1:] for c in f.changes] == [["triangles", 12], ["triangles", 6], ["sigma", 3.0], ["lr", 0.5]]
     assert [c[0] for c in f.changes] == [5, 8, 8, 10]  # each at the iteration it applied at
     f.step(2)
@@ -518,3 +520,22 @@ def test_history_costs_few_bytes_an_iteration():
     assert grown < 30 * 10_000
     h.truncate(9_000)
     assert len(h) == 9_000 and h.iterations[-1] == 9_000
+
+
+@pytest.mark.gpu
+def test_a_batch_too_large_for_one_buffer_renders_in_parts(gpu_engine, monkeypatch):
+    """A sigma probe renders 3 scenes an image; where they do not fit one device buffer (1024 px
+    with 5000 triangles on an H200) the render goes in parts, with the same pixels."""
+    f = Fitter(_target(48, 36), triangles=10, size=48, seed=0, engine=gpu_engine)
+    tris, bg, sigmas = f.values()
+    tris3, bg3, s3 = np.repeat(tris, 3, axis=0), np.repeat(bg, 3, axis=0), np.repeat(sigmas, 3) * [0.8, 1.0, 1.2]
+    whole = f.render(tris3, bg3, s3, transient=True)
+    limits = gpu_engine.impl.ctx.limits
+    from trifit.gpu.workspace import Shape
+
+    one = max(Shape(1, 48, 36, 10).buffer_sizes().values())
+    monkeypatch.setitem(limits, "max-buffer-size", one + 16)  # one scene fits, three do not
+    with pytest.raises(AdapterError):
+        gpu_engine.impl.render_batch(tris3, bg3, s3, 48, 36, transient=True)
+    parts = f.render(tris3, bg3, s3, transient=True)
+    assert parts.tobytes() == whole.tobytes()

@@ -2,7 +2,7 @@
 cumulative time, plus the iteration count. For finding what a 1 s H200 fit spends besides
 iterations.
 
-    python tools/profile_fit.py [--time-limit 1] [--image astronaut.png] [--top 40]
+    python tools/profile_fit.py [--time-limit 1] [--image astronaut.png] [--size 176] [--tris 150] [--top 40]
 """
 
 import argparse
@@ -23,11 +23,13 @@ def main():
     p.add_argument("--time-limit", type=float, default=1.0)
     p.add_argument("--image", default="astronaut.png")
     p.add_argument("--top", type=int, default=40)
+    p.add_argument("--size", type=int, default=176)
+    p.add_argument("--tris", type=int, default=150)
     a = p.parse_args()
     eng = Engine("gpu")
-    target = load_image(sample_path(a.image), 176)
-    Fitter(target, engine=eng).close()  # pipelines compiled before the profiled fit, as in a bench
-    f = Fitter(target, triangles=150, size=176, seed=0, engine=eng)
+    target = load_image(sample_path(a.image), a.size)
+    Fitter(target, triangles=a.tris, size=a.size, engine=eng).close()  # pipelines compiled first, as in a bench
+    f = Fitter(target, triangles=a.tris, size=a.size, seed=0, engine=eng)
     prof = cProfile.Profile()
     t0 = time.perf_counter()
     prof.runcall(f.run, StopConditions(time_limit=a.time_limit))

@@ -1,0 +1,123 @@
+"""What a user waits for (issue #19): start-up phases of a fit in a fresh process, the big-fit
+cells with their passes, and long fits' host CPU and readback per iteration.
+
+    python tools/profile_time_to_quality.py start          # one fresh process: phase by phase
+    python tools/profile_time_to_quality.py cells          # fit 512/1000, 1024/5000; fwd+bwd 512^2x1024, 1024^2x5000
+    python tools/profile_time_to_quality.py long [--seconds 20] [--size 512] [--tris 1000]
+    python tools/profile_time_to_quality.py readback       # 600 iterations, 128 px, 60 triangles
+"""
+
+import argparse
+import json
+import resource
+import sys
+import time
+
+T0 = time.perf_counter()
+
+
+def _cpu() -> float:
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    return r.ru_utime + r.ru_stime
+
+
+def start(a) -> dict:
+    marks = {}
+    t = time.perf_counter()
+    import trifit  # noqa: F401
+    from trifit import Engine, Fitter, StopConditions, load_image
+    from trifit.resources import sample_path
+    marks["import"] = time.perf_counter() - t
+    t = time.perf_counter()
+    eng = Engine("gpu")
+    marks["engine (adapter, device)"] = time.perf_counter() - t
+    t = time.perf_counter()
+    target = load_image(sample_path("astronaut.png"), 176)
+    marks["image"] = time.perf_counter() - t
+    t = time.perf_counter()
+    f = Fitter(target, triangles=150, size=176, seed=0, engine=eng)
+    marks["fitter (first loop: pipelines, buffers, placement)"] = time.perf_counter() - t
+    t = time.perf_counter()
+    f.step(1)
+    marks["first step"] = time.perf_counter() - t
+    t = time.perf_counter()
+    f.run(StopConditions(time_limit=a.seconds))
+    marks[f"run {a.seconds:g} s"] = time.perf_counter() - t
+    t = time.perf_counter()
+    f2 = Fitter(target, triangles=150, size=176, seed=1, engine=eng)
+    f2.step(1)
+    marks["second fitter in the same process + 1 step"] = time.perf_counter() - t
+    marks["process so far (from interpreter start of this script)"] = time.perf_counter() - T0
+    return {"marks_s": marks, "iterations": f.iteration}
+
+
+def cells(a) -> dict:
+    from trifit import Engine
+    from trifit.bench import bench_cell
+
+    eng = Engine("gpu")
+    out = []
+    for kind, side, tris in [("fwdbwd", 512, 1024), ("fit", 512, 1000), ("fwdbwd", 1024, 5000), ("fit", 1024, 5000)]:
+        r = bench_cell(eng, kind, 1, side, tris, a.repeats, 25)
+        out.append(r)
+        print(f"{kind} {side}^2 x {tris}: median {r['median_ms']:.3f} ms (min {r['min_ms']:.3f} max {r['max_ms']:.3f}); "
+              f"passes {json.dumps({k: round(v, 4) for k, v in r.get('phases_ms', {}).items()})}", flush=True)
+    return {"cells": out}
+
+
+def long_fit(a) -> dict:
+    from trifit import Engine, Fitter, StopConditions, load_image
+    from trifit.resources import sample_path
+
+    eng = Engine("gpu")
+    target = load_image(sample_path(a.image), a.size)
+    Fitter(target, triangles=a.tris, size=a.size, engine=eng).close()  # pipelines first
+    before = eng.counters()
+    c0, t0 = _cpu(), time.perf_counter()
+    f = Fitter(target, triangles=a.tris, size=a.size, seed=0, engine=eng)
+    marks = []
+    f.run(StopConditions(time_limit=a.seconds), callback=lambda s: marks.append((time.perf_counter() - t0, s.iteration, s.psnr)))
+    wall, cpu = time.perf_counter() - t0, _cpu() - c0
+    after = eng.counters()
+    rb = after["readback_bytes"] - before["readback_bytes"]
+    psnr = f.step(0).psnr
+    tm = f.timings()
+    res = {"seconds": a.seconds, "size": a.size, "tris": a.tris, "iterations": f.iteration, "wall_s": wall,
+           "host_cpu_s": cpu, "readback_bytes_per_iteration": rb / max(f.iteration, 1), "psnr_working": psnr,
+           "gpu_ms": tm["gpu_ms"], "host_ms": tm["host_ms"], "submissions": after["submissions"] - before["submissions"]}
+    for at in (1, 5, 10, 20):
+        got = [m for m in marks if m[0] <= at]
+        if got:
+            res[f"psnr_at_{at}s"] = got[-1][2]
+    return res
+
+
+def readback(a) -> dict:
+    from trifit import Engine, Fitter, StopConditions, load_image
+    from trifit.resources import sample_path
+
+    eng = Engine("gpu")
+    target = load_image(sample_path("astronaut.png"), 128)
+    before = eng.counters()
+    f = Fitter(target, triangles=60, size=128, seed=0, engine=eng)
+    f.run(StopConditions(iterations=600))
+    after = eng.counters()
+    return {"iterations": f.iteration, "readback_bytes_per_iteration": (after["readback_bytes"] - before["readback_bytes"]) / 600,
+            "submissions": after["submissions"] - before["submissions"]}
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("what", choices=["start", "cells", "long", "readback"])
+    p.add_argument("--seconds", type=float, default=1.0)
+    p.add_argument("--size", type=int, default=512)
+    p.add_argument("--tris", type=int, default=1000)
+    p.add_argument("--image", default="astronaut.png")
+    p.add_argument("--repeats", type=int, default=5)
+    a = p.parse_args()
+    res = {"start": start, "cells": cells, "long": long_fit, "readback": readback}[a.what](a)
+    print(json.dumps(res, indent=1, default=float), flush=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
