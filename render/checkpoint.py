@@ -90,6 +90,8 @@ def take(fit) -> Checkpoint:
         "faults": int(fit.faults),
         "lr_scale": float(fit._lr_scale),
         "lr_fault": float(fit._lr_fault),
+        "locked": [[int(i) for i in idx] for idx in fit.locks],
+        "locked_values": [vals.tolist() for vals in fit._lock_values],
     }
     # copies (np.array): a view would pin the history's arrays, which then cannot grow
     histories = [(np.array(h.iterations, dtype=np.int64), np.array(h.losses, dtype=np.float64)) for h in fit.histories]
@@ -125,11 +127,28 @@ def restore(fit, ck: Checkpoint) -> None:
     for h, (its, losses) in zip(fit.histories, ck.histories):
         h.iterations.extend(int(i) for i in its)
         h.losses.frombytes(np.ascontiguousarray(losses, dtype=np.float64).tobytes())
+    _restore_locks(fit, st, ck.n_triangles)
     fit._set(ck.raw, ck.m, ck.v, ck.n_triangles, ck.iteration, exact=True)
+    if any(len(idx) for idx in fit.locks):
+        fit._remember_locked_raw()
     loop = fit._loop
     if ck.records is not None and hasattr(loop, "put_records") and ck.records.shape == (fit.batch, loop.shape.scene_stride):
         loop.put_records(ck.records)  # else (another backend) the host's rounding: a ulp away
     fit._next_event = fit.strategy.next_event(ck.iteration)
+
+
+def _restore_locks(fit, st: dict, n: int) -> None:
+    """The locked triangles and their values (a checkpoint from before locks has none)."""
+    empty = [[] for _ in range(fit.batch)]
+    try:
+        idx = [np.asarray(i, dtype=np.int64).reshape(-1) for i in st.get("locked", empty)]
+        vals = [np.asarray(v, dtype=np.float64).reshape(-1, 10) for v in st.get("locked_values", empty)]
+        if len(idx) != fit.batch or len(vals) != fit.batch or any(
+                len(i) != len(v) or np.any(i < 0) or np.any(i >= n) or np.any(np.diff(i) <= 0) for i, v in zip(idx, vals)):
+            raise ValueError("one sorted list of triangle indices and their values per image expected")
+    except (TypeError, ValueError) as exc:
+        raise CheckpointError(f"the checkpoint's locked triangles are damaged ({exc})") from None
+    fit.lock(idx, vals)
 
 
 def settings_of(ck: Checkpoint) -> tuple[FitSettings, FitSettings]:

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from . import reference
+from . import focus, reference
 from .errors import AdapterError, BatchError, SceneError
 from .gpu.timing import Counters, HostPhases, median_ms
 from .scene import Scene
@@ -67,7 +67,7 @@ class ReferenceBackend:
                 out[b] = reference.render(_scene_of(tris[b], bg[b], sigma[b], width, height))
         return out
 
-    def loss_and_grad_batch(self, tris, bg, sigma, targets, loss="mse"):
+    def loss_and_grad_batch(self, tris, bg, sigma, targets, loss="mse", weights=None):
         B, T = tris.shape[:2]
         H, W = targets.shape[1:3]
         losses = np.empty(B)
@@ -75,18 +75,18 @@ class ReferenceBackend:
         for b in range(B):
             with self.host.phase("forward+backward"):
                 losses[b], gt, gb = reference.loss_and_grad(
-                    _scene_of(tris[b], bg[b], sigma[b], W, H), targets[b], loss)
+                    _scene_of(tris[b], bg[b], sigma[b], W, H), targets[b], loss, None if weights is None else weights[b])
             grads[b, :T] = gt
             grads[b, T, :3] = gb
         return losses, grads
 
-    def removal_costs_batch(self, tris, bg, sigma, targets, transient=False):
+    def removal_costs_batch(self, tris, bg, sigma, targets, transient=False, weights=None):
         from .placement import removal_costs
 
         out = np.empty(tris.shape[:2])
         for b in range(len(tris)):
             with self.host.phase("removal-costs"):
-                out[b] = removal_costs(tris[b], bg[b], float(sigma[b]), targets[b])
+                out[b] = removal_costs(tris[b], bg[b], float(sigma[b]), targets[b], None if weights is None else weights[b])
         return out
 
     def fit_loop(self, *args, **kwargs):
@@ -205,29 +205,36 @@ class Engine:
         out = self.impl.render_batch(tris, bg, sigma, W, H, transient=transient)
         return np.clip(out, 0.0, 1.0).astype(np.float32)
 
-    def loss_and_grad(self, scene: Scene, target: np.ndarray, loss: str = "mse"):
-        """Loss of the scene rendered at the target's size against it, and the gradient."""
-        losses, grads = self.loss_and_grad_many([scene], np.asarray(target)[None], loss)
+    def loss_and_grad(self, scene: Scene, target: np.ndarray, loss: str = "mse", weights=None):
+        """Loss of the scene rendered at the target's size against it, and the gradient.
+        ``weights``: a focus map (H, W) in [0, 1] -- each pixel's loss term times its weight, the
+        loss their weighted mean (render/focus.py, docs/MODEL.md)."""
+        losses, grads = self.loss_and_grad_many([scene], np.asarray(target)[None], loss, weights)
         return losses[0], grads[0]
 
-    def loss_and_grad_many(self, scenes: Sequence[Scene], targets: np.ndarray, loss: str = "mse"):
+    def loss_and_grad_many(self, scenes: Sequence[Scene], targets: np.ndarray, loss: str = "mse", weights=None):
+        """``weights``: one focus map (H, W) for every scene, or one each (B, H, W)."""
         if loss not in reference.LOSSES:
             raise ValueError(f"unknown loss {loss!r}; choose one of {', '.join(reference.LOSSES)}")
         targets = _check_targets(targets, len(scenes))
         tris, bg, sigma = _stack(scenes)
-        losses, grads = self.impl.loss_and_grad_batch(tris, bg, sigma, targets, loss)
+        losses, grads = self.impl.loss_and_grad_batch(tris, bg, sigma, targets, loss,
+                                                      weights=focus.check_batch(weights, targets))
         T = tris.shape[1]
         out = [Gradient(g[:T].copy(), g[T, :3].copy()) for g in grads]
         return [float(v) for v in losses], out
 
-    def removal_costs(self, scene: Scene, target: np.ndarray, *, transient: bool = False) -> np.ndarray:
+    def removal_costs(self, scene: Scene, target: np.ndarray, *, transient: bool = False, weights=None) -> np.ndarray:
         """(T,): how much the summed squared error of the scene against ``target`` (rendered at the
         target's size) would grow if each triangle alone were removed -- what pruning ranks by.
         The GPU backend sums it in the backward's walk (float32), the reference in float64.
-        ``transient=True``: do not keep this shape's buffers cached (one-off shapes)."""
+        ``transient=True``: do not keep this shape's buffers cached (one-off shapes).
+        ``weights``: a focus map (H, W): the growth of the weighted sum, each pixel's term times
+        its weight."""
         targets = _check_targets(np.asarray(target)[None], 1)
         tris, bg, sigma = _stack([scene])
-        costs = self.impl.removal_costs_batch(tris, bg, sigma, targets, transient=transient)
+        costs = self.impl.removal_costs_batch(tris, bg, sigma, targets, transient=transient,
+                                              weights=focus.check_batch(weights, targets))
         return np.asarray(costs[0], dtype=np.float64)
 
 

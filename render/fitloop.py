@@ -173,17 +173,20 @@ class ReferenceFitLoop:
     """The fit loop in float64 numpy: advance -> loss_and_grad -> Adam, one iteration at a time.
 
     Like the GPU loop it takes one target (H, W, 3) with raw (n_params,), or a stack (B, H, W, 3)
-    with raw (B, n_params) stepped in lockstep (then losses are (n, B) and states (B, n_params))."""
+    with raw (B, n_params) stepped in lockstep (then losses are (n, B) and states (B, n_params)),
+    and focus maps ``weights`` shaped like the target's pixels (render/focus.py)."""
 
     def __init__(self, backend, target: np.ndarray, raw: np.ndarray, n_tris: int,
-                 settings: FitSettings, schedule: Schedule, iteration: int = 0):
+                 settings: FitSettings, schedule: Schedule, iteration: int = 0, weights: np.ndarray | None = None):
         self.backend = backend
         target = np.asarray(target, dtype=np.float64)
         self.batched = target.ndim == 4
         self.target_shape = target.shape
         self.targets = target if self.batched else target[None]
         self.batch = self.targets.shape[0]
+        self.weights = None if weights is None else np.asarray(weights, dtype=np.float64).reshape(self.targets.shape[:3])
         self.n_tris = n_tris
+        self.set_locked([np.zeros(0, int)] * self.batch, [np.zeros((0, 10))] * self.batch)
         raw = self._stack(raw)
         self.reset(raw, np.zeros_like(raw), np.zeros_like(raw), iteration, schedule, settings)
 
@@ -220,6 +223,27 @@ class ReferenceFitLoop:
 
     def set_state(self, raw, m, v, images=None) -> None:
         self.raw, self.m, self.v = (self._stack(a).copy() for a in (raw, m, v))
+
+    def set_locked(self, locked, values, records: bool = True) -> None:
+        """Lock triangles ``locked[b]`` of each image b at ``values[b]`` (k, 10), as
+        GpuFitLoop.set_locked: Adam leaves their parameters and moments alone, and they render
+        (and are reported) at exactly these values (``records``: the GPU loop's; none here)."""
+        self._locks = [(np.asarray(i, dtype=np.int64), np.asarray(v, dtype=np.float64).reshape(-1, 10))
+                       for i, v in zip(locked, values)]
+
+    def _values(self, b: int):
+        """Image b's triangles and background, the locked triangles at their locked values."""
+        tris, bg = values_from_raw(self.raw[b], self.n_tris)
+        idx, vals = self._locks[b]
+        tris[idx] = vals
+        return tris, bg
+
+    def _hold_locked(self, b: int, before) -> None:
+        """Put back the locked triangles' parameters and moments of image b as ``before`` had them."""
+        idx = self._locks[b][0]
+        cols = (idx[:, None] * 10 + np.arange(10)).ravel()
+        for now, then in zip((self.raw, self.m, self.v), before):
+            now[b, cols] = then[cols]
 
     def get_state(self):
         if self.batched:
@@ -262,10 +286,12 @@ class ReferenceFitLoop:
             lr_scale = self.schedule.at(self.iter)[1]
             self.sigmas = self.schedule.sigmas(self.iter, self.batch)
             for b in range(self.batch):
-                tris, bg = values_from_raw(self.raw[b], self.n_tris)
+                tris, bg = self._values(b)
+                before = (self.raw[b].copy(), self.m[b].copy(), self.v[b].copy())
                 scene = Scene(W, H, float(self.sigmas[b]), bg, tris)
                 with self.backend.host.phase("forward+backward"):
-                    loss, gt, gb = reference.loss_and_grad(scene, self.targets[b], s.loss)
+                    loss, gt, gb = reference.loss_and_grad(scene, self.targets[b], s.loss,
+                                                           None if self.weights is None else self.weights[b])
                 g = np.concatenate([gt.ravel(), gb])
                 # chain rule through the sigmoid of every logit
                 vals = sigmoid(self.raw[b])
@@ -275,13 +301,14 @@ class ReferenceFitLoop:
                 mhat = self.m[b] / (1 - s.beta1 ** self.iter)
                 vhat = self.v[b] / (1 - s.beta2 ** self.iter)
                 self.raw[b] = self.raw[b] - lr * lr_scale * mhat / (np.sqrt(vhat) + s.adam_eps)
+                self._hold_locked(b, before)
                 # as loss_reduce.wgsl: a non-finite parameter is reported as a NaN loss (a NaN vertex
                 # is otherwise silently invisible: its distance compares false everywhere)
                 losses[k, b] = loss if np.all(np.isfinite(scene.triangles)) else np.nan
         return losses
 
     def current_values(self):
-        vals = [values_from_raw(r, self.n_tris) for r in self.raw]
+        vals = [self._values(b) for b in range(self.batch)]
         if not self.batched:
             return vals[0][0], vals[0][1], self.sigma
         return np.stack([t for t, _ in vals]), np.stack([b for _, b in vals]), self.sigmas.copy()

@@ -5,7 +5,8 @@ count and working size, kept for reuse -- and the state they hold: B images' raw
 Adam moments. Each operation keeps parameters and moments consistent (new triangles start with
 zero moments) and touches only the images it changes, so an image's fit never depends on the
 others in its batch: ``add`` (on top), ``keep`` (per image, in painting order), ``replace``
-(re-placed triangles move to the top), ``use_schedule``, ``to_full_size``.
+(re-placed triangles move to the top), ``use_schedule``, ``to_full_size``, ``use_targets`` (a
+video's next frame: new targets, the same triangles and moments).
 """
 
 from __future__ import annotations
@@ -14,9 +15,10 @@ from dataclasses import replace as dc_replace
 
 import numpy as np
 
-from .errors import AdapterError, DeviceLostError
+from .errors import AdapterError, DeviceLostError, TrifitError
 from .fitloop import LR_VERTEX_SIZE, FitSettings, raw_triangles, values_from_raw
 from .history import release_loop
+from .imageio import as_target
 
 #: fit loops kept by (triangle count, working size): pruning cycles revisit a few counts, and a
 #: new loop's buffers and bind groups cost milliseconds; a count set by hand keeps none but its own
@@ -25,9 +27,9 @@ _LR_NAMES = ("lr_vertex", "lr_colour", "lr_alpha", "lr_background")
 
 
 class FitState:
-    """State and operations; the subclass sets engine, settings, targets, batch, width, height,
-    rngs, coarse, full_from, schedule, n_triangles, _half, _loops, _loop, _cached, _lr_scale,
-    _lr_fault and respawned."""
+    """State and operations; the subclass sets engine, settings, strategy, targets, batch, width,
+    height, rngs, coarse, full_from, schedule, n_triangles, _half, _loops, _loop, _cached,
+    _lr_scale, _lr_fault, _host_snapshot, _next_event and respawned."""
 
     def working_targets(self) -> np.ndarray:
         return self._half if self.coarse else self.targets
@@ -37,7 +39,8 @@ class FitState:
         sigmoids on the host (one readback, shared with the chunk's when it brought the state)."""
         raw = self._state()[0]
         vals = [values_from_raw(r, self.n_triangles) for r in raw]
-        return np.stack([t for t, _ in vals]), np.stack([b for _, b in vals]), np.array(self._loop.sigmas, float)
+        tris = self.with_locked_values(np.stack([t for t, _ in vals]))
+        return tris, np.stack([b for _, b in vals]), np.array(self._loop.sigmas, float)
 
     def placement_image(self) -> np.ndarray:
         """(B, H, W, 3) at full size, what new triangles are placed against: the last forward's
@@ -67,10 +70,15 @@ class FitState:
     def most_costly(self, n: int, transient: bool = False, current: bool = False) -> np.ndarray:
         """(B, n) indices, in painting order, of each image's n triangles whose removal would
         cost most against the full-size target (a forward and backward on the GPU)."""
+        costs = self.pruning_costs(transient, current)
+        return np.sort(np.argsort(-costs, kind="stable", axis=1)[:, :n], axis=1)
+
+    def removal_costs(self, transient: bool = False, current: bool = False) -> np.ndarray:
+        """(B, T) how much each triangle's removal alone would grow the squared error against the
+        full-size target (``current``: the values the device holds now, else the state's)."""
         tris, bg, sigmas = self._loop_values() if current else self.values()
-        costs = self.engine.impl.removal_costs_batch(tris, np.clip(bg, 0, 1), sigmas,
-                                                     self.targets.astype(np.float64), transient=transient)
-        return np.sort(np.argsort(-np.asarray(costs), kind="stable", axis=1)[:, :n], axis=1)
+        return np.asarray(self.engine.impl.removal_costs_batch(tris, np.clip(bg, 0, 1), sigmas,
+                                                               self.targets.astype(np.float64), transient=transient))
 
     # ------------------------------------------------------------------ operations
     def add(self, new: list[np.ndarray]) -> None:
@@ -83,11 +91,15 @@ class FitState:
     def keep(self, idx: np.ndarray) -> None:
         """Keep triangles ``idx[b]`` of each image b (all the same length), in that order."""
         idx = np.asarray(idx)
+        for b, order in enumerate(idx):
+            self._reindex_locks(b, order)
         self._join([(np.take_along_axis(tri, idx[:, :, None], axis=1), rest) for tri, rest in self._split()],
                    idx.shape[1])
 
     def replace(self, dead: list[np.ndarray], new: list[np.ndarray | None]) -> None:
-        """Move each image's ``dead`` triangles to the top as ``new`` (values), moments zeroed."""
+        """Move each image's ``dead`` triangles to the top as ``new`` (values), moments zeroed
+        (a locked triangle among ``dead`` stays where it is, and its row of ``new`` is dropped)."""
+        dead, new = self._spare_locked(dead, new)
         parts = self._split()
         out = [(tri.copy(), rest) for tri, rest in parts]
         for b, (d, fresh) in enumerate(zip(dead, new)):
@@ -96,6 +108,7 @@ class FitState:
             alive = np.ones(self.n_triangles, bool)
             alive[d] = False
             order = np.concatenate([np.flatnonzero(alive), d])
+            self._reindex_locks(b, order)
             raw_new = raw_triangles(fresh)
             for j, (tri, _) in enumerate(out):
                 tri[b] = tri[b][order]
@@ -113,6 +126,27 @@ class FitState:
         self.coarse = False
         self.full_from = self.iteration
         self._set(raw, m, v, self.n_triangles, self.iteration)
+
+    def use_targets(self, images) -> None:
+        """Fit new target images (one per image of the fit, resized to the working size, which
+        must not change) from here on, as a video's next frame: parameters, Adam moments, the
+        iteration and the schedule are kept, so the triangles move from where they are. A
+        half-size stage ends; the fit loops hold their targets, so every kept loop is released
+        and the current state goes on in a new one."""
+        targets = np.stack([as_target(t, self.settings.size) for t in images])
+        if targets.shape != self.targets.shape:
+            raise TrifitError(f"new targets of shape {targets.shape[1:]} (x{len(targets)}) for a fit of "
+                              f"{self.targets.shape[1:]} (x{self.batch}): a fit's images keep their working size")
+        raw, m, v = self._state()
+        for loop in self._loops.values():
+            release_loop(loop)
+        self._loops.clear()
+        if self.coarse:
+            self.coarse, self.full_from = False, self.iteration
+        self.targets, self._half = targets, None
+        self._set(raw, m, v, self.n_triangles, self.iteration)
+        self._host_snapshot = (raw, m, v, self.iteration, self.n_triangles, False)  # a lost device resumes here
+        self._next_event = self.strategy.next_event(self.iteration)
 
     # ------------------------------------------------------------------ mechanics
     def _state(self):
@@ -146,14 +180,18 @@ class FitState:
         target = self.working_targets()
         key = (n, target.shape)
         if images is not None and self._loops.get(key) is self._loop:
+            self._lock_loop(self._loop)
             self._loop.set_state(raw, m, v, images=images)
             self._cached = (self._loop, iteration, raw, m, v)
             return
         loop = self._loops.pop(key, None)
         if loop is None:
-            loop = self.engine.impl.fit_loop(target, raw, n, self._optim(), self.schedule, iteration)
+            loop = self.engine.impl.fit_loop(target, raw, n, self._optim(), self.schedule, iteration,
+                                             weights=self.working_focus())
+            self._lock_loop(loop)
             loop.set_state(raw, m, v)
         else:
+            self._lock_loop(loop)
             loop.reset(raw, m, v, iteration, self.schedule, self._optim())
         self._loops[key] = loop
         while len(self._loops) > MAX_CACHED_LOOPS:  # the current loop is the newest: never evicted
@@ -179,6 +217,69 @@ class FitState:
         return (np.asarray(tris).reshape(self.batch, self.n_triangles, 10), np.asarray(bg).reshape(self.batch, 3),
                 np.asarray(sigma, dtype=np.float64).reshape(-1) * np.ones(self.batch))
 
+    # ------------------------------------------------------------------ locks and focus (issue 20)
+    def working_focus(self) -> np.ndarray | None:
+        """The focus maps (B, H, W) at the working size (half size in the coarse stage), or None
+        (the subclass sets ``focus`` and ``_focus_half``)."""
+        if self.focus is None:
+            return None
+        return self._focus_half if self.coarse else self.focus
+
+    def lock(self, locked: list, values: list) -> None:
+        """Lock triangles ``locked[b]`` (sorted indices, painting order) of each image b at
+        ``values[b]`` (k, 10): from the next iteration the fit loop leaves them to the bit, and
+        every operation keeps them and their order (lists of empty arrays: nothing locked)."""
+        self.locks = [np.asarray(i, dtype=np.int64).reshape(-1) for i in locked]
+        self._lock_values = [np.asarray(v, dtype=np.float64).reshape(-1, 10) for v in values]
+        if self._loop is not None:  # (else the first loop learns them as it is made)
+            self._loop.set_locked(self.locks, self._lock_values, records=True)
+
+    def with_locked_values(self, tris: np.ndarray) -> np.ndarray:
+        """``tris`` (B, T, 10) with the locked triangles at their locked values (as given: float64,
+        where the device holds float32), in place."""
+        for b, (idx, vals) in enumerate(zip(self.locks, self._lock_values)):
+            tris[b, idx] = vals
+        return tris
+
+    def pruning_costs(self, transient: bool = False, current: bool = False) -> np.ndarray:
+        """(B, T) what pruning ranks by: :meth:`removal_costs`, weighted by the focus map where
+        there is one, and infinite for a locked triangle (pruning keeps it)."""
+        if self.focus is None:
+            costs = self.removal_costs(transient, current)
+        else:
+            tris, bg, sigmas = self._loop_values() if current else self.values()
+            costs = np.asarray(self.engine.impl.removal_costs_batch(
+                tris, np.clip(bg, 0, 1), sigmas, self.targets.astype(np.float64), transient=transient, weights=self.focus))
+        for b, idx in enumerate(self.locks):
+            costs[b, idx] = np.inf
+        return costs
+
+    def _lock_loop(self, loop) -> None:
+        """Tell ``loop`` the locks before it takes a state (which puts the locked values in place)."""
+        loop.set_locked(self.locks, self._lock_values, records=False)
+
+    def _reindex_locks(self, b: int, order: np.ndarray) -> None:
+        """Image b's locked triangles' indices after an operation that puts old triangle
+        ``order[k]`` at k; refused if it would drop one or change their order."""
+        idx = self.locks[b]
+        if not len(idx):
+            return
+        where = np.full(self.n_triangles, -1, dtype=np.int64)
+        where[np.asarray(order)] = np.arange(len(order))
+        moved = where[idx]
+        if np.any(moved < 0) or np.any(np.diff(moved) <= 0):
+            raise ValueError(f"an operation would drop or reorder locked triangles of image {b} ({idx.tolist()})")
+        self.locks[b] = moved
+
+    def _spare_locked(self, dead: list, new: list) -> tuple[list, list]:
+        """``dead`` and ``new`` (per image) without the locked triangles and their rows of ``new``."""
+        out_dead, out_new = [], []
+        for b, (d, fresh) in enumerate(zip(dead, new)):
+            d = np.asarray(d, dtype=np.int64)
+            spare = ~np.isin(d, self.locks[b])
+            out_dead.append(d[spare])
+            out_new.append(None if fresh is None else np.asarray(fresh)[spare])
+        return out_dead, out_new
 
 
 def half_size(targets: np.ndarray, s: FitSettings) -> np.ndarray | None:

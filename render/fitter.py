@@ -15,13 +15,14 @@ The state and the operations that change it (``add``, ``keep``, ``replace``, ``u
 from __future__ import annotations
 
 import logging
+import os
 import time
 import warnings
 from dataclasses import replace as dc_replace
 
 import numpy as np
 
-from . import __version__
+from . import __version__, focus
 from .checkpoint import Checkpoint, restore as restore_checkpoint, settings_of, take as take_checkpoint
 from .engine import Engine
 from .errors import DeviceLostError, NumericalFault, TrifitError
@@ -30,7 +31,7 @@ from .fitstate import FitState, half_size
 from .history import History, StepStats, loop_timings, psnr_from_mse, release_loop
 from .imageio import as_target
 from .placement import initial_raw
-from .scene import Scene
+from .scene import Scene, locked_indices
 from .strategy import STRATEGIES, make_strategy
 
 log = logging.getLogger("trifit")
@@ -47,22 +48,29 @@ class Fitter(FitState):
 
     The target is resized so its longer side is ``size`` px. ``step(n)`` runs n iterations;
     ``run(stop)`` runs until a stop condition holds (render/run.py); between steps the fit can
-    be changed (``set_triangles``, ``set_sigma``, ``set_learning_rate``), and every change is
-    recorded with its iteration in the scene's meta. ``strategy``: "default" or "fixed"."""
+    be changed (``set_triangles``, ``set_sigma``, ``set_learning_rate``, ``set_locked``), and
+    every change is recorded with its iteration in the scene's meta. ``strategy``: "default" or
+    "fixed". ``weights``: a focus map (path to a grey image, PIL image or (H, W) array in [0, 1]
+    of the target's aspect), resized to the working size: each pixel's loss term is weighted by
+    it (render/focus.py). An ``init_scene`` with a ``locked`` key keeps those triangles as they are."""
 
     def __init__(self, target_image, triangles: int = 150, size: int = 176, seed: int = 0,
                  engine: Engine | None = None, *, init_scene: Scene | None = None,
-                 source: str | None = None, **settings):
+                 source: str | None = None, weights=None, **settings):
         if source is None and isinstance(target_image, str):
             source = str(target_image)
-        self._setup([target_image], [seed], [source], init_scene, triangles, size, engine, settings)
+        self._setup([target_image], [seed], [source], init_scene, triangles, size, engine, settings,
+                    weights=None if weights is None else [weights])
 
     @classmethod
     def resume(cls, target_image, checkpoint: Checkpoint, engine: Engine | None = None, *,
-               source: str | None = None) -> Fitter:
+               source: str | None = None, strategy=None, weights=None) -> Fitter:
         """The fit ``checkpoint`` was taken of (render/checkpoint.py), continuing as if it had only
         paused: its iteration, schedule, optimiser state, strategy progress and history.
-        ``target_image`` must be the image it was fitting (it is checked by working size)."""
+        ``target_image`` must be the image it was fitting (it is checked by working size).
+        ``strategy``: for a fit that went on under a strategy of its own (:meth:`use_strategy`),
+        what makes that strategy for the new fitter (``strategy(fitter)``). ``weights``: the focus
+        map it was fitting with, if any (a checkpoint keeps no pixels); its locks it keeps."""
         if source is None and isinstance(target_image, str):
             source = str(target_image)
         if cls is not Fitter or checkpoint.state["batch"] != 1:
@@ -71,14 +79,15 @@ class Fitter(FitState):
         rest = {k: v for k, v in initial.as_dict().items() if k not in ("triangles", "size", "seed")}
         fit = cls.__new__(cls)
         fit._setup([target_image], [initial.seed], [source], None, initial.triangles, initial.size, engine, rest,
-                   resume=(checkpoint, now))
+                   resume=(checkpoint, now), strategy=strategy, weights=None if weights is None else [weights])
         return fit
 
     def checkpoint(self) -> Checkpoint:
         """Everything :meth:`resume` needs to go on from here (call between steps)."""
         return take_checkpoint(self)
 
-    def _setup(self, images, seeds, sources, init_scene, triangles, size, engine, settings, resume=None) -> None:
+    def _setup(self, images, seeds, sources, init_scene, triangles, size, engine, settings, resume=None,
+               strategy=None, weights=None) -> None:
         self.engine = engine or Engine("auto")
         self.settings = FitSettings(triangles=int(triangles), size=int(size), seed=int(seeds[0]), **settings)
         s = self.settings
@@ -106,9 +115,12 @@ class Fitter(FitState):
         self._loops: dict = {}      # fit loops by (count, working size), least recently used first
         self._loop = None
         self._half = half_size(self.targets, s) if init_scene is None else None
+        self._use_focus(weights)
+        self.lock([np.zeros(0, np.int64)] * self.batch, [np.zeros((0, 10))] * self.batch)
+        self._locked_raw: list[np.ndarray] = []  # the locked triangles' raw parameters, per image
         if resume is not None:
             self.settings = s = resume[1]  # as the fit had them: planned length, live changes
-        self.strategy = make_strategy(s.strategy, self)
+        self.strategy = make_strategy(s.strategy, self) if strategy is None else strategy(self)
         if not self.strategy.uses_coarse_stage:
             self._half = None
         self.coarse = self._half is not None  # the loop works at half size
@@ -127,9 +139,12 @@ class Fitter(FitState):
             raw = np.stack([raw_from_scene(first)] * self.batch)
         else:
             n = self.strategy.initial_count()
-            raw = np.stack([initial_raw(t, n, rng, s, self.schedule.sigma_start) for t, rng in zip(self.targets, self.rngs)])
+            raw = np.stack([initial_raw(t, n, rng, s, self.schedule.sigma_start, w)
+                            for t, rng, w in zip(self.targets, self.rngs, self._focus_per_image())])
         self.n_triangles = n
         self._set(raw, None, None, n, 0)
+        if init_scene is not None and init_scene.locked:
+            self._lock_scene(init_scene)
         self._next_event = self.strategy.next_event(0)
 
     # ------------------------------------------------------------------ what the strategy reads
@@ -175,6 +190,14 @@ class Fitter(FitState):
         self.use_schedule(self.strategy.schedule(self.iteration))
         self._next_event = self.strategy.next_event(self.iteration)
 
+    def use_strategy(self, strategy) -> None:
+        """Go on under another policy: ``strategy``, a strategy object attached to this fitter
+        (render/strategy.py's kind), decides from the next step on (a video's later frames are
+        refined by a policy of their own after the first frame's full fit, render/videofit.py)."""
+        self.strategy = strategy
+        self.use_schedule(strategy.schedule(self.iteration))
+        self._next_event = strategy.next_event(self.iteration)
+
     def step(self, iterations: int = 100) -> StepStats:
         """Run ``iterations`` iterations, cut at the strategy's events (which run at theirs).
 
@@ -218,6 +241,14 @@ class Fitter(FitState):
                          dt, n / dt if dt > 0 else float("inf"), self.n_triangles,
                          float(self._loop.sigmas[0]) * self.short_side)
 
+    def forget_before(self, iteration: int) -> None:
+        """Drop the loss history and the recorded changes before ``iteration``: a fit that goes on
+        for ever (a video's, frame after frame) keeps only its recent record, and its
+        checkpoints and scenes stay small."""
+        for h in self.histories:
+            h.forget_before(iteration)
+        self.changes = [c for c in self.changes if c[0] >= iteration]
+
     def last_losses(self) -> np.ndarray:
         """(B,) each image's loss at the latest iteration (NaN before the first)."""
         return np.array([h.losses[-1] if len(h) else float("nan") for h in self.histories])
@@ -255,6 +286,7 @@ class Fitter(FitState):
         self.engine.reset_device()
         self._loops.clear()  # their buffers died with the old device
         self.coarse = coarse
+        self._relocate_locks(raw, n)
         self._set(raw, m, v, n, it)
         for h in self.histories:
             h.truncate(it)
@@ -276,6 +308,8 @@ class Fitter(FitState):
         n = int(n)
         if not 1 <= n <= MAX_TRIANGLES_FIT:
             raise ValueError(f"triangle count must be between 1 and {MAX_TRIANGLES_FIT}, got {n}")
+        if n < max(len(i) for i in self.locks):
+            raise ValueError(f"{max(len(i) for i in self.locks)} triangles are locked: unlock some before asking for {n}")
         self._record("triangles", n)
         self.strategy.set_count(n)
         for key, loop in list(self._loops.items()):  # arbitrary counts: keep no loop for them
@@ -305,7 +339,8 @@ class Fitter(FitState):
         if kind in ("plan", "time_plan"):
             self.plan(value, time_budgeted=kind == "time_plan")
         else:
-            {"triangles": self.set_triangles, "sigma": self.set_sigma, "lr": self.set_learning_rate}[kind](value)
+            {"triangles": self.set_triangles, "sigma": self.set_sigma, "lr": self.set_learning_rate,
+             "locked": self.set_locked}[kind](value)
 
     def run(self, stop, callback=None, chunk: int | None = None) -> StepStats:
         """Step until a stop condition holds (render/run.py's FitRun); ``callback(stats)`` after
@@ -316,13 +351,96 @@ class Fitter(FitState):
             raise ValueError("give at least one stop condition")
         return FitRun(self, stop, chunk=chunk).run(callback)
 
+    # ------------------------------------------------------------------ locks and focus (issue 20)
+    @property
+    def locked(self) -> list[int]:
+        """The locked triangles (of the first image): their indices in the current painting
+        order, which growth, respawn and pruning renumber as they go."""
+        return [int(i) for i in self.locks[0]]
+
+    def set_locked(self, indices) -> None:
+        """Lock these triangles (indices in the current painting order; every other one is
+        unlocked), from the next step: their numbers stay to the bit -- the optimiser skips them
+        on the device, respawn and pruning never pick them, and no operation moves them relative
+        to each other (growth adds on top). At most the count asked for. Recorded as a live
+        change, so a replay locks the same triangles at the same iteration."""
+        idx = np.asarray(locked_indices(list(indices), self.n_triangles), dtype=np.int64)
+        if len(idx) > self.settings.triangles:
+            raise ValueError(f"{len(idx)} triangles to lock, more than the {self.settings.triangles} the fit keeps")
+        self._record("locked", [int(i) for i in idx])
+        tris = self.with_locked_values(self._loop_values()[0])  # what the device renders; locked ones as given
+        self.lock([idx] * self.batch, [t[idx] for t in tris])
+        self._remember_locked_raw()
+
+    def set_weights(self, weights) -> None:
+        """Weigh the loss by a new focus map from the next step on (None: every pixel alike), as
+        ``Fitter(weights=)``; the fit loops hold their weights, so they are rebuilt for the
+        current state. The map is not recorded as a change: a scene's meta names the map in force
+        (``weights``: its source and digest), and a replay needs that map given again."""
+        raw, m, v = self._state()
+        self._use_focus(None if weights is None else [weights] * self.batch)
+        for loop in self._loops.values():
+            release_loop(loop)
+        self._loops.clear()
+        self._set(raw, m, v, self.n_triangles, self.iteration)
+
+    def _use_focus(self, weights) -> None:
+        """The focus maps: ``weights`` one per image (None: none), at the working size and half."""
+        if weights is None:
+            self.focus = self._focus_half = self.focus_sources = None
+            return
+        shape = self.targets.shape[1:3]
+        self.focus = np.stack([focus.focus_map(w, shape) for w in weights])
+        self._focus_half = None if self._half is None else focus.half_size(self.focus, self._half.shape[1:3])
+        self.focus_sources = [str(w) if isinstance(w, (str, os.PathLike)) else None for w in weights]
+
+    def _focus_per_image(self) -> list:
+        return [None] * self.batch if self.focus is None else list(self.focus)
+
+    def _lock_scene(self, scene: Scene) -> None:
+        """Lock what ``scene`` (the scene a fit starts from) locks, at its exact values."""
+        idx = np.asarray(scene.locked, dtype=np.int64)
+        if len(idx) > self.settings.triangles:
+            raise TrifitError(f"the scene locks {len(idx)} triangles; fit at least that many (asked for "
+                              f"{self.settings.triangles})")
+        self.lock([idx] * self.batch, [scene.triangles[idx]] * self.batch)
+        self._remember_locked_raw()
+
+    def _remember_locked_raw(self) -> None:
+        """Keep the locked triangles' raw parameters (which no longer change) and take a host
+        snapshot now: a lost device resumes from a snapshot, and finds them there by these."""
+        raw, m, v = self._state()
+        self._locked_raw = [raw[b, : self.n_triangles * 10].reshape(-1, 10)[idx] for b, idx in enumerate(self.locks)]
+        self._host_snapshot = (raw, m, v, self.iteration, self.n_triangles, self.coarse)
+
+    def _relocate_locks(self, raw: np.ndarray, n: int) -> None:
+        """The locked triangles' indices in a host snapshot's state ``raw`` of ``n`` triangles,
+        found by their raw parameters (every operation since may have renumbered them)."""
+        for b, rows in enumerate(self._locked_raw):
+            tris = np.asarray(raw[b, : n * 10], dtype=np.float64).reshape(n, 10)
+            found = [int(np.flatnonzero(np.all(tris == row, axis=1))[0]) for row in rows]
+            self.locks[b] = np.asarray(found, dtype=np.int64)
+
+    def _scene_extra(self, b: int, kept, meta: dict) -> dict:
+        """Image b's scene keys beyond the model: ``locked`` (indices among the triangles written,
+        ``kept`` (B, n) of them when over-grown) and, with a focus map, ``meta.weights``."""
+        if self.focus is not None:
+            meta["weights"] = {"source": self.focus_sources[b], "sha256": focus.digest(self.focus[b])}
+        idx = self.locks[b]
+        if not len(idx):
+            return {}
+        return {"locked": [int(i) for i in (idx if kept is None else np.searchsorted(kept[b], idx))]}
+
     # ------------------------------------------------------------------ results
     def scenes_now(self) -> list[Scene]:
         """Each image's scene at the working size, with ``meta``: the count asked for -- while
         over-grown, the triangles that would cost most to remove."""
         tris, bg, sigmas = self._loop_values()
+        tris = self.with_locked_values(tris)
+        kept = None
         if self.n_triangles > self.settings.triangles:
-            tris = np.take_along_axis(tris, self.most_costly(self.settings.triangles, current=True)[:, :, None], axis=1)
+            kept = self.most_costly(self.settings.triangles, current=True)
+            tris = np.take_along_axis(tris, kept[:, :, None], axis=1)
         out = []
         for b in range(self.batch):
             meta = {
@@ -335,7 +453,7 @@ class Fitter(FitState):
             if isinstance(self, BatchFitter):
                 meta["batched"] = self.batch
             out.append(Scene(self.width, self.height, float(sigmas[b]), np.clip(bg[b], 0, 1), tris[b].copy(),
-                             {"meta": meta}))
+                             {"meta": meta, **self._scene_extra(b, kept, meta)}))
         return out
 
     @property

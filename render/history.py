@@ -39,6 +39,12 @@ class History:
             self.iterations.pop()
             self.losses.pop()
 
+    def forget_before(self, first_iter: int) -> None:
+        """Forget iterations before ``first_iter`` (a record that would otherwise grow for ever)."""
+        keep = next((k for k, it in enumerate(self.iterations) if it >= first_iter), len(self.iterations))
+        del self.iterations[:keep]
+        del self.losses[:keep]
+
     def __len__(self) -> int:
         return len(self.losses)
 

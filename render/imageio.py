@@ -91,7 +91,29 @@ def load_image(path: str | os.PathLike[str], size: int | None = None) -> np.ndar
     line: the path and what is wrong) for anything that is not a readable image within the caps.
     """
     size = _check_size(size)
-    p = Path(path)
+    return _read(Path(path), size, lambda im: prepare(im, size))
+
+
+def load_grey(path: str | os.PathLike[str], size: int | None = None) -> np.ndarray:
+    """Read an image file as its grey levels, float32 (h, w) in [0, 1] at the file's own size
+    (EXIF orientation applied; any mode converted to Pillow's "L", alpha over white): a focus
+    map (render/focus.py), which is resized to a fit's working size exactly, not by its longer
+    side. ``size``: a JPEG may be decoded at a reduced scale no smaller than this. The same
+    checks and one-line :class:`ImageError` as :func:`load_image`."""
+    size = _check_size(size)
+    return _read(Path(path), size, grey_levels)
+
+
+def grey_levels(im: Image.Image) -> np.ndarray:
+    """float32 (h, w) in [0, 1]: an image's grey levels as :func:`load_grey` reads them."""
+    try:
+        return np.asarray(_flatten(_orient(im)).convert("L"), dtype=np.float32) / 255.0
+    except ValueError as exc:
+        raise ImageError(f"cannot read grey levels: {_one_line(exc)}") from None
+
+
+def _read(p: Path, size: int | None, convert) -> np.ndarray:
+    """The checked read both loaders share: ``convert`` turns the decoded image into the array."""
     try:
         st = p.stat()
     except FileNotFoundError:
@@ -115,7 +137,7 @@ def load_image(path: str | os.PathLike[str], size: int | None = None) -> np.ndar
         try:
             im = _decode(f, p, size)
             try:
-                return prepare(im, size)
+                return convert(im)
             except ImageError as exc:  # e.g. an unsupported pixel mode: say which file
                 raise ImageError(f"{p}: {exc}") from None
             finally:

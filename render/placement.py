@@ -38,19 +38,24 @@ def _residual(target: np.ndarray, image: np.ndarray | None) -> np.ndarray:
     return target - (image if image is not None else target.mean(axis=(0, 1), keepdims=True))
 
 
-def error_map(target: np.ndarray, image: np.ndarray | None, residual: np.ndarray | None = None) -> np.ndarray:
+def error_map(target: np.ndarray, image: np.ndarray | None, residual: np.ndarray | None = None,
+              weights: np.ndarray | None = None) -> np.ndarray:
     """Squared error per pixel of ``image`` (None: the target's mean colour), never all zero
-    (``residual``: target - image when the caller has it)."""
+    (``residual``: target - image when the caller has it); with a focus map ``weights`` (H, W),
+    each pixel's error times its weight, so new triangles go where the weighted loss is."""
     r = _residual(target, image) if residual is None else residual
     err = np.einsum("ijc,ijc->ij", r, r).astype(np.float64)
+    if weights is not None:
+        err = err * weights
     return err + 1e-6 * max(err.mean(), 1e-12)
 
 
 def new_triangles(target: np.ndarray, n: int, image: np.ndarray | None, rng: np.random.Generator,
-                  settings: FitSettings, radius_scale: float = 1.0, n_after: int | None = None) -> np.ndarray:
-    """n triangles (n, 10) centred where the error of ``image`` is largest (sampled), sized so
-    that ``n_after`` triangles (default: the target count) would cover the frame ~1.5x, larger
-    ones first (painted below the finer ones)."""
+                  settings: FitSettings, radius_scale: float = 1.0, n_after: int | None = None,
+                  weights: np.ndarray | None = None) -> np.ndarray:
+    """n triangles (n, 10) centred where the error of ``image`` is largest (sampled; weighted by
+    the focus map ``weights``), sized so that ``n_after`` triangles (default: the target count)
+    would cover the frame ~1.5x, larger ones first (painted below the finer ones)."""
     if settings.insert_shape not in INSERT_SHAPES:
         raise ValueError(f"unknown insert_shape {settings.insert_shape!r}; choose one of {', '.join(INSERT_SHAPES)}")
     H, W = target.shape[:2]
@@ -58,7 +63,7 @@ def new_triangles(target: np.ndarray, n: int, image: np.ndarray | None, rng: np.
     residual = _residual(target, image)
     # sampled in proportion to the error: what rng.choice(p=...) does (the same draws from the
     # same random stream), without its validation of p, which a respawn of a few triangles paid
-    cdf = np.cumsum(error_map(target, image, residual).ravel())
+    cdf = np.cumsum(error_map(target, image, residual, weights).ravel())
     idx = np.searchsorted(cdf / cdf[-1], rng.random(n), side="right")
     cy, cx = (idx // W + rng.uniform(0, 1, n)) / H, (idx % W + rng.uniform(0, 1, n)) / W
     base = math.sqrt(1.5 / max(n_after or settings.triangles, 1)) * radius_scale
@@ -171,20 +176,23 @@ def shape_to_residual(target: np.ndarray, residual: np.ndarray, cx: float, cy: f
 
 
 def initial_raw(target: np.ndarray, n: int, rng: np.random.Generator, settings: FitSettings,
-                sigma_start: float) -> np.ndarray:
-    """Raw parameters of a first scene: ``n`` triangles (:func:`new_triangles`) over the mean colour."""
+                sigma_start: float, weights: np.ndarray | None = None) -> np.ndarray:
+    """Raw parameters of a first scene: ``n`` triangles (:func:`new_triangles`, placed by the
+    focus map ``weights`` when given) over the mean colour."""
     H, W = target.shape[:2]
     bg = target.reshape(-1, 3).mean(axis=0).astype(np.float64)
-    scene = Scene(W, H, sigma_start, bg, new_triangles(target, n, None, rng, settings, n_after=n))
+    scene = Scene(W, H, sigma_start, bg, new_triangles(target, n, None, rng, settings, n_after=n, weights=weights))
     return raw_from_scene(scene)
 
 
-def removal_costs(tris: np.ndarray, background: np.ndarray, sigma: float, target: np.ndarray) -> np.ndarray:
+def removal_costs(tris: np.ndarray, background: np.ndarray, sigma: float, target: np.ndarray,
+                  weights: np.ndarray | None = None) -> np.ndarray:
     """How much the summed squared error of the scene at the target's size would grow if each
     triangle alone were removed. Removing triangle i takes ``T_i a_i (c_i - C_i)`` off every pixel
     (``T_i`` the transmittance above it, ``C_i`` the canvas beneath it, ``a_i`` its opacity times
     coverage), so the cost is ``sum(|delta|^2 - 2 residual . delta)`` -- exact up to coverage below
-    e^-12 beyond each triangle's box, which is left out (two passes over the triangles' boxes)."""
+    e^-12 beyond each triangle's box, which is left out (two passes over the triangles' boxes).
+    ``weights`` (H, W): each pixel's term times its focus weight (the growth of ``sum(w |e|^2)``)."""
     from . import reference
 
     H, W = target.shape[:2]
@@ -233,7 +241,11 @@ def removal_costs(tris: np.ndarray, background: np.ndarray, sigma: float, target
     for i in range(T):
         if windows[i] is not None:
             delta = (above[i] * alphas[i])[..., None] * (tris[i, 6:9] - below[i])
-            costs[i] = np.sum(delta * delta) - 2.0 * np.sum(residual[windows[i]] * delta)
+            if weights is not None:
+                delta_w = delta * weights[windows[i]][..., None]
+                costs[i] = np.sum(delta_w * delta) - 2.0 * np.sum(residual[windows[i]] * delta_w)
+            else:
+                costs[i] = np.sum(delta * delta) - 2.0 * np.sum(residual[windows[i]] * delta)
     return costs
 
 

@@ -140,17 +140,26 @@ def render(scene: Scene, width: int | None = None, height: int | None = None) ->
     return out.reshape(H, W, 3)
 
 
-def loss_value(image: np.ndarray, target: np.ndarray, loss: str = "mse") -> float:
+def loss_value(image: np.ndarray, target: np.ndarray, loss: str = "mse", weights: np.ndarray | None = None) -> float:
+    """The mean loss over pixels and channels; with ``weights`` (H, W) the weighted mean,
+    ``sum(w l) / (3 sum(w))`` (docs/MODEL.md, section 5)."""
     diff = image - target
     if loss == "mse":
-        return float(np.mean(diff * diff))
-    if loss == "l1":
-        return float(np.mean(np.abs(diff)))
-    raise ValueError(f"unknown loss {loss!r}; choose one of {', '.join(LOSSES)}")
+        per = diff * diff
+    elif loss == "l1":
+        per = np.abs(diff)
+    else:
+        raise ValueError(f"unknown loss {loss!r}; choose one of {', '.join(LOSSES)}")
+    if weights is None:
+        return float(np.mean(per))
+    w = np.asarray(weights, dtype=np.float64)
+    return float(np.sum(per * w[..., None]) / (3.0 * np.sum(w)))
 
 
-def loss_and_grad(scene: Scene, target: np.ndarray, loss: str = "mse"):
-    """Loss of ``scene`` rendered at the target's size, and its exact gradient.
+def loss_and_grad(scene: Scene, target: np.ndarray, loss: str = "mse", weights: np.ndarray | None = None):
+    """Loss of ``scene`` rendered at the target's size, and its exact gradient; ``weights``
+    (H, W): each pixel's loss term is multiplied by its weight and the loss is the weighted mean
+    (:func:`loss_value`), so every pixel's dL/dC is scaled by ``w / mean(w)``.
 
     Returns ``(loss, grad_triangles (T, 10), grad_background (3,))`` in float64.
     """
@@ -165,7 +174,9 @@ def loss_and_grad(scene: Scene, target: np.ndarray, loss: str = "mse"):
     T = scene.n_triangles
     rgb = scene.triangles[:, 6:9]
     a = scene.triangles[:, 9]
-    n_values = W * H * 3
+    w_px = None if weights is None else np.asarray(weights, dtype=np.float64).reshape(-1, 1)
+    # the divisor of the mean: every value counts once, or as its pixel's weight
+    n_values = W * H * 3 if w_px is None else 3.0 * float(np.sum(w_px))
     total = 0.0
     g_tris = np.zeros((T, 10))
     g_bg = np.zeros(3)
@@ -179,7 +190,10 @@ def loss_and_grad(scene: Scene, target: np.ndarray, loss: str = "mse"):
             below[i] = C
             C = C * (1.0 - alpha[i, :, None]) + rgb[i] * alpha[i, :, None]
         diff = C - tgt[s:e]
-        if loss == "mse":
+        if w_px is not None:
+            total += _weighted_terms(diff, loss, w_px[s:e])
+            G = (2.0 * diff if loss == "mse" else np.sign(diff)) * w_px[s:e] / n_values
+        elif loss == "mse":
             total += float(np.sum(diff * diff))
             G = 2.0 * diff / n_values
         else:
@@ -200,3 +214,8 @@ def loss_and_grad(scene: Scene, target: np.ndarray, loss: str = "mse"):
         g_tris[:, 0:6:2] += g_v[:, :, 0] * W
         g_tris[:, 1:6:2] += g_v[:, :, 1] * H
     return total / n_values, g_tris, g_bg
+
+
+def _weighted_terms(diff: np.ndarray, loss: str, w: np.ndarray) -> float:
+    """The sum of the pixels' loss terms, each times its weight (``w`` (n, 1))."""
+    return float(np.sum((diff * diff if loss == "mse" else np.abs(diff)) * w))

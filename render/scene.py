@@ -4,7 +4,8 @@ The contract is ``docs/MODEL.md``. A scene is plain data: a frame size, an edge 
 ``sigma`` (a fraction of the frame's shorter side), a background rgb triple and a (T, 10) float64
 array of triangles ``[x0, y0, x1, y1, x2, y2, r, g, b, a]`` in normalized image coordinates.
 Unknown top-level keys of a loaded file (``meta`` among them) are kept in :attr:`Scene.extra`
-and written back on save.
+and written back on save; so is the optional ``locked`` key (the indices of triangles a fit must
+keep as they are), which a reader checks: whole numbers, each a triangle's index, none twice.
 """
 
 from __future__ import annotations
@@ -52,6 +53,12 @@ class Scene:
     @property
     def n_triangles(self) -> int:
         return int(self.triangles.shape[0])
+
+    @property
+    def locked(self) -> list[int]:
+        """The optional ``locked`` key: indices of the triangles a fit keeps as they are, sorted
+        (empty when the file has none)."""
+        return [int(i) for i in self.extra.get("locked", [])]
 
     @property
     def meta(self) -> dict[str, Any]:
@@ -167,6 +174,8 @@ class Scene:
             tris[i] = values
         extra = {k: v for k, v in data.items() if k not in REQUIRED_KEYS}
         _check_finite_everywhere(extra)  # "every number finite" holds for meta too (or save fails)
+        if "locked" in extra:
+            extra["locked"] = locked_indices(extra["locked"], len(tris))
         return cls(width, height, sigma, np.array(background), tris, extra)
 
     @classmethod
@@ -273,6 +282,18 @@ def _check_finite_everywhere(extra: dict[str, Any]) -> None:
             stack.extend(((where, k), x) for k, x in v.items())
         elif isinstance(v, list):
             stack.extend(((where, i), x) for i, x in enumerate(v))
+
+
+def locked_indices(v: Any, n_triangles: int) -> list[int]:
+    """A ``locked`` list, checked and sorted: whole numbers in [0, n_triangles), none twice."""
+    if not isinstance(v, list):
+        raise SceneError(f"'locked' must be a list of triangle indices, got {type(v).__name__}")
+    for k, i in enumerate(v):
+        if not _is_int(i) or not 0 <= i < n_triangles:
+            raise SceneError(f"'locked[{k}]' must be a triangle index in [0, {n_triangles}), got {_show(i)}")
+    if len(set(v)) != len(v):
+        raise SceneError("'locked' must not name a triangle twice")
+    return sorted(int(i) for i in v)
 
 
 def _check_frame(width: int, height: int) -> None:

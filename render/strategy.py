@@ -43,6 +43,16 @@ def make_strategy(name: str, fit) -> FixedStrategy:
     return kinds[name](fit)
 
 
+def probe_errors(images: np.ndarray, targets: np.ndarray, weights: np.ndarray | None) -> np.ndarray:
+    """(B, K) mean squared error of each image's K renders (B, K, H, W, 3) against its target
+    (B, H, W, 3): weighted by the image's focus map (B, H, W) when there is one, as its loss is."""
+    sq = (images - targets[:, None]) ** 2
+    if weights is None:
+        return sq.mean(axis=(2, 3, 4))
+    w = weights[:, None, :, :, None].astype(sq.dtype)  # (in the renders' precision: ones give the plain mean's bits)
+    return (sq * w).sum(axis=(2, 3, 4)) / (3.0 * w.sum(axis=(2, 3, 4)))
+
+
 def plan_schedule(settings: FitSettings, short_side: int, sigma_fixed: float | None = None) -> Schedule:
     """The sigma anneal and learning-rate decay over ``settings.planned_iterations`` (sigma as a
     fraction of the shorter side; ``sigma_fixed`` pins it)."""
@@ -128,7 +138,8 @@ class FixedStrategy:
         fit = self.fit
         image = fit.placement_image()
         return [new_triangles(fit.targets[b], k, image[b], fit.rngs[b], self.settings,
-                              self.settings.insert_radius, n_after) if k else None
+                              self.settings.insert_radius, n_after, None if fit.focus is None else fit.focus[b])
+                if k else None
                 for b, k in enumerate(counts)]
 
 
@@ -356,14 +367,19 @@ class DefaultStrategy(FixedStrategy):
         """Re-place, on top, the triangles that stopped contributing (opacity under
         respawn_alpha, or under 1 px^2 of opacity-weighted area on the frame), where the error
         is largest; each image its own."""
-        fit, s = self.fit, self.settings
-        tris = fit.values()[0]
-        dead = [np.flatnonzero((t[:, 9] < s.respawn_alpha) | (self._usefulness(t) / np.maximum(t[:, 9], 1e-9) < 1.0))
-                for t in tris]
+        fit = self.fit
+        dead = self.stopped_contributing(fit.values()[0])
         if not any(len(d) for d in dead):
             return
         new = self._place([len(d) for d in dead])
         fit.replace(dead, new)
+
+    def stopped_contributing(self, tris: np.ndarray) -> list[np.ndarray]:
+        """Each image's triangles (indices) with opacity under respawn_alpha, or under 1 px^2 of
+        opacity-weighted area on the frame: ``tris`` (B, T, 10) values."""
+        s = self.settings
+        return [np.flatnonzero((t[:, 9] < s.respawn_alpha) | (self._usefulness(t) / np.maximum(t[:, 9], 1e-9) < 1.0))
+                for t in tris]
 
     def _usefulness(self, tris: np.ndarray) -> np.ndarray:
         """Opacity x on-frame area (in pixels) of each triangle: how much it can matter."""
@@ -386,7 +402,7 @@ class DefaultStrategy(FixedStrategy):
         images = fit.render(np.repeat(tris, 3, axis=0), np.repeat(bg, 3, axis=0),
                             (sigmas[:, None] * factors[None]).ravel())
         target = fit.working_targets()
-        err = ((images.reshape(B, 3, *images.shape[1:]) - target[:, None]) ** 2).mean(axis=(2, 3, 4))
+        err = probe_errors(images.reshape(B, 3, *images.shape[1:]), target, fit.working_focus())
         for b, (lm, l0, lp) in enumerate(err.astype(np.float64)):
             curv, slope = (lp + lm - 2 * l0) / eps ** 2, (lp - lm) / (2 * eps)
             step = -slope / curv if curv > 0 else -math.copysign(eps, slope)

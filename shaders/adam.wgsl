@@ -8,6 +8,8 @@
 // and this iteration's binning, forward and backward have read it). The loss's finiteness check
 // reads the scene record while other workgroups write the next one: both are finite in a sound
 // fit, and a non-finite number is then reported this iteration or the next -- either rolls back.
+// A locked triangle (locked[b * n_tris + i] != 0) keeps its parameters, moments and scene record
+// to the bit: its threads end after the reduction, which every thread of the workgroup shares.
 // Dispatch: (ceil((n_tris * 10 + 3) / 32), batch); the reduction is reduce_param.wgsl's.
 // (struct Optim: render/gpu/layouts.py OPTIM, generated.)
 
@@ -23,6 +25,7 @@
 @group(0) @binding(9) var<storage, read_write> ring: array<f32>;
 @group(0) @binding(10) var<uniform> sched: Schedule;
 @group(0) @binding(11) var<storage, read> sigma_end: array<f32>;  // each image's final sigma
+@group(0) @binding(12) var<storage, read> locked: array<u32>;  // [b, triangle]: 1 = locked
 
 @compute @workgroup_size(256)
 fn main(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_index) li: u32) {
@@ -39,6 +42,7 @@ fn main(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_index) li: 
     if (lane != 0u || j >= n_params) { return; }
     let tri = j / 10u;  // == n_tris for the background
     let k = j % 10u;
+    if (tri < frame.n_tris && locked[b * frame.n_tris + tri] != 0u) { return; }
     let is_vertex = tri < frame.n_tris && k < 6u;
     let pi = b * n_params + j;
     var raw = params[pi];

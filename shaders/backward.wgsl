@@ -30,6 +30,7 @@
 @group(0) @binding(5) var<storage, read> dldc: array<f32>;
 @group(0) @binding(6) var<storage, read_write> partial: array<f32>;
 @group(0) @binding(7) var<storage, read> ckpt: array<vec4f>;
+const WEIGHTS_BINDING: u32 = 8u;  // the focus map, in the weighted variant (focus_map.wgsl)
 
 // The backward walks on far below the forward's stop: gradients of deeply hidden triangles and of
 // the background stay exact, and the division cannot overflow before this.
@@ -161,11 +162,11 @@ fn entry_grad(s: ptr<function, Pixel>, t: TriPx, h: Hit, w: Walk) -> Grad10 {
     let trans = (*s).trans;
     if (frame.removal_costs != 0u) {
         // Removing t takes delta = T alpha (rgb - below) off this pixel, which changes its squared
-        // error by |delta|^2 - 2 residual . delta; the forward ran with the mse loss, so
-        // residual = dL/dC / (2 inv_values).
+        // error by |delta|^2 - 2 residual . delta (times its focus weight: the focus piece's
+        // removal_cost); the forward ran with the mse loss, so residual = dL/dC / (2 inv_values).
         let delta = trans * h.alpha * (t.rgba.rgb - h.below);
         let residual = (*s).G * (0.5 / frame.inv_values);
-        g.a.x = dot(delta, delta) - 2.0 * dot(residual, delta);
+        g.a.x = removal_cost((*s).p, w.b, delta, residual);
     } else {
         let g_alpha = trans * dot((*s).G, t.rgba.rgb - h.below);
         let g_rgb = trans * h.alpha * (*s).G;

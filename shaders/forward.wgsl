@@ -4,7 +4,8 @@
 // Triangle records are staged in workgroup memory 256 at a time.
 // With frame.with_loss set, the same kernel also evaluates the loss against the target: it writes
 // dL/dC per pixel (the backward's seed) and one partial loss sum per tile (fixed-order tree, so
-// reproducible) -- one pass over the pixels instead of two.
+// reproducible) -- one pass over the pixels instead of two. A focus map, where there is one,
+// weighs each pixel's loss term and dL/dC (the focus piece's weigh_loss).
 // With the loss, it also records per pixel the transmittance and accumulated colour where each
 // backward segment begins (every seg_len list entries from the top), so the segments' backward
 // workgroups can start there in parallel.
@@ -21,6 +22,7 @@
 @group(0) @binding(6) var<storage, read_write> dldc: array<f32>;
 @group(0) @binding(7) var<storage, read_write> loss_partial: array<f32>;
 @group(0) @binding(8) var<storage, read_write> ckpt: array<vec4f>;  // [slot, segment, pixel]: (T, acc)
+const WEIGHTS_BINDING: u32 = 9u;  // the focus map, in the weighted variant (focus_map.wgsl)
 
 var<workgroup> loss_red: array<f32, THREADS>;
 
@@ -95,6 +97,7 @@ fn finish_pixel(s: Pixel, b: u32, record: bool) -> f32 {
         contrib = abs(diff.r) + abs(diff.g) + abs(diff.b);
         g = sign(diff) * frame.inv_values;
     }
+    weigh_loss(o, &contrib, &g);  // (focus_none.wgsl / focus_map.wgsl)
     dldc[o] = g.r;
     dldc[o + 1u] = g.g;
     dldc[o + 2u] = g.b;

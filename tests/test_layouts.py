@@ -154,7 +154,7 @@ def test_kernels_are_composed_from_files(name):
     for s in layouts.KERNEL_STRUCTS:
         assert declared.count(s.name) == 1, s.name
     order = [src.index("struct Frame {"), src.index("fn record_sigma("), src.index("// ---- shaders/common.wgsl")]
-    order += [src.index(f"// ---- shaders/{p}") for p in shaders.PIECES[name] if p != shaders.REDUCTION]
+    order += [src.index(f"// ---- shaders/{p}") for p in shaders.PIECES[name] if p not in (shaders.REDUCTION, shaders.FOCUS)]
     order.append(src.index(f"// ---- shaders/{name}"))
     assert order == sorted(order)
     assert src.count("var<storage, read> scene: array<f32>") <= 1  # bindings come from the kernel file only

@@ -6,20 +6,23 @@ import pytest
 from trifit import Scene, reference as R
 
 
-def _fd(scene, target, loss, h=1e-6):
+def _fd(scene, target, loss, h=1e-6, weights=None):
+    def value(s):
+        return R.loss_value(R.render(s), target, loss, weights)
+
     g_t = np.zeros_like(scene.triangles)
     for i in range(scene.n_triangles):
         for k in range(10):
             a, b = scene.copy(), scene.copy()
             a.triangles[i, k] += h
             b.triangles[i, k] -= h
-            g_t[i, k] = (R.loss_value(R.render(a), target, loss) - R.loss_value(R.render(b), target, loss)) / (2 * h)
+            g_t[i, k] = (value(a) - value(b)) / (2 * h)
     g_b = np.zeros(3)
     for k in range(3):
         a, b = scene.copy(), scene.copy()
         a.background[k] += h
         b.background[k] -= h
-        g_b[k] = (R.loss_value(R.render(a), target, loss) - R.loss_value(R.render(b), target, loss)) / (2 * h)
+        g_b[k] = (value(a) - value(b)) / (2 * h)
     return g_t, g_b
 
 

@@ -13,6 +13,7 @@ from collections import OrderedDict
 
 import numpy as np
 
+from .. import focus
 from ..errors import BatchError
 from . import shaders
 from .device import GpuContext, get_context
@@ -111,16 +112,19 @@ class GpuBackend:
             ws.release()
         return img.reshape(B, height, width, 3)
 
-    def loss_and_grad_batch(self, tris, bg, sigma, targets, loss: str = "mse"):
-        """Per-image losses (B,) and gradients (B, T + 1, 10); row T holds the background's."""
-        return self._loss_pass(tris, bg, sigma, targets, loss, removal_costs=False)
+    def loss_and_grad_batch(self, tris, bg, sigma, targets, loss: str = "mse", weights=None):
+        """Per-image losses (B,) and gradients (B, T + 1, 10); row T holds the background's.
+        ``weights`` (B, H, W): focus maps, the loss their weighted mean (render/focus.py)."""
+        scaled = None if weights is None else focus.scaled(weights)
+        return self._loss_pass(tris, bg, sigma, targets, loss, removal_costs=False, weights=scaled)
 
-    def removal_costs_batch(self, tris, bg, sigma, targets, transient: bool = False) -> np.ndarray:
+    def removal_costs_batch(self, tris, bg, sigma, targets, transient: bool = False, weights=None) -> np.ndarray:
         """(B, T): how much each image's summed squared error would grow if each triangle alone were
         removed (render/placement.py's removal_costs, float32, from the backward's walk);
-        ``transient`` as in render_batch."""
+        ``transient`` as in render_batch; ``weights`` (B, H, W): each pixel's term times its weight."""
         tris = np.asarray(tris)
-        _, sums = self._loss_pass(tris, bg, sigma, targets, "mse", removal_costs=True, transient=transient)
+        _, sums = self._loss_pass(tris, bg, sigma, targets, "mse", removal_costs=True, transient=transient,
+                                  weights=weights)
         return sums[:, : tris.shape[1], 0]
 
     def _workspace_for(self, shape: Shape, transient: bool):
@@ -132,23 +136,28 @@ class GpuBackend:
             return ws, True
         return self.workspace(shape), False
 
-    def _loss_pass(self, tris, bg, sigma, targets, loss: str, removal_costs: bool, transient: bool = False):
+    def _loss_pass(self, tris, bg, sigma, targets, loss: str, removal_costs: bool, transient: bool = False,
+                   weights=None):
         """bin -> forward (+ loss) -> backward -> reduce in one submission: losses (B,) and the
-        per-slot sums (B, T + 1, 10) -- gradients, or removal costs in column 0."""
+        per-slot sums (B, T + 1, 10) -- gradients, or removal costs in column 0. ``weights``
+        (B, H, W): what the focus variant multiplies each pixel's loss term by."""
         tris, bg, sigma = _check_batch(tris, bg, sigma)
         B, T = tris.shape[:2]
         targets = np.asarray(targets, dtype=np.float32)
         if targets.ndim != 4 or targets.shape[0] != B or targets.shape[3] != 3:
             raise BatchError(f"targets must be (B={B}, H, W, 3), got {targets.shape}")
         H, W = targets.shape[1:3]
+        shape = Shape(B, W, H, T, self.segmented, self.pixels_per_thread, weights is not None)
         with self.host.phase("alloc"):
-            ws, transient = self._workspace_for(Shape(B, W, H, T, self.segmented, self.pixels_per_thread), transient)
+            ws, transient = self._workspace_for(shape, transient)
         with self.host.phase("pack"):
             packed = SCENE.pack(tris, bg, sigma)
             tgt = np.ascontiguousarray(targets)
         with self.host.phase("upload"):
             self.counters.upload_bytes += (ws.set_frame(loss, removal_costs) + ws.write("scene", packed)
                                            + ws.write("target", tgt))
+            if weights is not None:
+                self.counters.upload_bytes += ws.write("weights", np.ascontiguousarray(weights, dtype=np.float32))
         enc = self.device.create_command_encoder()
         cpass = enc.begin_compute_pass()
         with self.timer.span(cpass, "bin"):

@@ -25,6 +25,7 @@ from __future__ import annotations
 import numpy as np
 import wgpu
 
+from .. import focus
 from ..errors import DeviceLostError, NumericalFault
 from ..fitloop import FitSettings, Schedule, values_from_raw
 from .backend import GpuBackend
@@ -37,7 +38,9 @@ RING = 256  # loss ring entries; a submission never encodes more iterations than
 
 class GpuFitLoop:
     def __init__(self, backend: GpuBackend, target: np.ndarray, raw: np.ndarray, n_tris: int,
-                 settings: FitSettings, schedule: Schedule, iteration: int = 0):
+                 settings: FitSettings, schedule: Schedule, iteration: int = 0, weights: np.ndarray | None = None):
+        """``weights``: focus maps, (H, W) or (B, H, W) like ``target``: the loss is their
+        weighted mean (render/focus.py; the kernels' focus variant)."""
         self.backend = backend
         self.device = backend.device
         self.settings = settings
@@ -48,7 +51,7 @@ class GpuFitLoop:
         B, H, W = targets.shape[:3]
         self.batch = B
         self.target_shape = target.shape
-        self.shape = Shape(B, W, H, n_tris, backend.segmented, backend.pixels_per_thread)
+        self.shape = Shape(B, W, H, n_tris, backend.segmented, backend.pixels_per_thread, weights is not None)
         pool = backend.pool
         self.ws = Workspace(backend.ctx, pool, self.shape, ring_len=RING, subgroups=backend.subgroups)
         n_params = n_tris * 10 + 3
@@ -58,6 +61,7 @@ class GpuFitLoop:
             "sched": pool.acquire(UNIFORM | COPY_DST, SCHEDULE.size, "sched"),
             "opt": pool.acquire(UNIFORM | COPY_DST, OPTIM.size, "opt"),
             "sigma_end": pool.acquire(STORAGE | COPY_DST, max(16, B * 4), "sigma_end"),
+            "locked": pool.acquire(STORAGE | COPY_DST, max(16, B * n_tris * 4), "locked"),
         }
         self.snaps = [{k: pool.acquire(STORAGE | COPY_DST | COPY_SRC, n * 4, f"snap-{k}")
                        for k, n in (("params", B * n_params), ("moments", 2 * B * n_params))} for _ in range(2)]
@@ -75,6 +79,10 @@ class GpuFitLoop:
         self._image_iter = None  # the iteration whose forward the image buffer holds (None: stale)
         backend.counters.upload_bytes += self.ws.set_frame(settings.loss) + self.ws.write(
             "target", np.ascontiguousarray(targets, dtype=np.float32))
+        if weights is not None:
+            backend.counters.upload_bytes += self.ws.write("weights", focus.scaled(np.reshape(weights, (B, H, W))))
+        self._locks: list[tuple[np.ndarray, np.ndarray]] = []
+        self.set_locked([np.zeros(0, int)] * B, [np.zeros((0, 10))] * B, records=False)
         zeros = np.zeros((B, n_params))
         self.reset(per_image(raw, B, n_params), zeros, zeros, iteration, schedule, settings)
         # Build every pipeline a fit uses now, not inside its steps: the iteration's, the render
@@ -182,6 +190,7 @@ class GpuFitLoop:
         raw = raw.astype(np.float32)
         vals = [values_from_raw(r, self.n_tris) for r in raw]
         records = SCENE.pack(np.stack([t for t, _ in vals]), np.stack([b for _, b in vals]), self._next_sigma())
+        self._hold_locked(records)
         mv = np.stack([m, v], axis=-1).astype(np.float32)  # moments[2 * (b * n + j) + {0, 1}]
         up = 0
         if images is None:
@@ -195,6 +204,31 @@ class GpuFitLoop:
                 up += n * 12 + self.ws.write("scene", np.ascontiguousarray(records[b]), offset=b * stride * 4)
         self.backend.counters.upload_bytes += up
         self._read_state = self._read_image = self._image_iter = None
+
+    def set_locked(self, locked, values, records: bool = True) -> None:
+        """Lock triangles ``locked[b]`` (indices) of each image b at ``values[b]`` (k, 10): from the
+        next iteration on adam.wgsl leaves their parameters, moments and scene records alone, and
+        the records hold these values (what they render; a raw parameter's sigmoid on the host
+        would be an ulp off) -- written now with ``records``, else by the next ``set_state``.
+        Empty lists unlock every triangle."""
+        B, T = self.batch, self.n_tris
+        self._locks = [(np.asarray(i, dtype=np.int64), np.asarray(v, dtype=np.float64).reshape(-1, 10))
+                       for i, v in zip(locked, values)]
+        flags = np.zeros((B, T), dtype=np.uint32)
+        stride = self.shape.scene_stride
+        up = 0
+        for b, (idx, vals) in enumerate(self._locks):
+            flags[b, idx] = 1
+            for i, row in zip(idx, vals) if records else ():
+                up += self.ws.write("scene", np.ascontiguousarray(row, dtype=np.float32), offset=(b * stride + i * 10) * 4)
+        self.backend.counters.upload_bytes += up + self._write_extra("locked", flags)
+
+    def _hold_locked(self, records: np.ndarray) -> None:
+        """Put the locked triangles' values into packed scene records (B, stride)."""
+        T = self.n_tris
+        for b, (idx, vals) in enumerate(self._locks):
+            if len(idx):
+                records[b, : T * 10].reshape(T, 10)[idx] = vals
 
     def get_state(self):
         """Raw parameters and Adam moments, (n_params,) each or (B, n_params) for a stack: the copy
@@ -323,7 +357,7 @@ class GpuFitLoop:
         with span(cpass, "reduce+adam", timed):  # (+ the loss into the ring: loss_record.wgsl)
             ws.encode_custom(cpass, "adam.wgsl",
                              ["frame", "opt", "partial", "tile_mask", "state", "params", "moments", "scene",
-                              "loss_partial", "ring", "sched", "sigma_end"],
+                              "loss_partial", "ring", "sched", "sigma_end", "locked"],
                              ((n_params + PARAMS_PER_GROUP - 1) // PARAMS_PER_GROUP, B, 1), self.extra)
 
     def run(self, n: int, read_state: bool = False, read_image: bool = False) -> np.ndarray:

@@ -4,8 +4,9 @@ A kernel is composed, in this order, of: the layouts generated from render/gpu/l
 structs Python writes and the scene record's index functions), ``common.wgsl``, the variant's
 constants (pixels per thread, the backward's batch and subgroup slots), the shared pieces it lists in
 ``PIECES`` (scene access, the workgroup-reduction variant -- subgroup adds where the adapter has
-them, else a workgroup-memory tree --, the gradient reduction, the loss record, the schedules), and
-last the kernel file itself, which holds only its bindings and entry points (and its own helpers).
+them, else a workgroup-memory tree --, the focus variant -- per-pixel loss weights or none --, the
+gradient reduction, the loss record, the schedules), and last the kernel file itself, which holds
+only its bindings and entry points (and its own helpers).
 No piece may spell a generated struct. Pipelines use ``layout="auto"`` and are cached per
 (device, kernel, variant, entry point).
 """
@@ -46,11 +47,14 @@ def backward_batch(workgroup_storage: int, subgroups: bool, subgroup_size: int =
 
 
 REDUCTION = "<reduction>"  # stands for reduce_subgroup.wgsl or reduce_workgroup.wgsl in PIECES
+#: stands for focus_map.wgsl (a focus map weighs the loss: its own binding) or focus_none.wgsl (none:
+#: the unweighted arithmetic, and no binding) in PIECES
+FOCUS = "<focus>"
 #: the shared pieces of each kernel, in order, between the constants and the kernel file
 PIECES: dict[str, tuple[str, ...]] = {
     "bin.wgsl": ("scene_access.wgsl", "schedule.wgsl"),
-    "forward.wgsl": ("scene_access.wgsl",),
-    "backward.wgsl": ("scene_access.wgsl", REDUCTION),
+    "forward.wgsl": ("scene_access.wgsl", FOCUS),
+    "backward.wgsl": ("scene_access.wgsl", REDUCTION, FOCUS),
     "naive_forward.wgsl": ("scene_access.wgsl",),
     "render.wgsl": ("scene_access.wgsl",),
     "reduce.wgsl": ("reduce_param.wgsl",),
@@ -85,11 +89,14 @@ def compose(generated: str, parts: list[tuple[str, str]]) -> str:
     return "\n".join([generated] + [f"// ---- {label}\n{text}" for label, text in parts if text])
 
 
-def kernel_source(name: str, subgroups: bool, kb: int = 1, subgroup_size: int = 0, ppt: int = 1) -> str:
+def kernel_source(name: str, subgroups: bool, kb: int = 1, subgroup_size: int = 0, ppt: int = 1,
+                  weighted: bool = False) -> str:
+    """``weighted``: the kernels that evaluate the loss weigh it by a focus map (FOCUS)."""
     if name not in PIECES:
         raise ValueError(f"unknown kernel {name!r} (kernels: {', '.join(PIECES)})")
-    reduction = "reduce_subgroup.wgsl" if subgroups else "reduce_workgroup.wgsl"
-    pieces = [reduction if p == REDUCTION else p for p in PIECES[name]]
+    chosen = {REDUCTION: "reduce_subgroup.wgsl" if subgroups else "reduce_workgroup.wgsl",
+              FOCUS: "focus_map.wgsl" if weighted else "focus_none.wgsl"}
+    pieces = [chosen.get(p, p) for p in PIECES[name]]
     parts = [("shaders/common.wgsl", source("common.wgsl")),
              ("constants (render/gpu/shaders.py)", constants(name, kb, subgroup_size, ppt))]
     parts += [(f"shaders/{p}", source(p)) for p in [*pieces, name]]
@@ -104,18 +111,21 @@ def check_pixels_per_thread(ppt) -> int:
 
 
 def pipeline(device, name: str, entry: str = "main", subgroups: bool = False, workgroup_storage: int = 16384,
-             subgroup_size: int = 0, ppt: int = 1):
+             subgroup_size: int = 0, ppt: int = 1, weighted: bool = False):
     """``ppt``: pixels per thread of the forward and backward kernels, triangles per thread of the
-    bin kernel (1, 2 or 4); others ignore it."""
+    bin kernel (1, 2 or 4); others ignore it. ``weighted``: the focus-map variant of the kernels
+    that have one (FOCUS); others ignore it."""
     is_backward = name == "backward.wgsl"
     ppt = check_pixels_per_thread(ppt) if name in _PPT_KERNELS else 1
     kb = backward_batch(workgroup_storage, subgroups, subgroup_size, ppt) if is_backward else 1
-    key = (device, name, entry, subgroups and is_backward, kb, subgroup_size, ppt)  # the device itself: ids get reused
+    weighted = bool(weighted) and FOCUS in PIECES.get(name, ())
+    # the device itself: ids get reused
+    key = (device, name, entry, subgroups and is_backward, kb, subgroup_size, ppt, weighted)
     with _lock:
         found = _pipelines.get(key)
         if found is not None:
             return found
-    module = device.create_shader_module(label=name, code=kernel_source(name, subgroups, kb, subgroup_size, ppt))
+    module = device.create_shader_module(label=name, code=kernel_source(name, subgroups, kb, subgroup_size, ppt, weighted))
     pl = device.create_compute_pipeline(
         label=f"{name}:{entry}", layout="auto", compute={"module": module, "entry_point": entry}
     )

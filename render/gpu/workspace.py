@@ -63,6 +63,7 @@ class Shape:
     n_tris: int
     segmented: bool = True  # split tile lists into backward segments (off on CPU adapters)
     ppt: int = 1  # backward pixels per thread (more on CPU adapters: shaders/backward.wgsl)
+    weighted: bool = False  # a focus map weighs the loss (its own buffer and kernel variant: shaders/focus_map.wgsl)
 
     @property
     def n_seg(self) -> int:
@@ -115,6 +116,7 @@ class Shape:
             "partial": B * nt * (T + 1) * 10 * 4,
             "grad": B * (T + 1) * 10 * 4,
             "ring": B * ring_len * 4,
+            **({"weights": B * self.width * self.height * 4} if self.weighted else {}),
         }
 
 
@@ -124,6 +126,7 @@ _USAGES = {
     "scene": STORAGE | COPY_DST | COPY_SRC,
     "image": STORAGE | COPY_SRC,
     "target": STORAGE | COPY_DST,
+    "weights": STORAGE | COPY_DST,
     "grad": STORAGE | COPY_SRC,
     "ring": STORAGE | COPY_SRC | COPY_DST,
 }
@@ -206,7 +209,7 @@ class Workspace:
         """``kernel``'s pipeline in this workspace's variant (compiled once per device and variant)."""
         return shaders.pipeline(self.device, kernel, entry, self.subgroups,
                                 self.ctx.limits.get("max-compute-workgroup-storage-size", 16384),
-                                self.ctx.subgroup_size, self.shape.ppt)
+                                self.ctx.subgroup_size, self.shape.ppt, self.shape.weighted)
 
     def bind_group(self, kernel: str, names: list[str], entry: str = "main", extra: dict | None = None):
         """Pipeline and bind group for ``kernel`` with buffers bound in order; cached."""
@@ -244,7 +247,11 @@ class Workspace:
 
     def encode_forward(self, cpass) -> None:
         self._dispatch(cpass, "forward.wgsl", ["frame", "scene", "tile_count", "tile_list", "image",
-                                               "target", "dldc", "loss_partial", "ckpt"], self.tile_groups)
+                                               "target", "dldc", "loss_partial", "ckpt"] + self._focus(), self.tile_groups)
+
+    def _focus(self) -> list[str]:
+        """The focus map's binding, last, in the weighted variant of the forward and backward."""
+        return ["weights"] if self.shape.weighted else []
 
     def encode_render(self, cpass) -> None:
         """Render only: binning fused into the forward (shaders/render.wgsl), one dispatch."""
@@ -264,7 +271,7 @@ class Workspace:
     def encode_backward(self, cpass) -> None:
         s = self.shape
         self._dispatch(cpass, "backward.wgsl",
-                       ["frame", "scene", "tile_count", "tile_list", "image", "dldc", "partial", "ckpt"],
+                       ["frame", "scene", "tile_count", "tile_list", "image", "dldc", "partial", "ckpt"] + self._focus(),
                        (s.tiles_x, s.tiles_y, s.batch * s.n_seg))
 
     def encode_reduce(self, cpass) -> None:
