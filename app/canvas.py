@@ -178,15 +178,18 @@ class FitCanvas(QRenderWidget):
                                         {"offset": 0, "bytes_per_row": w * 4, "rows_per_image": h}, (w, h, 1))
 
     # ------------------------------------------------------------------ inputs (GUI thread)
-    def set_target(self, pixels: np.ndarray) -> None:
-        """A new fit's target (float32 H x W x 3); the render pane stays empty until its first frame."""
+    def set_target(self, pixels: np.ndarray, keep_render: bool = False) -> None:
+        """A new fit's target (float32 H x W x 3); the render pane stays empty until its first frame.
+        ``keep_render``: a clip's next frame, of the same size -- the render stays until the next one."""
         h, w = pixels.shape[:2]
         if self._target_texture is None or tuple(self._target_texture.size[:2]) != (w, h):
             self._make_target_texture(w, h)
+            keep_render = False
         self._upload(self._target_texture, pixels)
         self.state.image_size = (w, h)
-        self.state.render_valid = False
-        self._unpack_pending = False
+        if not keep_render:
+            self.state.render_valid = False
+            self._unpack_pending = False
         self.request_draw()
 
     def set_render_buffer(self, buffer, width: int, height: int) -> None:

@@ -2,8 +2,10 @@
 
 Triangle count, sigma and learning rate change the running fit (the window forwards them to
 the worker, which applies them between chunks); seed and working size shape the next fit
-(Reset or a new image). Spin boxes report on Enter / arrows / focus-out, not per keystroke,
-so typing "1500" does not rebuild the fit at 1, 15 and 150 triangles on the way.
+(Reset or a new image). For a clip a Video group shows how its frames are fitted (the
+first frame's iterations, then each later frame's), for the next Reset or clip. Spin boxes
+report on Enter / arrows / focus-out, not per keystroke, so typing "1500" does not rebuild the
+fit at 1, 15 and 150 triangles on the way.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from trifit import StopConditions
 from trifit.fitter import MAX_TRIANGLES_FIT
 from trifit.imageio import MAX_WORKING_SIZE
 
-from .worker import FitParams
+from .worker import FitParams, VideoParams
 
 
 def _spin(minimum: int, maximum: int, value: int, *, step: int = 1, suffix: str = "",
@@ -83,6 +85,9 @@ class ControlsPanel(QtWidgets.QWidget):
         self.stop_time = _dspin(0.0, 86_400.0, 0.0, step=10.0, decimals=0, suffix=" s", off_text="off")
         self.stop_psnr = _dspin(0.0, 99.0, 0.0, step=0.5, decimals=1, suffix=" dB", off_text="off")
         self.stop_plateau = _spin(0, 1_000_000, 0, step=50, off_text="off")
+        video = VideoParams()
+        self.first_frame_iters = _spin(1, 1_000_000, video.first_frame_iters, step=100)
+        self.iters_per_frame = _spin(1, 100_000, video.iters_per_frame, step=10)
 
         self.triangles.setToolTip("Grows (new triangles where the error is largest) or shrinks "
                                   "(keeps the triangles that matter most to the picture) the running fit.")
@@ -94,6 +99,9 @@ class ControlsPanel(QtWidgets.QWidget):
         stop_tip = "Counted from the moment Start is pressed; 'off' disables the rule."
         for box in (self.stop_iterations, self.stop_time, self.stop_psnr, self.stop_plateau):
             box.setToolTip(stop_tip)
+        self.first_frame_iters.setToolTip("Iterations of the first frame's full fit; applies on Reset or a new clip.")
+        self.iters_per_frame.setToolTip("Iterations of every later frame, each starting from the previous frame's "
+                                        "triangles; applies on Reset or a new clip.")
 
         live = QtWidgets.QGroupBox("Live")
         form = QtWidgets.QFormLayout(live)
@@ -105,6 +113,13 @@ class ControlsPanel(QtWidgets.QWidget):
         form = QtWidgets.QFormLayout(fresh)
         form.addRow("Seed", self.seed)
         form.addRow("Working size", self.size)
+
+        self.video_group = QtWidgets.QGroupBox("Video (Reset)")
+        form = QtWidgets.QFormLayout(self.video_group)
+        form.addRow("First frame", self.first_frame_iters)
+        form.addRow("Each frame", self.iters_per_frame)
+        self.video_group.setToolTip("A clip is fitted frame by frame; the Stop rules do not apply to it.")
+        self.video_group.hide()  # shown while a clip is open
 
         stop = QtWidgets.QGroupBox("Stop when")
         form = QtWidgets.QFormLayout(stop)
@@ -127,7 +142,7 @@ class ControlsPanel(QtWidgets.QWidget):
 
         layout = QtWidgets.QVBoxLayout(self)
         layout.addLayout(buttons)
-        for group in (live, fresh, stop):
+        for group in (live, fresh, self.video_group, stop):
             layout.addWidget(group)
         layout.addStretch(1)
 
@@ -157,6 +172,14 @@ class ControlsPanel(QtWidgets.QWidget):
             self.lr.setValue(p.lr_scale)
             self.seed.setValue(p.seed)
             self.size.setValue(p.size)
+
+    def video_params(self) -> VideoParams:
+        return VideoParams(iters_per_frame=self.iters_per_frame.value(),
+                           first_frame_iters=self.first_frame_iters.value())
+
+    def set_video_params(self, v: VideoParams) -> None:
+        self.iters_per_frame.setValue(v.iters_per_frame)
+        self.first_frame_iters.setValue(v.first_frame_iters)
 
     def set_triangles_quietly(self, n: int) -> None:
         with QtCore.QSignalBlocker(self.triangles):

@@ -1,4 +1,4 @@
-"""The status bar's progress of a picture export: what is written, a bar, and Cancel.
+"""The status bar's progress of an export (a picture or a video): what is written, a bar, and Cancel.
 
 Not a dialog: the window stays usable (and the fit visible) while an export renders. The
 widget is hidden between exports.
@@ -8,13 +8,13 @@ from __future__ import annotations
 
 from PySide6 import QtWidgets
 
-from .picture_export import PictureExport
+from .export_chain import ChainedExport
 
 
 class ExportProgress(QtWidgets.QWidget):
     def __init__(self, parent: QtWidgets.QWidget | None = None):
         super().__init__(parent)
-        self.export: PictureExport | None = None
+        self.export: ChainedExport | None = None
         self.label = QtWidgets.QLabel()
         self.bar = QtWidgets.QProgressBar()
         self.bar.setMaximumWidth(160)
@@ -29,12 +29,12 @@ class ExportProgress(QtWidgets.QWidget):
         layout.addWidget(self.cancel_button)
         self.hide()
 
-    def watch(self, export: PictureExport) -> None:
+    def watch(self, export: ChainedExport) -> None:
         """Show ``export``'s progress until it ends."""
         self.export = export
         W, H = export.size
-        self.label.setText(f"Export {W} × {H}")
-        self.setToolTip(f"Exporting {export.path} ({W} × {H} px, {export.edges} edges)")
+        self.label.setText(f"{export.label} {W} × {H}")
+        self.setToolTip(export.describe())
         self.bar.setRange(0, 0)   # busy until the scene is read and the tiles are counted
         self.cancel_button.setEnabled(True)
         self.cancel_button.setText("Cancel")

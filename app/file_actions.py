@@ -1,6 +1,7 @@
 """The main window's file side: open, save and export dialogs, exports run on the worker
-thread (pictures as a chain of tile jobs: app/picture_export.py), the recent-files menu, drag
-and drop. A mixin of :class:`app.window.MainWindow`, which owns the state these methods use
+thread (pictures as a chain of tile jobs: app/picture_export.py; a clip's video as a chain of
+frame jobs: app/video_export.py), the recent-files menu, drag and drop (a video, or a folder of
+frames, opens as a clip). A mixin of :class:`app.window.MainWindow`, which owns the state these methods use
 (worker, settings, status and error display, the export progress widget)."""
 
 from __future__ import annotations
@@ -12,12 +13,16 @@ from PySide6 import QtWidgets
 
 from trifit.errors import TrifitError
 from trifit.fileutil import check_writable
+from trifit.video import VIDEO_SUFFIXES, is_clip
 
 from . import exports
 from .export_dialog import ExportDialog
 from .picture_export import PictureExport
+from .video_export import VIDEO_FILTER, VideoExport
 
-IMAGE_FILTER = "Images (*.png *.jpg *.jpeg *.bmp *.gif *.tif *.tiff *.webp *.ppm *.pgm);;All files (*)"
+_IMAGES = "*.png *.jpg *.jpeg *.bmp *.gif *.tif *.tiff *.webp *.ppm *.pgm"
+_VIDEOS = " ".join(f"*{s}" for s in VIDEO_SUFFIXES)
+OPEN_FILTER = f"Images and videos ({_IMAGES} {_VIDEOS});;Images ({_IMAGES});;Videos ({_VIDEOS});;All files (*)"
 SCENE_FILTER = "trifit scenes (*.json);;All files (*)"
 MAX_RECENT = 8
 
@@ -58,10 +63,38 @@ class FileActions:
         except TrifitError as exc:
             self.show_error("Cannot export", str(exc))
             return None
-        job.finished.connect(lambda written: self.show_message(f"Exported picture to {written}"))
+        self.picture_export = self._start_export(job, lambda written: f"Exported picture to {written}")
+        return job
+
+    def export_video(self, path: str | os.PathLike, edges: str = "crisp") -> VideoExport | None:
+        """Write the clip's fitted frames as a video (encoder by suffix, as ``trifit video``), at
+        the clip's frame size and rate, with its sound when the container takes it. Frames render
+        on the worker between fit chunks; the status bar shows the progress and a Cancel button.
+        Returns the running export, or None when refused (the reason shown in a dialog)."""
+        if self.clip is None:
+            return None
+        if self.video_export is not None and self.video_export.active:
+            self.show_error("Export running", "A video export is running: wait for it, or cancel it first.")
+            return None
+        try:
+            if Path(path).resolve() == Path(self.clip.path).resolve():
+                raise TrifitError(f"{Path(path).name} is the clip being fitted: choose another name")
+            check_writable(Path(path))
+            job = VideoExport(self.worker, path, self.clip, self.clip_scenes, edges=edges,
+                              fit_running=lambda: self.running, parent=self)
+        except TrifitError as exc:
+            self.show_error("Cannot export", str(exc))
+            return None
+        count = len(job.scenes)
+        of = "" if job.complete else f" ({count} of {self.clip.count} frames: the ones fitted so far)"
+        self.video_export = self._start_export(job, lambda written: f"Exported {count} frames to {written}{of}")
+        return job
+
+    def _start_export(self, job, done_text):
+        """Say how ``job`` ends (``done_text(path)`` in the status bar), show its progress, start it."""
+        job.finished.connect(lambda written: self.show_message(done_text(written)))
         job.failed.connect(lambda message: self.show_error("Export failed", message))
         job.cancelled.connect(lambda: self.show_message("Export cancelled: nothing was written"))
-        self.picture_export = job
         self.export_progress.watch(job)
         job.start()
         return job
@@ -93,11 +126,18 @@ class FileActions:
     def _remember_folder(self, path) -> None:
         self.settings.setValue("last_folder", str(Path(path).resolve().parent))
 
+    def open_file(self, path: str | os.PathLike, start: bool = False) -> None:
+        """Open a picture, or a clip (a video by its suffix, or a folder of frames)."""
+        if is_clip(path):
+            self.open_video(path, start=start)
+        else:
+            self.open_image(path, start=start)
+
     def ask_open_image(self) -> None:
-        path, _ = QtWidgets.QFileDialog.getOpenFileName(self, "Open image", self._folder(), IMAGE_FILTER)
+        path, _ = QtWidgets.QFileDialog.getOpenFileName(self, "Open image or video", self._folder(), OPEN_FILTER)
         if path:
             self._remember_folder(path)
-            self.open_image(path)
+            self.open_file(path)
 
     def ask_open_scene(self) -> None:
         path, _ = QtWidgets.QFileDialog.getOpenFileName(self, "Open scene to refine", self._folder(), SCENE_FILTER)
@@ -172,6 +212,14 @@ class FileActions:
         if path:
             self.export_svg(path)
 
+    def ask_export_video(self) -> None:
+        if self.clip is None or not self.clip_scenes:
+            self.show_error("Nothing to export", "No frame of the clip is fitted yet: press Start.")
+            return
+        path = self._ask_save_path("Export video", ".trifit.mp4", VIDEO_FILTER)
+        if path:
+            self.export_video(path)
+
     def ask_export_report(self) -> None:
         if self.fit_info is None or not self._check_available("report", "write_report"):
             return
@@ -197,7 +245,7 @@ class FileActions:
             self.recent_menu.addAction("(none)").setEnabled(False)
             return
         for path in items:
-            self.recent_menu.addAction(Path(path).name, lambda p=path: self.open_image(p)).setToolTip(path)
+            self.recent_menu.addAction(Path(path).name, lambda p=path: self.open_file(p)).setToolTip(path)
 
     # ------------------------------------------------------------------ drag and drop
 
@@ -228,6 +276,6 @@ class FileActions:
             self.open_scene(path)
         else:
             self._remember_folder(path)
-            self.open_image(path)
+            self.open_file(path)
 
     # ------------------------------------------------------------------ settings and shutdown

@@ -28,10 +28,12 @@ class ImageCanvas(QtWidgets.QWidget):
         h, w = rgb.shape[:2]
         return QtGui.QImage(rgb.data, w, h, 3 * w, QtGui.QImage.Format.Format_RGB888).copy()
 
-    def set_target(self, pixels: np.ndarray) -> None:
+    def set_target(self, pixels: np.ndarray, keep_render: bool = False) -> None:
+        size = self.state.image_size
         self._target = self._to_qimage(pixels)
         self.state.image_size = (self._target.width(), self._target.height())
-        self.state.render_valid = False
+        if not (keep_render and size == self.state.image_size):
+            self.state.render_valid = False
         self._target_pixels = np.asarray(pixels, np.float32)
         self.update()
 

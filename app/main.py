@@ -77,7 +77,7 @@ def run_gui(image_path: str | None = None, start: bool = False, backend: str = "
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="trifit gui", description="Open the trifit window.")
-    parser.add_argument("image", nargs="?", help="image to fit (default: the bundled astronaut sample)")
+    parser.add_argument("image", nargs="?", help="image, video or folder of frames to fit (default: the astronaut sample)")
     parser.add_argument("--start", action="store_true", help="start fitting right away")
     parser.add_argument("--backend", choices=("auto", "gpu", "reference"), default="auto",
                         help="engine backend (default: auto)")

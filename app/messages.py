@@ -25,16 +25,26 @@ class FitParams:
 
 
 @dataclass
+class VideoParams:
+    """How a clip is fitted (File > Open on a video; applies on Reset or a new clip): the first
+    frame's full fit, then each later frame's iterations from the previous frame's state."""
+
+    iters_per_frame: int = 100
+    first_frame_iters: int = 600
+
+
+@dataclass
 class FitInfo:
-    """Sent when a new fit exists (new image, reset, scene opened)."""
+    """Sent when a new fit exists (new image or clip, reset, scene opened)."""
 
     source: str | None
-    target: np.ndarray          # float32 (H, W, 3) at the working size
+    target: np.ndarray          # float32 (H, W, 3) at the working size (a clip: its first frame's)
     width: int
     height: int
     triangles: int              # the count asked for (the fitter may start with fewer and grow)
     backend: str
     iteration: int
+    clip: Any = None            # a clip's trifit.video.Clip (frames, size, rate), None for a picture
 
 
 @dataclass

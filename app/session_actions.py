@@ -23,7 +23,7 @@ class SessionActions:
         for other in crashed[1:]:  # one question per start: the newest; the rest wait for later
             self.session.release(other)
         if not crashed:
-            self.open_image(image_path, start=start)
+            self.open_file(image_path, start=start)
             return
         self.restore_offer = crashed[0]
         self._restore_fallback = (str(image_path), start)
@@ -58,7 +58,7 @@ class SessionActions:
             self.session.discard(crashed)
             log.info("discarded the autosaved session in %s", crashed.folder)
             if image_path:
-                self.open_image(image_path, start=start)
+                self.open_file(image_path, start=start)
             return
         # Adopted (later autosaves go to its folder) once its fit exists: if the image cannot be
         # read after all, its files stay for a later start instead of going with a clean quit.

@@ -5,6 +5,11 @@ The window is the GUI thread's only link to the fit: it forwards user actions to
 method and never waits on the GPU. Dialogs about failures are opened non-modally (``open()``),
 so the event loop and the preview keep running while one is up.
 
+A clip (a video, or a folder of frames) is fitted frame by frame by the worker through the
+engine's frame loop; the window shows each frame's target beside the render, counts the frames
+in the status bar, keeps every fitted frame's scene (:attr:`MainWindow.clip_scenes`, a few KB a
+frame) for File > Export > Video (app/video_export.py), and shows the Video group of the controls.
+
 With a :class:`~app.session.SessionStore` the fit is autosaved while it runs, and
 :meth:`MainWindow.begin` offers to restore a session a crashed trifit left behind.
 """
@@ -33,6 +38,7 @@ from .plots import PlotsPanel
 from .session import SessionStore
 from .session_actions import SessionActions
 from .session_record import CrashedSession
+from .video_export import VideoExport
 from .window_settings import WindowSettings
 from .worker import FitInfo, FitWorker, Progress
 
@@ -63,6 +69,9 @@ class MainWindow(FileActions, SessionActions, WindowSettings, QtWidgets.QMainWin
         self._restore_fallback: tuple[str | None, bool] = (None, False)
         self._autosave_error_shown = False
         self.picture_export: PictureExport | None = None   # the latest picture export (running or ended)
+        self.video_export: VideoExport | None = None       # the latest video export (running or ended)
+        self.clip = None                                   # the open clip's trifit.video.Clip; None: a picture
+        self.clip_scenes: list = []                        # its fitted frames' scenes, in order
         self.export_dialog: ExportDialog | None = None     # the latest export dialog opened
         self.setWindowTitle("trifit")
         self.setAcceptDrops(True)
@@ -93,7 +102,7 @@ class MainWindow(FileActions, SessionActions, WindowSettings, QtWidgets.QMainWin
 
     def _build_actions(self) -> None:
         key = QtGui.QKeySequence.StandardKey
-        self.act_open = self._action("&Open image…", self.ask_open_image, key.Open)
+        self.act_open = self._action("&Open image or video…", self.ask_open_image, key.Open)
         self.act_open_scene = self._action("Open &scene to refine…", self.ask_open_scene)
         self.act_save = self._action("&Save scene", self.ask_save_scene, key.Save)
         self.act_save_as = self._action("Save scene &as…", lambda: self.ask_save_scene(always_ask=True),
@@ -103,6 +112,9 @@ class MainWindow(FileActions, SessionActions, WindowSettings, QtWidgets.QMainWin
         self.act_export_svg = self._action("&SVG…", self.ask_export_svg)
         self.act_export_json = self._action("Scene &JSON…", lambda: self.ask_save_scene(always_ask=True))
         self.act_export_report = self._action("&Report (HTML)…", self.ask_export_report)
+        self.act_export_video = self._action("&Video (MP4, WebM, GIF)…", self.ask_export_video,
+                                             tip="The clip's fitted frames as a video, at its frame rate")
+        self.act_export_video.setEnabled(False)  # a clip's
         self.act_quit = self._action("&Quit", self.close, key.Quit)
         self.act_start = self._action("Start", self.toggle_running, QtCore.Qt.Key.Key_Space,
                                       "Start or pause the fit (Space)")
@@ -180,7 +192,8 @@ class MainWindow(FileActions, SessionActions, WindowSettings, QtWidgets.QMainWin
         file_menu.addAction(self.act_save)
         file_menu.addAction(self.act_save_as)
         export_menu = file_menu.addMenu("&Export")
-        for action in (self.act_export_png, self.act_export_svg, self.act_export_json, self.act_export_report):
+        for action in (self.act_export_png, self.act_export_svg, self.act_export_json, self.act_export_report,
+                       self.act_export_video):
             export_menu.addAction(action)
         file_menu.addSeparator()
         file_menu.addAction(self.act_quit)
@@ -208,8 +221,10 @@ class MainWindow(FileActions, SessionActions, WindowSettings, QtWidgets.QMainWin
         self.status_iteration = QtWidgets.QLabel("iteration –")
         self.status_rate = QtWidgets.QLabel("– it/s")
         self.status_psnr = QtWidgets.QLabel("PSNR –")
-        for label in (self.status_adapter, self.status_triangles, self.status_iteration, self.status_rate,
-                      self.status_psnr):
+        self.status_frame = QtWidgets.QLabel()   # a clip's: "frame 12 / 48"
+        self.status_frame.hide()
+        for label in (self.status_adapter, self.status_frame, self.status_triangles, self.status_iteration,
+                      self.status_rate, self.status_psnr):
             status.addPermanentWidget(label)
         self._fps_timer = QtCore.QTimer(self)
         self._fps_timer.setInterval(1000)
@@ -220,6 +235,8 @@ class MainWindow(FileActions, SessionActions, WindowSettings, QtWidgets.QMainWin
         s = self.worker.signals
         s.loaded.connect(self._on_loaded)
         s.progress.connect(self._on_progress)
+        s.frame_started.connect(self._on_frame_started)
+        s.frame_done.connect(self._on_frame_done)
         s.running_changed.connect(self._on_running_changed)
         s.stopped.connect(self._on_stopped)
         s.failed.connect(self.show_error)
@@ -234,6 +251,15 @@ class MainWindow(FileActions, SessionActions, WindowSettings, QtWidgets.QMainWin
         path = os.path.abspath(os.fspath(path))  # saved scenes and autosaves name it from anywhere
         self.worker.load(path, self.controls.params(), start=start)
         self.statusBar().showMessage(f"Opening {Path(path).name}…", 3000)
+        if self.fit_info is None:
+            self.canvas_view.show_hint(f"Opening {Path(path).name}…")
+
+    def open_video(self, path: str | os.PathLike, start: bool = False) -> None:
+        """Fit a clip (a video file or a folder of frames) frame by frame with the current
+        controls; one that cannot be read is said in a dialog and the current fit goes on."""
+        path = os.path.abspath(os.fspath(path))
+        self.worker.load_clip(path, self.controls.params(), self.controls.video_params(), start=start)
+        self.statusBar().showMessage(f"Opening {Path(path).name} (every frame is read once)…", 3000)
         if self.fit_info is None:
             self.canvas_view.show_hint(f"Opening {Path(path).name}…")
 
@@ -280,7 +306,7 @@ class MainWindow(FileActions, SessionActions, WindowSettings, QtWidgets.QMainWin
         self.worker.pause()
 
     def reset_fit(self) -> None:
-        self.worker.reset(self.controls.params())
+        self.worker.reset(self.controls.params(), self.controls.video_params() if self.clip is not None else None)
 
     def set_view_mode(self, mode: ViewMode) -> None:
         mode = ViewMode(mode)
@@ -350,8 +376,24 @@ class MainWindow(FileActions, SessionActions, WindowSettings, QtWidgets.QMainWin
         self._update_title()
         self.status_iteration.setText(f"iteration {info.iteration}")
         self.status_psnr.setText("PSNR –")
+        self.clip, self.clip_scenes = info.clip, []
+        self.status_frame.setVisible(info.clip is not None)
+        self.controls.video_group.setVisible(info.clip is not None)
+        self.act_export_video.setEnabled(info.clip is not None)
         if info.source:
             self._add_recent(info.source)
+
+    def _on_frame_started(self, k: int, count: int, target) -> None:
+        """A clip's frame began: its target beside the render, the counter on."""
+        if k > 0:  # (the first frame's is the new fit's, shown when it was loaded)
+            if self.fit_info is not None:
+                self.fit_info.target = target
+            self.canvas.set_target(target, keep_render=True)
+        self.status_frame.setText(f"frame {k + 1} / {count}")
+
+    def _on_frame_done(self, k: int, scene) -> None:
+        if k == len(self.clip_scenes):  # (frames of a clip replaced meanwhile are not kept)
+            self.clip_scenes.append(scene)
 
     def _update_title(self) -> None:
         """The title names the image and the count set (it follows live changes)."""
@@ -416,14 +458,15 @@ class MainWindow(FileActions, SessionActions, WindowSettings, QtWidgets.QMainWin
         """Stop the worker thread and release the fit (idempotent); True when the thread ended."""
         if isinstance(self.canvas, FitCanvas):
             self.canvas.release_gpu_turn()  # the worker may need the gate to finish its chunk
-        export = self.picture_export
-        if export is not None:
-            export.cancel()  # a picture not written yet is not written
+        exports = [e for e in (self.picture_export, self.video_export) if e is not None]
+        for export in exports:
+            export.cancel()  # a file not written yet is not written
         ended = self.worker.shutdown()
         if not ended:
             log.warning("the fit worker did not stop in time")
-        if export is not None and not export.join():
-            log.warning("the picture export did not stop in time")
+        for export in exports:
+            if not export.join():
+                log.warning("the %s export did not stop in time", export.label.lower())
         if self.session is not None:
             for crashed in (self.restore_offer, self._restoring):  # not answered, or not restored
                 if crashed is not None:                              # after all: ask next time

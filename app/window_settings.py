@@ -1,5 +1,5 @@
-"""The main window's remembered state (QSettings): geometry and docks, the fit's parameters and
-stop conditions, plot and view choices. A mixin of :class:`app.window.MainWindow`."""
+"""The main window's remembered state (QSettings): geometry and docks, the fit's parameters,
+a clip's iterations and stop conditions, plot and view choices. A mixin of :class:`app.window.MainWindow`."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from PySide6 import QtCore
 from trifit import StopConditions
 
 from .panes import ViewMode
-from .worker import FitParams
+from .worker import FitParams, VideoParams
 
 
 class WindowSettings:
@@ -29,6 +29,11 @@ class WindowSettings:
             seed=s.value("params/seed", 0, type=int),
             sigma_px=s.value("params/sigma_px", 0.0, type=float) or None,
             lr_scale=s.value("params/lr_scale", 1.0, type=float),
+        ))
+        video = VideoParams()
+        self.controls.set_video_params(VideoParams(
+            iters_per_frame=s.value("video/iters_per_frame", video.iters_per_frame, type=int),
+            first_frame_iters=s.value("video/first_frame_iters", video.first_frame_iters, type=int),
         ))
         self.controls.set_stop_conditions(StopConditions(
             iterations=s.value("stop/iterations", 0, type=int) or None,
@@ -54,6 +59,9 @@ class WindowSettings:
         s.setValue("params/seed", p.seed)
         s.setValue("params/sigma_px", p.sigma_px or 0.0)
         s.setValue("params/lr_scale", p.lr_scale)
+        video = self.controls.video_params()
+        s.setValue("video/iters_per_frame", video.iters_per_frame)
+        s.setValue("video/first_frame_iters", video.first_frame_iters)
         stop = self.controls.stop_conditions()
         s.setValue("stop/iterations", stop.iterations or 0)
         s.setValue("stop/time_limit", stop.time_limit or 0.0)

@@ -8,6 +8,13 @@ on the GUI thread (queued connections). The run loop sizes chunks to ``CHUNK_TAR
 bounds how long a live change (count, sigma, learning rate, pause) waits. What a fit computes --
 its schedules, events and stops -- is the run loop's and the strategy's, as for the CLI.
 
+A clip (File > Open on a video) is fitted through the engine's frame loop
+(trifit.videorun.FrameLoop, the one `trifit video` runs): the worker steps the current frame's
+run a chunk at a time like any other, and when it ends takes the frame's scene and begins the
+next frame's run -- so Pause, Start, live changes, jobs and the preview work between chunks as
+for a picture. The clip is opened and checked (every frame decoded) with the GPU left to the
+canvas, and its frames are decoded ahead on the loop's own thread.
+
 A plain ``threading.Thread`` (not a QThread) so that "no leaked threads" is checkable with
 ``threading.active_count()`` and ``join()``. GPU use is shared with the canvas through a
 :class:`~app.gpu_gate.GpuGate` (see there for why).
@@ -22,6 +29,7 @@ import time
 import traceback
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -31,9 +39,9 @@ import trifit
 from trifit import FitRun, StopConditions
 
 from .gpu_gate import GpuGate
-from .messages import AUTOSAVE_EVERY_S, AutosaveClock, AutosaveSnapshot, FitInfo, FitParams, Progress
+from .messages import AUTOSAVE_EVERY_S, AutosaveClock, AutosaveSnapshot, FitInfo, FitParams, Progress, VideoParams
 
-__all__ = ["AUTOSAVE_EVERY_S", "AutosaveSnapshot", "FitInfo", "FitParams", "FitWorker", "Progress"]
+__all__ = ["AUTOSAVE_EVERY_S", "AutosaveSnapshot", "FitInfo", "FitParams", "FitWorker", "Progress", "VideoParams"]
 
 log = logging.getLogger("trifit.app")
 
@@ -52,6 +60,16 @@ class _Load:
     init_scene: Any = None
     start: bool = False
     resume: Any = None                  # render.checkpoint.Checkpoint: continue that fit instead
+
+
+@dataclass
+class _LoadClip:
+    path: str                           # a video file or a folder of frames
+    params: FitParams
+    video: VideoParams
+    start: bool = False
+    clip: Any = None                    # trifit.video.Clip, once opened (off the GPU turn)
+    error: str | None = None            # ... or why it cannot be
 
 
 @dataclass
@@ -78,6 +96,8 @@ class FitWorkerSignals(QtCore.QObject):
     failed = QtCore.Signal(str, str)        # title, message (the current fit is untouched)
     job_done = QtCore.Signal(int, object)
     job_failed = QtCore.Signal(int, str)
+    frame_started = QtCore.Signal(int, int, object)  # a clip's frame began: index, frames in all, its target
+    frame_done = QtCore.Signal(int, object)          # ... and was fitted: index, its scene (render.Scene)
     applied = QtCore.Signal(str, float)     # a live change reached the fit: kind, seconds after it was sent
     autosaved = QtCore.Signal(str, int)     # where the autosave went, the iteration it holds
     autosave_failed = QtCore.Signal(str)    # why an autosave could not be written (the fit goes on)
@@ -106,6 +126,7 @@ class FitWorker:
         self._last_timings = 0.0
         self._last_preview = 0.0
         self._params: FitParams | None = None    # the current fit's settings, live changes included
+        self._clip = None                        # a clip's trifit.videorun.FrameLoop (None: a picture)
         self._autosave = AutosaveClock()
 
     # ------------------------------------------------------------------ GUI-thread API
@@ -124,15 +145,21 @@ class FitWorker:
             source = image
         self._commands.put(_Load(image, replace(params), source, init_scene, start, resume))
 
+    def load_clip(self, path: str, params: FitParams, video: VideoParams, *, start: bool = False) -> None:
+        """Fit a clip (a video file or a folder of frames) frame by frame; on failure ``failed``
+        is emitted and the current fit stays. Each frame's start and end are signalled."""
+        self._commands.put(_LoadClip(path, replace(params), replace(video), start))
+
     def run(self) -> None:
         self._commands.put(_RUN)
 
     def pause(self) -> None:
         self._commands.put(_PAUSE)
 
-    def reset(self, params: FitParams) -> None:
-        """A fresh fit of the current image with ``params`` (seed and size apply here)."""
-        self._commands.put((_RESET, replace(params)))
+    def reset(self, params: FitParams, video: VideoParams | None = None) -> None:
+        """A fresh fit of the current image (or clip, from its first frame) with ``params`` (seed
+        and size apply here) and, for a clip, ``video``."""
+        self._commands.put((_RESET, replace(params), replace(video) if video else None))
 
     def set_triangles(self, n: int) -> None:
         self._commands.put(_Live("triangles", int(n)))
@@ -197,6 +224,9 @@ class FitWorker:
                 commands = self._drain(block=not (self._running and self._fitter is not None))
                 if _QUIT in commands:
                     return
+                for cmd in commands:  # a clip's every frame is decoded to check it: not in the GPU's turn
+                    if isinstance(cmd, _LoadClip):
+                        _open_clip(cmd)
                 outcome = snapshot = None
                 with self.gate.worker_turn():
                     try:
@@ -215,8 +245,7 @@ class FitWorker:
         finally:
             if self._fitter is not None:
                 with self.gate.worker_turn():
-                    self._fitter.close()
-                self._fitter = None
+                    self._close_fit()
 
     def _publish(self, progress: Progress, stop_reason: str | None) -> None:
         if progress.gpu_image is not None:
@@ -255,6 +284,8 @@ class FitWorker:
             latest_live.clear()
             if isinstance(cmd, _Load):
                 self._do_load(cmd)
+            elif isinstance(cmd, _LoadClip):
+                self._do_load_clip(cmd)
             elif isinstance(cmd, _Job):
                 self._do_job(cmd)
             elif cmd == _RUN:
@@ -262,9 +293,11 @@ class FitWorker:
             elif cmd == _PAUSE:
                 self._set_running(False)
             elif isinstance(cmd, tuple) and cmd[0] == _RESET:
-                if self._last_load is not None:  # a fresh fit: seed and size apply, no init scene
-                    self._do_load(replace(self._last_load, params=cmd[1], init_scene=None,
-                                          resume=None, start=self._running))
+                last = self._last_load
+                if isinstance(last, _LoadClip):  # the clip again from its first frame (opened and checked already)
+                    self._do_load_clip(replace(last, params=cmd[1], video=cmd[2] or last.video, start=self._running))
+                elif last is not None:  # a fresh fit: seed and size apply, no init scene
+                    self._do_load(replace(last, params=cmd[1], init_scene=None, resume=None, start=self._running))
         for live in latest_live.values():
             self._apply_live(live)
 
@@ -274,12 +307,12 @@ class FitWorker:
             return
         if cmd.kind == "stop":
             self._stop_rules = cmd.value
-            if self._run is not None:
+            if self._run is not None and self._clip is None:  # (a clip's frames end by their iterations)
                 self._run.request("stop", cmd.value)
             return
         if self._fitter is None:
             return  # the next fit is built from the controls' values anyway
-        if self._run is not None:  # applied by the run loop at the next chunk boundary
+        if self._run is not None and self._running:  # applied by the run loop at the next chunk boundary
             self._run.request(cmd.kind, cmd.value)
         else:
             try:
@@ -295,14 +328,22 @@ class FitWorker:
     def _set_running(self, running: bool) -> None:
         if running and self._fitter is None:
             running = False
-        if running and not self._running:
+        if running and not self._running and self._clip is not None:
+            if self._clip.finished and self._run is None:
+                self.signals.stopped.emit(self._clip_done())
+                return
+            self._autosave.started(self._fitter.iteration)
+        elif running and not self._running:
             f = self._fitter
             # stop rules count from Start; with none the run goes on until paused
             self._run = FitRun(f, replace(self._stop_rules), chunk_s=CHUNK_TARGET_S, first_chunk=1)
             self._steps = iter(self._run)
             self._autosave.started(f.iteration)
         if not running and self._running:
-            self._end_run()
+            if self._clip is None:
+                self._end_run()
+            elif self._run is not None:  # the frame's run waits for Start; what it was asked applies now
+                self._apply_pending(self._run)
             self._autosave.paused()
         if running != self._running:
             self._running = running
@@ -312,10 +353,13 @@ class FitWorker:
         """Drop the run loop; changes it had not applied yet apply now (nothing asked is lost)."""
         run, self._run, self._steps = self._run, None, None
         if run is not None:
-            try:
-                self._emit_applied(run.apply_pending())
-            except (ValueError, trifit.TrifitError) as exc:
-                self.signals.failed.emit("Cannot apply the change", str(exc))
+            self._apply_pending(run)
+
+    def _apply_pending(self, run: FitRun) -> None:
+        try:
+            self._emit_applied(run.apply_pending())
+        except (ValueError, trifit.TrifitError) as exc:
+            self.signals.failed.emit("Cannot apply the change", str(exc))
 
     def _emit_applied(self, applied) -> None:
         for kind, seconds in applied:
@@ -339,19 +383,7 @@ class FitWorker:
         except (trifit.TrifitError, ValueError, MemoryError) as exc:
             self.signals.failed.emit("Cannot start this fit", str(exc))
             return
-        # Only now, with the new fit built, is the old one paused and replaced.
-        self._set_running(False)
-        self._end_run()
-        if self._fitter is not None:
-            self._fitter.close()
-        self._fitter = fitter
-        self._last_load = cmd
-        self._params = replace(p)
-        self._autosave.restart(fitter.iteration)
-        self._last_timings = 0.0
-        self._last_preview = 0.0
-        self.signals.loaded.emit(FitInfo(cmd.source, fitter.target.copy(), fitter.width, fitter.height,
-                                         fitter.settings.triangles, self.engine.backend, fitter.iteration))
+        self._install(fitter, cmd, p)
         if len(fitter.history):  # a resumed fit: its loss curve so far
             self.signals.progress.emit(Progress(None, np.array(fitter.history.iterations),
                                                 np.array(fitter.history.losses), 0))
@@ -361,6 +393,86 @@ class FitWorker:
                                                 pixels=self.engine.render(fitter.scene)))
         if cmd.start:
             self._set_running(True)
+
+    def _install(self, fitter, cmd, params: FitParams, clip=None) -> None:
+        """Only now, with the new fit built, is the old one paused and replaced."""
+        self._set_running(False)
+        self._end_run()
+        self._close_fit()
+        self._fitter, self._clip = fitter, clip
+        self._last_load = cmd
+        self._params = replace(params)
+        self._autosave.restart(fitter.iteration)
+        self._last_timings = 0.0
+        self._last_preview = 0.0
+        source = cmd.path if clip is not None else cmd.source
+        self.signals.loaded.emit(FitInfo(source, fitter.target.copy(), fitter.width, fitter.height,
+                                         fitter.settings.triangles, self.engine.backend, fitter.iteration,
+                                         clip.clip if clip is not None else None))
+
+    def _close_fit(self) -> None:
+        if self._clip is not None:
+            self._clip.close()  # its decoding thread, and the fit
+        elif self._fitter is not None:
+            self._fitter.close()
+        self._fitter = self._clip = None
+
+    # ------------------------------------------------------------------ a clip
+    def _do_load_clip(self, cmd: _LoadClip) -> None:
+        if cmd.error is not None:
+            self.signals.failed.emit("Cannot open video", cmd.error)
+            return
+        from trifit.videorun import FrameLoop
+
+        p, v, loop = cmd.params, cmd.video, None
+        try:
+            loop = FrameLoop.start(cmd.clip, size=p.size, triangles=p.triangles, seed=p.seed, engine=self.engine,
+                                   first_iters=v.first_frame_iters, frame_iters=v.iters_per_frame, source=cmd.path)
+            run = loop.begin(chunk_s=CHUNK_TARGET_S, first_chunk=1)  # the first frame's fit: built, not run
+            if p.sigma_px is not None:
+                loop.fitter.set_sigma(p.sigma_px)
+            if p.lr_scale != 1.0:
+                loop.fitter.set_learning_rate(p.lr_scale)
+        except (trifit.TrifitError, ValueError, MemoryError) as exc:
+            if loop is not None:
+                loop.close()
+            self.signals.failed.emit("Cannot open video", str(exc))
+            return
+        self._install(loop.fitter, cmd, p, loop)
+        self._run, self._steps = run, iter(run)
+        self.signals.frame_started.emit(0, cmd.clip.count, loop.target)
+        if cmd.start:
+            self._set_running(True)
+
+    def _begin_frame(self) -> bool:
+        """The clip's next frame: its run (False when its frame cannot be had: said, and paused)."""
+        loop = self._clip
+        try:
+            self._run = loop.begin(chunk_s=CHUNK_TARGET_S, first_chunk=1)
+        except (trifit.TrifitError, ValueError, OSError) as exc:  # e.g. the file changed since it was checked
+            self._set_running(False)
+            self.signals.failed.emit("The video stopped", f"frame {loop.next + 1}: {exc}")
+            return False
+        self._steps = iter(self._run)
+        self.signals.frame_started.emit(loop.next, loop.clip.count, loop.target)
+        return True
+
+    def _end_frame(self) -> str | None:
+        """The frame's run has ended: its scene out; the clip's end as a stop reason, else None."""
+        loop, run = self._clip, self._run
+        k, scene = loop.next, loop.end()
+        self._run = self._steps = None
+        self._apply_pending(run)  # changes asked during its last chunk: from the next frame on
+        if scene is None:
+            self._set_running(False)
+            self.signals.failed.emit("The video stopped", f"frame {k + 1} did not reach its iterations")
+            return None
+        self.signals.frame_done.emit(k, scene)
+        return self._clip_done() if loop.finished else None
+
+    def _clip_done(self) -> str:
+        n = self._clip.clip.count
+        return f"end of the clip: its {n} frames are fitted (File > Export > Video writes them)"
 
     def _resumed(self, cmd: _Load):
         """The checkpointed fit, continued; None (logged) when the checkpoint does not fit the
@@ -388,6 +500,8 @@ class FitWorker:
     def _step_chunk(self) -> tuple[Progress, str | None] | None:
         """One chunk of the run loop; returns what to publish once the GPU is released."""
         f = self._fitter
+        if self._clip is not None and self._steps is None and not self._begin_frame():
+            return None
         try:
             step = next(self._steps)
         except StopIteration:
@@ -398,6 +512,8 @@ class FitWorker:
             self.signals.failed.emit("The fit stopped", str(exc))
             return None
         self._emit_applied(step.applied)
+        if self._clip is not None and step.reason:  # the frame's iterations are done: on to the next
+            step.reason = self._end_frame()
         if step.chunk == 0 and step.reason:
             self._finish(step.reason)
             return None
@@ -417,8 +533,8 @@ class FitWorker:
     def _autosave_snapshot(self) -> AutosaveSnapshot | None:
         """The fit to autosave, when a save is due (AutosaveClock)."""
         f = self._fitter
-        if f is None or not self._autosave.due(f.iteration):
-            return None
+        if f is None or self._clip is not None or not self._autosave.due(f.iteration):
+            return None  # (a clip is not autosaved: reopening it starts it over)
         try:
             scene = f.scene
             checkpoint = f.checkpoint()
@@ -444,3 +560,18 @@ class FitWorker:
     def _finish(self, reason: str) -> None:
         self._set_running(False)
         self.signals.stopped.emit(reason)
+
+
+def _open_clip(cmd: _LoadClip) -> None:
+    """Open and check a clip (every frame decoded once) into ``cmd``; why not, in one line."""
+    if cmd.clip is not None or cmd.error is not None:
+        return
+    try:
+        from trifit.video import open_clip
+
+        cmd.clip = open_clip(cmd.path)
+    except trifit.TrifitError as exc:  # unreadable, truncated, no frames, mixed sizes, no PyAV
+        cmd.error = str(exc)
+    except Exception as exc:  # never a traceback for a bad file
+        log.debug("open_clip: %s", traceback.format_exc())
+        cmd.error = f"{Path(cmd.path).name}: cannot read it as a video ({type(exc).__name__}: {exc})"

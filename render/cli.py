@@ -1,7 +1,7 @@
 """The ``trifit`` command line.
 
 Exit status: 0 ok, 2 bad input (one line on stderr saying what is wrong), 1 internal error.
-Subcommands: fit, render, batch, bench, gui (also the default with no subcommand).
+Subcommands: fit, render, batch, video, bench, gui (also the default with no subcommand).
 """
 
 from __future__ import annotations
@@ -80,7 +80,12 @@ def build_parser() -> argparse.ArgumentParser:
     f.add_argument("--strategy", choices=["default", "fixed"], default="default",
                    help="fit policy: default (coarse stage, growth, pruning, respawn, sigma probes) "
                         "or fixed (the count from the start, plain schedules)")
-    f.add_argument("--resume", metavar="SCENE.json", help="start from this scene instead of a fresh one")
+    f.add_argument("--resume", metavar="SCENE.json",
+                   help="start from this scene instead of a fresh one (the triangles its \"locked\" key names stay as "
+                        "they are)")
+    f.add_argument("--weights", metavar="MASK.png",
+                   help="focus map: a grey image of the picture's aspect ratio (white = 1, black = 0) weighing each "
+                        "pixel's loss, resized to the working size: the fit spends its triangles where it is bright")
     f.add_argument("--replay", metavar="SCENE.json",
                    help="re-run the fit that wrote SCENE.json exactly: its settings, iterations, plans and "
                         "live changes (the same adapter writes the same triangles)")
@@ -136,6 +141,30 @@ def build_parser() -> argparse.ArgumentParser:
                          "instead of batching equal-size images on the GPU when --iters is the only stop")
     bt.add_argument("--quiet", action="store_true", help="no progress bar")
 
+    v = sub.add_parser("video", help="fit a clip frame by frame: triangles that persist and move",
+                       description="Fit soft triangles to every frame of INPUT, each frame starting from the "
+                                   "previous frame's triangles and optimiser state (the first gets a full fit), "
+                                   "and write the clip of triangles. Resumable: re-running with the same "
+                                   "arguments continues after the last finished frame.")
+    v.add_argument("input", help="a video file (MP4, MOV, MKV, WebM, GIF, ...) or a folder of frames")
+    v.add_argument("-o", "--output", required=True, metavar="OUT.mp4|OUT.webm|OUT.gif|FOLDER",
+                   help="a video (.mp4 .m4v .mov .mkv: H.264; .webm: VP9; .gif) at the input's frame rate, or a "
+                        "folder of frame_0000.png, ...")
+    v.add_argument("--tris", type=_positive_int, default=150, help="triangle count (default 150)")
+    v.add_argument("--size", type=_positive_int, default=176, help="working size: longer side in px (default 176)")
+    v.add_argument("--iters-per-frame", type=_positive_int, default=100, metavar="K",
+                   help="iterations for each frame after the first (default 100)")
+    v.add_argument("--first-frame-iters", type=_positive_int, default=600, metavar="M",
+                   help="iterations of the first frame's full fit (default 600)")
+    v.add_argument("--seed", type=int, default=0)
+    v.add_argument("--fps", type=_positive_float, default=None,
+                   help="frame rate of a folder of frames (default 25); overrides a video's own")
+    v.add_argument("--scenes", default=None, metavar="DIR", help="also write each frame's scene (frame_0000.trifit.json)")
+    v.add_argument("--svg-dir", default=None, metavar="DIR", help="also write each frame as SVG (frame_0000.svg)")
+    _picture_options(v)
+    v.add_argument("--backend", choices=["auto", "gpu", "reference"], default="auto")
+    v.add_argument("--quiet", action="store_true", help="no progress bar")
+
     b = sub.add_parser("bench", help="measure the engine (see docs/PERFORMANCE.md)")
     b.add_argument("--quick", action="store_true", help="small CI-sized cells")
     b.add_argument("--repeats", type=_positive_int, default=None, help="timed repeats per cell")
@@ -177,7 +206,7 @@ def main(argv: list[str] | None = None) -> int:
         command = args.command or "gui"
         if command == "gui" and not hasattr(args, "start"):
             args.image, args.start = None, False
-        return {"fit": cmd_fit, "render": cmd_render, "batch": cmd_batch, "bench": cmd_bench,
+        return {"fit": cmd_fit, "render": cmd_render, "batch": cmd_batch, "video": cmd_video, "bench": cmd_bench,
                 "gui": cmd_gui}[command](args)
     except TrifitError as exc:
         print(f"trifit: error: {exc}", file=sys.stderr)
@@ -220,6 +249,7 @@ def cmd_fit(args) -> int:
     if replay is not None:
         settings = replay["settings"]
     target = load_image(args.image, settings["size"])  # validates before any GPU work
+    weights = _fit_weights(args, target, replay)
     init = Scene.load(args.resume) if args.resume else None
     stop = StopConditions(args.iters, args.time_limit, args.target_psnr, args.plateau)
     if not stop.any():
@@ -233,7 +263,7 @@ def cmd_fit(args) -> int:
         # frames spaced over the planned iterations; with none planned (a time limit) the gaps grow as it goes
         recorder = AnimationRecorder(args.animation, total=stop.iterations)
     engine = Engine(args.backend)
-    fitter = Fitter(target, engine=engine, init_scene=init, source=str(args.image), **settings)
+    fitter = Fitter(target, engine=engine, init_scene=init, source=str(args.image), weights=weights, **settings)
     t0 = time.perf_counter()
     total = stop.iterations if stop.iterations else None
     timed = total is None and stop.time_limit is not None  # the bar counts seconds: it shows the time left
@@ -295,10 +325,20 @@ def cmd_fit(args) -> int:
         written.append(Path(args.animation))
     if not args.quiet or interrupted:
         print(f"trifit: {'interrupted after ' if interrupted else ''}{fitter.iteration} iterations in "
-              f"{wall:.1f} s on {engine.description}; PSNR {psnr:.2f} dB; wrote "
+              f"{wall:.1f} s on {engine.description}; PSNR {psnr:.2f} dB{_focus_note(fitter, final)}; wrote "
               f"{', '.join(str(p) for p in written)}", file=sys.stderr)
     fitter.close()
     return EXIT_INTERRUPTED if interrupted else EXIT_OK
+
+
+def _focus_note(fitter, final) -> str:
+    """With a focus map: the PSNR of the weighted mean squared error, what the fit minimised."""
+    if fitter.focus is None:
+        return ""
+    from .reference import loss_value
+
+    mse = loss_value(final.astype("float64"), fitter.target, "mse", fitter.focus[0])
+    return f" ({10 * math.log10(1 / mse):.2f} dB weighted by the focus map)" if mse > 0 else ""
 
 
 class _stop_on_ctrl_c:
@@ -349,7 +389,25 @@ def _replay_settings(args) -> dict:
     unknown = sorted(set(meta["settings"]) - known)
     if unknown:
         raise TrifitError(f"{args.replay}: meta.settings has settings this version does not know: {', '.join(unknown)}")
-    return {"settings": dict(meta["settings"]), "iterations": meta["iterations"], "changes": meta.get("changes", [])}
+    return {"settings": dict(meta["settings"]), "iterations": meta["iterations"], "changes": meta.get("changes", []),
+            "weights": meta.get("weights")}
+
+
+def _fit_weights(args, target, replay) -> str | None:
+    """--weights, checked against the target before any GPU work (a bad mask is exit 2, one
+    line); a replay needs the focus map its fit had (the scene's meta names it by digest)."""
+    from .focus import digest, focus_map
+
+    had = (replay or {}).get("weights")
+    if args.weights is None:
+        if had:
+            raise UsageError(f"trifit fit: the fit to replay was weighted by a focus map ({had.get('source')}): "
+                             "give it with --weights")
+        return None
+    weights = focus_map(args.weights, target.shape[:2])
+    if replay is not None and (not isinstance(had, dict) or had.get("sha256") != digest(weights)):
+        raise UsageError(f"trifit fit: {args.weights} is not the focus map of the fit to replay")
+    return args.weights
 
 
 def fit_report(fitter, engine, wall: float, mse: float, psnr: float, args) -> dict:
@@ -437,6 +495,54 @@ def cmd_batch(args) -> int:
     for r in result.failed:
         print(f"trifit: failed: {r.message()}", file=sys.stderr)
     return result.exit_status
+
+
+# ---------------------------------------------------------------------- video
+def cmd_video(args) -> int:
+    from tqdm import tqdm
+
+    from .video import open_clip, output_kind, run_video
+
+    if args.scale is not None and args.width is not None:
+        raise UsageError("trifit video: give one of --scale and --width")
+    spec = output_kind(args.output)        # an encoder for the output, before anything is read
+    clip = open_clip(args.input, args.fps)  # every frame checked, before any fit
+    bar = tqdm(total=clip.count, unit="frame", disable=args.quiet, desc="video", dynamic_ncols=True,
+               bar_format="{l_bar}{bar}| {n_fmt}/{total_fmt} [{elapsed}<{remaining}, {rate_fmt}{postfix}]")
+    interrupted = None
+
+    def started(fit):
+        nonlocal interrupted
+        interrupted = _stop_on_ctrl_c(fit)
+        bar.reset(total=clip.count)
+        bar.update(fit.frames)
+
+    def frame_done(k, scene, stats):
+        bar.update(1)
+        bar.set_postfix_str(f"psnr {stats.psnr:.2f} dB")
+
+    def note(text):
+        bar.write(f"trifit: note: {text}", file=sys.stderr)
+
+    try:
+        result = run_video(args.input, args.output, triangles=args.tris, size=args.size,
+                           iters_per_frame=args.iters_per_frame, first_frame_iters=args.first_frame_iters,
+                           seed=args.seed, scale=args.scale, width=args.width, edges=args.edges,
+                           scenes_dir=args.scenes, svg_dir=args.svg_dir, backend=args.backend, clip=clip, spec=spec,
+                           on_frame=frame_done, on_clip=started, note=note)
+    finally:
+        if interrupted is not None:
+            interrupted.restore()
+        bar.close()
+    fitted = result.done - result.resumed_from
+    rate = fitted / result.seconds if result.seconds > 0 else 0.0
+    psnr = f"; mean PSNR {sum(result.psnr) / len(result.psnr):.2f} dB" if result.psnr else ""
+    wrote = f"wrote {result.output}" if result.output else "no frame finished, nothing written"
+    if not args.quiet or result.interrupted:
+        print(f"trifit: {'interrupted: ' if result.interrupted else ''}{result.done} of {clip.count} frames"
+              f"{f' ({result.resumed_from} from an earlier run)' if result.resumed_from else ''}, "
+              f"{fitted} fitted in {result.seconds:.1f} s ({rate:.2f} frames/s){psnr}; {wrote}", file=sys.stderr)
+    return EXIT_INTERRUPTED if result.interrupted else EXIT_OK
 
 
 # ---------------------------------------------------------------------- bench / gui

@@ -2,6 +2,10 @@
 
 A crash or a full disk leaves either the old file or the new one, never half a file; and
 :func:`check_writable` refuses an output path before any work (the CLI and the GUI's exports).
+``sync=False`` skips the fsync for files a program only keeps for itself (a video's progress
+folder): the rename alone is atomic against a crash of the program, and only a crash of the
+machine can lose such a file -- which its reader must then notice and redo, never misread.
+:class:`AtomicFile` is the same write held open (a video encoded frame by frame into it).
 """
 
 from __future__ import annotations
@@ -14,31 +18,55 @@ from pathlib import Path
 from .errors import TrifitError
 
 
-def atomic_write_bytes(path: Path, data: bytes) -> None:
-    atomic_write(path, lambda f: f.write(data))
+def atomic_write_bytes(path: Path, data: bytes, *, sync: bool = True) -> None:
+    atomic_write(path, lambda f: f.write(data), sync=sync)
 
 
-def atomic_write(path: Path, writer: Callable[[object], object]) -> None:
+def atomic_write(path: Path, writer: Callable[[object], object], *, sync: bool = True) -> None:
     """Call ``writer(fileobj)`` on a temporary file beside ``path``, then rename it into place."""
-    path = Path(path)
-    folder = path.parent if str(path.parent) else Path(".")
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".part", dir=folder)
+    out = AtomicFile(path)
     try:
-        with os.fdopen(fd, "wb") as f:
-            writer(f)
-            f.flush()
-            os.fsync(f.fileno())
-        # mkstemp makes 0600 files; give the result the permissions a plain open() would
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)
-        os.replace(tmp, path)
+        writer(out.file)
     except BaseException:
+        out.discard()
+        raise
+    out.commit(sync=sync)
+
+
+class AtomicFile:
+    """A temporary file beside ``path`` (``file``, open for binary writing) that :meth:`commit`
+    renames into place, or :meth:`discard` removes: until then ``path`` is untouched."""
+
+    def __init__(self, path):
+        self.path = Path(path)
+        folder = self.path.parent if str(self.path.parent) else Path(".")
+        fd, self._tmp = tempfile.mkstemp(prefix=f".{self.path.name}.", suffix=".part", dir=folder)
+        self.file = os.fdopen(fd, "wb")
+
+    def commit(self, *, sync: bool = True) -> None:
         try:
-            os.unlink(tmp)
+            self.file.flush()
+            if sync:
+                os.fsync(self.file.fileno())
+            self.file.close()
+            # mkstemp makes 0600 files; give the result the permissions a plain open() would
+            umask = os.umask(0)
+            os.umask(umask)
+            os.chmod(self._tmp, 0o666 & ~umask)
+            os.replace(self._tmp, self.path)
+        except BaseException:
+            self.discard()
+            raise
+
+    def discard(self) -> None:
+        try:
+            self.file.close()
         except OSError:
             pass
-        raise
+        try:
+            os.unlink(self._tmp)
+        except OSError:
+            pass
 
 
 def check_writable(path: Path) -> None:

@@ -1,0 +1,220 @@
+"""Fitting a clip: one fit carried from frame to frame, so triangles persist and move.
+
+A clip is fitted by **one** :class:`trifit.fitter.Fitter`: the first frame gets a full fit (the
+default strategy: coarse stage, growth, pruning cycles, respawn, sigma probes), and every later
+frame starts from the previous frame's triangles *and* Adam moments (``Fitter.use_targets``)
+and is refined for a fixed number of iterations under :class:`FrameStrategy`. Each frame is one
+:class:`trifit.run.FitRun` with an iteration stop, so a frame's scene depends only on the
+inputs, the settings, the seed and the iterations (frame ``k`` ends at iteration
+``first_iters + k * frame_iters``), never on timing or chunking; a checkpoint taken after a
+frame resumes the clip exactly (:meth:`ClipFit.resume`).
+
+Why a strategy of its own for the later frames: the default strategy plans a fit from nothing
+(a half-size stage, growth from a third of the count, over-growth and pruning, a sigma anneal
+from 2.5 px) and would throw the previous frame's scene away. A frame of a clip mostly needs the
+scene it has, moved a little: the count stays, sigma stays at the final value the first frame's
+probes chose, and the learning rate restarts at a fraction of a fresh fit's and decays over the
+frame. What changes between frames is handled at the frame's start: triangles that stopped
+contributing, plus the few whose removal would cost least, are re-placed where the new frame's
+error is largest (new content gets triangles, vanished content releases them). The policy's
+numbers (:class:`FramePolicy`) were picked by measuring PSNR and flicker against cold per-frame
+fits and each other (tools/video_measure.py; docs/QUALITY.md, "Video").
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, fields
+
+import numpy as np
+
+from .errors import TrifitError
+from .fitloop import Schedule
+from .fitter import Fitter
+from .run import FitRun, StopConditions
+from .scene import Scene
+from .strategy import DefaultStrategy, FixedStrategy
+
+
+@dataclass(frozen=True)
+class FramePolicy:
+    """How a later frame of a clip is refined (the first frame gets a full fit)."""
+
+    lr_start: float = 1.0       # the learning-rate scale each frame restarts at (x the settings' rates),
+                                # cosine down to lr_final at the frame's end
+    sigma_boost: float = 1.0    # each frame starts at this many times the final sigma and anneals back
+    sigma_fraction: float = 0.5  # ... over this fraction of the frame
+    renew: float = 0.02         # at most this fraction of the count is re-placed at each frame's start: the
+                                # triangles whose removal costs least (and any that stopped contributing), moved
+                                # to where the new frame's error is largest,
+    renew_below: float = 0.25   # ... of those, only the ones whose removal costs under this fraction of the
+                                # median triangle's: content that vanished, not a still region's triangles
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> FramePolicy:
+        known = {f.name for f in fields(cls)}
+        return cls(**{k: float(v) for k, v in d.items() if k in known})
+
+
+class FrameStrategy(DefaultStrategy):
+    """The policy of a clip's later frames: the count kept, re-placement at the frame's start,
+    a short sigma and learning-rate schedule over the frame (planned by the frame's FitRun)."""
+
+    name = "video-frame"
+    uses_coarse_stage = False
+
+    def __init__(self, fit, policy: FramePolicy | None = None):
+        super().__init__(fit)
+        self.policy = policy or FramePolicy()
+        self.frame_start = 0  # set by after() / begin_frame(), or a checkpoint's state
+
+    @classmethod
+    def after(cls, previous: DefaultStrategy, policy: FramePolicy | None = None) -> FrameStrategy:
+        """The frame strategy that takes over from the first frame's: its probed final sigmas and
+        any sigma pinned by hand are kept."""
+        new = cls(previous.fit, policy)
+        new.frame_start = previous.fit.iteration
+        new.sigma_scales = np.array(previous.sigma_scales, dtype=np.float64)
+        new.sigma_fixed = previous.sigma_fixed
+        return new
+
+    # ------------------------------------------------------------------ the frame
+    def begin_frame(self) -> None:
+        """A new frame's targets are in (``Fitter.use_targets``): re-place what the new frame
+        needs elsewhere; the frame's schedule starts here (the FitRun plans its length)."""
+        fit = self.fit
+        self.frame_start = fit.iteration
+        p, n = self.policy, fit.n_triangles
+        k = min(n - 1, math.ceil(p.renew * n)) if p.renew > 0 else 0
+        renew = [set(d.tolist()) for d in self.stopped_contributing(fit.values()[0])]
+        if k > 0:
+            for b, costs in enumerate(fit.removal_costs()):
+                cheapest = np.argsort(costs, kind="stable")[:k]
+                renew[b] |= set(cheapest[costs[cheapest] < p.renew_below * np.median(costs)].tolist())
+        renew = [np.array(sorted(d), dtype=np.int64) for d in renew]
+        if any(len(d) for d in renew):
+            fit.replace(renew, self._place([len(d) for d in renew]))
+
+    def schedule(self, iteration: int) -> Schedule:
+        """Sigma from ``sigma_boost`` x each image's final sigma back to it, the learning rate
+        from ``lr_start`` down to lr_final, both over the frame (from frame_start to the plan's end)."""
+        s, p = self.settings, self.policy
+        length = max(1, s.planned_iterations - self.frame_start)
+        if self.sigma_fixed is not None:
+            ends = np.full(self.fit.batch, self.sigma_fixed)
+        else:
+            ends = s.sigma_end_px / self.fit.short_side * self.sigma_scales
+        return Schedule(float(ends[0] * p.sigma_boost), float(ends[0]), max(1.0, p.sigma_fraction * length), length,
+                        s.lr_final, iter_offset=self.frame_start, lr_offset=self.frame_start, lr_start=p.lr_start,
+                        sigma_ends=tuple(float(e) for e in ends))
+
+    # no events inside a frame, and the count never grows past the one asked for: the fixed strategy's
+    next_event, wants_image = FixedStrategy.next_event, FixedStrategy.wants_image
+    on_event, finish = FixedStrategy.on_event, FixedStrategy.finish
+
+    # ------------------------------------------------------------------ progress (checkpoints)
+    def state(self) -> dict:
+        return {**super().state(), "frame_start": int(self.frame_start), "policy": self.policy.as_dict()}
+
+    def load_state(self, state: dict) -> None:
+        super().load_state(state)
+        self.frame_start = int(state["frame_start"])
+        self.policy = FramePolicy.from_dict(state["policy"])
+
+
+class ClipFit:
+    """One fit through a clip's frames, in order: :meth:`fit_frame` for each, or
+    :meth:`start_frame` / :meth:`end_frame` around a run the caller steps (the first frame gets
+    ``first_iters`` iterations of a full fit, every later one ``frame_iters`` from the previous
+    frame's state under :class:`FrameStrategy`). :meth:`cancel` (e.g. from a Ctrl+C handler)
+    ends the frame in progress at its next chunk; that frame is then not finished."""
+
+    def __init__(self, *, triangles: int = 150, size: int = 176, seed: int = 0, engine=None,
+                 first_iters: int = 600, frame_iters: int = 100, policy: FramePolicy | None = None,
+                 source: str | None = None, **settings):
+        if first_iters < 1 or frame_iters < 1:
+            raise TrifitError("a clip's fit needs at least one iteration per frame")
+        self.first_iters, self.frame_iters = int(first_iters), int(frame_iters)
+        self.policy = policy or FramePolicy()
+        self._make = dict(triangles=triangles, size=size, seed=seed, engine=engine, source=source, **settings)
+        self.fitter: Fitter | None = None
+        self.frames = 0        # frames finished
+        self.run: FitRun | None = None
+        self.cancelled = False
+
+    @classmethod
+    def resume(cls, last_target, checkpoint, *, first_iters: int, frame_iters: int, engine=None,
+               source: str | None = None) -> ClipFit:
+        """The clip's fit after the frame ``checkpoint`` was taken at (``last_target``: that frame)."""
+        it = checkpoint.iteration
+        if it < first_iters or (it - first_iters) % frame_iters:
+            raise TrifitError(f"the checkpoint is at iteration {it}, not at the end of a frame of "
+                              f"{first_iters} + k x {frame_iters} iterations")
+        if checkpoint.state.get("strategy", {}).get("name") != FrameStrategy.name:
+            raise TrifitError("the checkpoint is not of a clip's fit")
+        clip = cls(first_iters=first_iters, frame_iters=frame_iters, engine=engine, source=source)
+        clip.fitter = Fitter.resume(last_target, checkpoint, engine=engine, source=source, strategy=FrameStrategy)
+        clip.policy = clip.fitter.strategy.policy
+        clip.frames = 1 + (it - first_iters) // frame_iters
+        return clip
+
+    def frame_end(self, k: int) -> int:
+        """The iteration at which frame ``k`` (from 0) ends."""
+        return self.first_iters + k * self.frame_iters
+
+    def fit_frame(self, target, callback=None) -> Scene | None:
+        """Fit the next frame to ``target`` (path, PIL image or array; resized to the working
+        size); its scene, or None when cancelled before it was done. ``callback(stats)`` after
+        each chunk, as FitRun.run's."""
+        if self.cancelled:
+            return None
+        self.start_frame(target).run(callback)
+        return self.end_frame()
+
+    def start_frame(self, target, **run_options) -> FitRun:
+        """The next frame's run, not started: iterate it (a chunk at a time, as the window's
+        worker does, pausing between chunks as it likes) or call its ``run()``, then
+        :meth:`end_frame`. ``run_options``: FitRun's chunk sizing (``chunk_s``, ``first_chunk``);
+        the frame's length is its iteration stop, whatever the chunks."""
+        first = self.fitter is None
+        if first:
+            self.fitter = Fitter(target, **self._make)
+        else:
+            f = self.fitter
+            f.use_targets([target])
+            f.forget_before(f.iteration)  # the clip keeps only the current frame's record
+            f.strategy.begin_frame()
+        self.run = FitRun(self.fitter, StopConditions(iterations=self.first_iters if first else self.frame_iters),
+                          **run_options)
+        if self.cancelled:  # cancelled between two frames: this one ends before its first chunk
+            self.run.cancel()
+        return self.run
+
+    def end_frame(self) -> Scene | None:
+        """The frame whose run has ended: its scene, or None when it was cancelled or did not
+        reach its last iteration (the frame is then not finished)."""
+        if self.cancelled or self.fitter is None or self.fitter.iteration != self.frame_end(self.frames):
+            return None
+        if self.frames == 0:
+            self.fitter.use_strategy(FrameStrategy.after(self.fitter.strategy, self.policy))
+        self.frames += 1
+        return self.fitter.scene
+
+    def cancel(self) -> None:
+        self.cancelled = True
+        if self.run is not None:
+            self.run.cancel()
+
+    def checkpoint(self):
+        """The whole state after the last finished frame (render/checkpoint.py)."""
+        return self.fitter.checkpoint()
+
+    def close(self) -> None:
+        if self.fitter is not None:
+            self.fitter.close()
+
+
+__all__ = ["ClipFit", "FramePolicy", "FrameStrategy"]

@@ -1,0 +1,317 @@
+"""A clip fitted frame by frame: the frame loop that `trifit video` and the window share, and the
+command's resumable run.
+
+:class:`FrameLoop` is the loop itself: the clip's frames decoded and resized ahead on a thread
+of their own (render/background.py), fitted in order by one :class:`trifit.videofit.ClipFit`,
+one :class:`trifit.run.FitRun` per frame. :meth:`FrameLoop.begin` hands out the next frame's
+run and :meth:`FrameLoop.end` takes its scene, so a caller steps a frame as it likes: the
+command runs each to its end, the window's worker a chunk at a time between its other work
+(pause, live changes, exports).
+
+:func:`run_video` keeps the command's progress in a folder beside the output
+(``.OUTPUT.trifit-video/``): every frame's scene, and the fit's checkpoint after the first
+frame and then about every :data:`CHECKPOINT_EVERY_S` seconds. A re-run with the same
+arguments resumes from the checkpoint and refits the frames after it: a frame's fit depends
+only on the inputs, the settings and its iterations, so they come out the same bytes and the
+whole output is that of an uninterrupted run; the folder is removed when the clip is done.
+Those progress files are renamed into place without an fsync (only the command reads them, and
+a resume checks they load). Writing -- scenes, SVGs, encoding the output frames, checkpoints --
+happens behind the fit on a thread of its own, in order; ``overlap=False`` makes every call in
+line instead, with the same bytes.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import shutil
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .background import Behind, Prefetch
+from .errors import SceneError, TrifitError
+from .fileutil import atomic_write_bytes, check_writable
+from .video import Clip, ClipOutput, FramePictures, OutputSpec, open_clip, output_kind
+
+log = logging.getLogger("trifit")
+
+WORK_VERSION = 1
+#: the fit's checkpoint is written after a run's first frame and then at most this often
+CHECKPOINT_EVERY_S = 1.0
+#: frames decoded ahead of the fit, and finished frames waiting to be written
+DECODE_AHEAD = 4
+WRITE_BEHIND = 4
+
+
+# ---------------------------------------------------------------------- the loop
+class FrameLoop:
+    """The frames of ``clip`` from ``start`` on, fitted in order by ``fit`` (a ClipFit)."""
+
+    def __init__(self, clip: Clip, fit, frames: Prefetch, start: int):
+        self.clip, self.fit = clip, fit
+        self.next = start             # the frame the next begin() fits
+        self.target = None            # the current frame's target (float32, the working size)
+        self._frames = frames
+
+    @classmethod
+    def start(cls, clip: Clip, *, size: int, overlap: bool = True, **fit_args) -> FrameLoop:
+        """From the first frame; ``fit_args`` as ClipFit's (triangles, seed, engine, first_iters, ...)."""
+        from .videofit import ClipFit
+
+        return cls(clip, ClipFit(size=size, **fit_args), _targets(clip, size, 0, overlap), 0)
+
+    @classmethod
+    def resume(cls, clip: Clip, checkpoint, done: int, *, size: int, first_iters: int, frame_iters: int,
+               engine=None, source: str | None = None, overlap: bool = True) -> FrameLoop:
+        """After ``done`` frames, from the checkpoint taken at the end of frame ``done - 1``."""
+        from .videofit import ClipFit
+
+        frames = _targets(clip, size, done - 1, overlap)  # that frame's target first, then on from there
+        try:
+            fit = ClipFit.resume(next(frames), checkpoint, first_iters=first_iters, frame_iters=frame_iters,
+                                 engine=engine, source=source)
+        except BaseException:
+            frames.close()
+            raise
+        return cls(clip, fit, frames, done)
+
+    @property
+    def fitter(self):
+        """The fit's Fitter (None until the first frame has begun)."""
+        return self.fit.fitter
+
+    @property
+    def finished(self) -> bool:
+        return self.next >= self.clip.count
+
+    def begin(self, **run_options):
+        """The next frame's FitRun (FitRun's chunk options pass through), or None after the last frame."""
+        if self.finished:
+            return None
+        self.target = next(self._frames)
+        return self.fit.start_frame(self.target, **run_options)
+
+    def end(self):
+        """The frame's scene (with ``meta.video``), once its run has ended; None when it did not finish."""
+        scene = self.fit.end_frame()
+        if scene is None:
+            return None
+        s = self.fit
+        scene.extra["meta"]["video"] = {"frame": self.next, "frames": self.clip.count, "rate": str(self.clip.rate),
+                                        "first_frame_iters": s.first_iters, "iters_per_frame": s.frame_iters}
+        self.next += 1
+        return scene
+
+    def close(self) -> None:
+        """Stop decoding and release the fit."""
+        self._frames.close()
+        self.fit.close()
+
+
+def _targets(clip: Clip, size: int, start: int, overlap: bool) -> Prefetch:
+    def make():
+        from .imageio import as_target
+
+        frames = clip.frames(start)
+        try:
+            for image in frames:
+                yield as_target(image, size)
+        finally:
+            frames.close()
+    return Prefetch(make, DECODE_AHEAD, threaded=overlap, name="trifit-video-decode")
+
+
+# ---------------------------------------------------------------------- the command's run
+@dataclass
+class VideoResult:
+    frames: int                 # frames in the clip
+    done: int                   # frames finished (all of them unless interrupted)
+    resumed_from: int           # frames that an earlier run had finished
+    seconds: float
+    output: Path | None         # None when no frame was finished
+    psnr: list[float] = field(default_factory=list)  # this run's frames, at the working size
+    interrupted: bool = False
+
+
+def work_folder(output) -> Path:
+    """Where a clip's progress is kept: ``.NAME.trifit-video`` beside the output."""
+    p = Path(output)
+    return p.parent / f".{p.name}.trifit-video"
+
+
+def run_video(input_path, output, *, triangles: int = 150, size: int = 176, iters_per_frame: int = 100,
+              first_frame_iters: int = 600, seed: int = 0, fps: float | None = None, scale: float | None = None,
+              width: int | None = None, edges: str = "crisp", scenes_dir=None, svg_dir=None, engine=None,
+              backend: str = "auto", policy=None, clip: Clip | None = None, spec: OutputSpec | None = None,
+              on_frame: Callable | None = None, on_clip: Callable | None = None,
+              note: Callable[[str], None] = log.warning, overlap: bool = True) -> VideoResult:
+    """Fit ``input_path`` frame by frame into ``output``; see the module doc. ``on_clip(clip_fit)``
+    once the fit exists (a Ctrl+C handler cancels it); ``on_frame(k, scene, stats)`` after each
+    finished frame (on the calling thread; its files may still be being written)."""
+    from .export import picture_size
+    from .scene import Scene
+    from .videofit import FramePolicy
+
+    t0 = time.perf_counter()
+    spec = spec or output_kind(output)
+    clip = clip or open_clip(input_path, fps)
+    policy = policy or FramePolicy()
+    out_w, out_h = spec.frame_size(*picture_size(clip.size, scale=scale, width=width))
+    if engine is None:  # (no adapter: said before anything is written)
+        from .engine import Engine
+
+        engine = Engine(backend)
+    folders = [Path(d) for d in (scenes_dir, svg_dir) if d] + ([spec.path] if spec.folder else [])
+    for d in folders:
+        _make_folder(d)
+    if not spec.folder:
+        check_writable(spec.path)
+    work = work_folder(spec.path)
+    settings = {"version": WORK_VERSION, "input": str(Path(input_path).resolve()), "frames": clip.count,
+                "source_size": list(clip.size), "rate": str(clip.rate), "triangles": triangles, "size": size,
+                "iters_per_frame": iters_per_frame, "first_frame_iters": first_frame_iters, "seed": seed,
+                "policy": policy.as_dict(), "output": str(spec.path.resolve()), "frame_size": [out_w, out_h],
+                "edges": edges}
+    done = _progress(work, settings, note)
+    result = VideoResult(clip.count, done, done, 0.0, None)
+    pictures = FramePictures(engine, out_w, out_h, edges)
+    frames = _Frames(work, ClipOutput(spec, clip, (out_w, out_h), note), clip.size, scenes_dir, svg_dir)
+    behind = Behind(WRITE_BEHIND, threaded=overlap, name="trifit-video-write")
+    try:
+        for k in range(done):  # an earlier run's frames again, from their scenes (a folder: those missing)
+            if not frames.output.has(k):
+                behind.call(frames.output.write, k, pictures.of(Scene.load(_scene_path(work, k))))
+        _fit_frames(clip, frames, behind, settings, result, pictures, policy, engine, overlap, on_frame, on_clip)
+        behind.close()  # every frame finished is written
+    except BaseException:
+        behind.close(abort=True)
+        frames.output.discard()
+        raise
+    if frames.output.close(complete=result.done == clip.count):
+        result.output = spec.path
+    if result.done in (0, clip.count):
+        shutil.rmtree(work, ignore_errors=True)  # the clip is done, or nothing was: nothing to resume
+    result.seconds = time.perf_counter() - t0
+    return result
+
+
+class _Frames:
+    """What a finished frame writes (behind the fit, in order): its scene in the work folder,
+    the scene and SVG asked for, the output frame, and now and then the fit's checkpoint --
+    last, so a checkpoint never claims a frame whose files are not there."""
+
+    def __init__(self, work: Path, output: ClipOutput, svg_size, scenes_dir, svg_dir):
+        self.work, self.output, self.svg_size = work, output, svg_size
+        self.scenes_dir = Path(scenes_dir) if scenes_dir else None
+        self.svg_dir = Path(svg_dir) if svg_dir else None
+
+    def write(self, k: int, scene, pixels, checkpoint) -> None:
+        from .checkpoint import save_checkpoint
+        from .export import save_svg
+
+        name, data = f"frame_{k:04d}", scene.to_json().encode("utf-8")
+        atomic_write_bytes(_scene_path(self.work, k), data, sync=False)
+        if self.scenes_dir:
+            atomic_write_bytes(self.scenes_dir / f"{name}.trifit.json", data)
+        if self.svg_dir:
+            save_svg(scene, self.svg_dir / f"{name}.svg", *self.svg_size)
+        self.output.write(k, pixels)
+        if checkpoint is not None:  # from here on, frames up to k are done
+            save_checkpoint(checkpoint, self.work / "checkpoint.npz")
+
+
+def _fit_frames(clip: Clip, frames: _Frames, behind: Behind, settings: dict, result: VideoResult,
+                pictures: FramePictures, policy, engine, overlap: bool, on_frame, on_clip) -> None:
+    """Fit frames ``result.done``, ... of the clip, each written behind the fit as it is finished."""
+    from .checkpoint import load_checkpoint
+
+    done = result.done
+    if done == clip.count:
+        return
+    source, fit_args = str(clip.path), dict(first_iters=settings["first_frame_iters"],
+                                            frame_iters=settings["iters_per_frame"])
+    if done == 0:
+        loop = FrameLoop.start(clip, size=settings["size"], triangles=settings["triangles"], seed=settings["seed"],
+                               engine=engine, policy=policy, source=source, overlap=overlap, **fit_args)
+    else:
+        loop = FrameLoop.resume(clip, load_checkpoint(frames.work / "checkpoint.npz"), done, size=settings["size"],
+                                engine=engine, source=source, overlap=overlap, **fit_args)
+    if on_clip is not None:
+        on_clip(loop.fit)
+    saved = -float("inf")  # when the last checkpoint was taken: the first frame of a run always gets one
+    try:
+        # a later frame is one chunk (one readback; chunks change no result), the first frame's by speed
+        while (run := loop.begin(first_chunk=settings["iters_per_frame"])) is not None:
+            run.run()
+            k, scene = loop.next, loop.end()
+            if scene is None:
+                result.interrupted = True
+                return
+            checkpoint = None
+            if time.perf_counter() - saved >= CHECKPOINT_EVERY_S:
+                checkpoint, saved = loop.fit.checkpoint(), time.perf_counter()
+            behind.call(frames.write, k, scene, pictures.of(scene), checkpoint)
+            result.done = k + 1
+            stats = loop.fitter.step(0)
+            result.psnr.append(stats.psnr)
+            if on_frame is not None:
+                on_frame(k, scene, stats)
+    finally:
+        loop.close()
+
+
+def _scene_path(work: Path, k: int) -> Path:
+    return work / "scenes" / f"frame_{k:04d}.trifit.json"
+
+
+def _progress(work: Path, settings: dict, note) -> int:
+    """Frames an earlier run with these settings finished (0: none, or other settings -- then
+    its progress is removed); the work folder is ready for this run."""
+    from .checkpoint import CheckpointError, load_checkpoint
+    from .scene import Scene
+
+    record = work / "clip.json"
+    done = 0
+    if record.is_file():
+        try:
+            same = json.loads(record.read_text()) == settings
+        except (OSError, ValueError):
+            same = False
+        if not same:
+            note(f"{work} holds the progress of a run with other settings or input; starting over")
+        elif (work / "checkpoint.npz").is_file():
+            try:
+                it = load_checkpoint(work / "checkpoint.npz").iteration
+                first, per = settings["first_frame_iters"], settings["iters_per_frame"]
+                done = 1 + (it - first) // per if it >= first and (it - first) % per == 0 else 0
+                done = min(done, settings["frames"])
+            except CheckpointError as exc:
+                note(f"cannot resume ({exc}); starting over")
+            try:  # (written without an fsync: after a crash of the machine one may be empty)
+                for k in range(done):
+                    Scene.load(_scene_path(work, k))
+            except (OSError, SceneError):
+                note(f"{work} misses scenes of finished frames; starting over")
+                done = 0
+        if not done:
+            shutil.rmtree(work, ignore_errors=True)
+    elif work.exists():
+        shutil.rmtree(work, ignore_errors=True)
+    _make_folder(work / "scenes")
+    atomic_write_bytes(record, json.dumps(settings, indent=1).encode("utf-8"), sync=False)
+    return done
+
+
+def _make_folder(d: Path) -> None:
+    if d.exists() and not d.is_dir():
+        raise TrifitError(f"{d}: is a file, not a folder")
+    try:
+        d.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise TrifitError(f"{d}: cannot create the folder ({exc.strerror or exc})") from None
+    check_writable(d / ".probe")
+
+
+__all__ = ["CHECKPOINT_EVERY_S", "FrameLoop", "VideoResult", "run_video", "work_folder"]

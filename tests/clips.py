@@ -1,0 +1,70 @@
+"""Small clips the video tests make themselves (tests/test_video.py, tests/test_gui_video.py): a
+still photograph (the bundled sample) with sensor-like noise and a red disc crossing it, written
+with PyAV. Tests that need PyAV fail under CI=true when it is missing."""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pytest
+from PIL import Image
+
+
+def av_or_fail():
+    try:
+        import av
+    except ImportError as exc:
+        if os.environ.get("CI", "").lower() == "true":
+            pytest.fail(f"CI=true but PyAV is missing ({exc}); pip install '.[video]'")
+        pytest.skip(f"PyAV is missing: {exc}")
+    return av
+
+
+def moving_disc(n: int, w: int, h: int, seed: int = 0):
+    """(frames uint8 (n, h, w, 3), mask of the still background (h, w)): the disc's path and a
+    margin around it are not still."""
+    from trifit.resources import sample_path
+
+    photo = np.asarray(Image.open(sample_path("astronaut.png")).convert("RGB").resize((w, h), Image.Resampling.LANCZOS),
+                       np.float64)
+    rng = np.random.default_rng(seed)
+    yy, xx = np.mgrid[0:h, 0:w] + 0.5
+    r, frames, moving = 0.14 * h, [], np.zeros((h, w), bool)
+    for k in range(n):
+        d = np.hypot(xx - (r + (w - 2 * r) * k / (n - 1)), yy - h / 2)
+        a = np.clip(r - d + 0.5, 0, 1)[..., None]
+        f = photo * (1 - a) + np.array([230.0, 40.0, 30.0]) * a + rng.normal(0, 2.0, (h, w, 3))
+        frames.append(np.clip(f + 0.5, 0, 255).astype(np.uint8))
+        moving |= d < r + 6
+    return np.stack(frames), ~moving
+
+
+def write_video(av, path, frames, rate: int, audio: bool = True, options=None) -> None:
+    """Lossless H.264 (the noise is kept) at ``rate`` frames/s, with an AAC tone when ``audio``."""
+    h, w = frames.shape[1:3]
+    with av.open(str(path), "w", options=options or {}) as c:
+        v = c.add_stream("libx264", rate=rate)
+        v.width, v.height, v.pix_fmt, v.options = w, h, "yuv444p", {"crf": "0"}
+        a = c.add_stream("aac", rate=16000) if audio else None
+        for k, f in enumerate(frames):
+            frame = av.VideoFrame.from_ndarray(f, format="rgb24")
+            frame.pts = k
+            c.mux(v.encode(frame))
+        c.mux(v.encode(None))
+        if a is not None:
+            t = np.arange(16000 * len(frames) // rate) / 16000
+            tone = (0.2 * np.sin(2 * np.pi * 440 * t)).astype(np.float32)[None]
+            for i in range(0, tone.shape[1], 1024):
+                af = av.AudioFrame.from_ndarray(np.ascontiguousarray(tone[:, i:i + 1024]), format="fltp", layout="mono")
+                af.sample_rate, af.pts = 16000, i
+                c.mux(a.encode(af))
+            c.mux(a.encode(None))
+
+
+def read_video(av, path):
+    """(frames uint8, rate, audio codec names)."""
+    with av.open(str(path)) as c:
+        s = c.streams.video[0]
+        frames = np.stack([f.to_ndarray(format="rgb24") for f in c.decode(s)])
+        return frames, s.average_rate, [a.codec_context.name for a in c.streams.audio]

@@ -1,0 +1,144 @@
+"""Video fits measured (issue #21): warm-started frames (trifit.videofit.ClipFit) against cold
+per-frame fits at equal iterations per frame, over policy variants -- PSNR, flicker on a still
+background, temporal error, frames per second.
+
+Clips are made here: ``still`` -- a bundled photograph as a still background with sensor-like
+noise (sigma ``--noise`` of 255) and a red disc crossing it; ``pan`` -- a slow pan over the other
+photograph with the same disc. Output frames are rendered at the clip's size with crisp edges, as
+`trifit video` writes them.
+
+  .venv/bin/python tools/video_measure.py --size 80 --tris 30 --iters 30 --first 150 --frames 24
+  .venv/bin/python tools/video_measure.py --size 176 --tris 150 --iters 100 --first 600 --frames 48 \
+      --sweep "lr_start=0.2,0.5,1 renew=0,0.02,0.05 sigma_boost=1,1.5"
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import sys
+import time
+
+import numpy as np
+from PIL import Image
+
+import trifit
+from trifit.export import render_large, with_edges
+from trifit.fitter import Fitter
+from trifit.resources import sample_path
+from trifit.run import FitRun, StopConditions
+from trifit.video import flicker
+from trifit.videofit import ClipFit, FramePolicy
+
+
+def make_clip(kind: str, n: int, W: int, H: int, noise: float, seed: int = 0):
+    """(frames uint8 (n, H, W, 3), still mask (H, W) or None)."""
+    rng = np.random.default_rng(seed)
+    yy, xx = np.mgrid[0:H, 0:W] + 0.5
+    r = 0.14 * H
+    frames, swept = [], np.zeros((H, W), bool)
+    if kind == "still":
+        photo = Image.open(sample_path("astronaut.png")).convert("RGB").resize((W, H), Image.Resampling.LANCZOS)
+    else:
+        big = Image.open(sample_path("chelsea.png")).convert("RGB")
+        big = big.resize((int(W * 1.4), int(W * 1.4 * big.height / big.width)), Image.Resampling.LANCZOS)
+    for k in range(n):
+        if kind == "still":
+            bg = np.asarray(photo, np.float64)
+        else:  # a pan across, a little down, at a fraction of a pixel a frame
+            x0, y0 = (big.width - W) * k / max(n - 1, 1), 0.25 * (big.height - H) * k / max(n - 1, 1)
+            bg = np.asarray(big.transform((W, H), Image.Transform.AFFINE, (1, 0, x0, 0, 1, y0),
+                                          Image.Resampling.BICUBIC), np.float64)
+        cx = r + (W - 2 * r) * k / max(n - 1, 1)
+        d = np.hypot(xx - cx, yy - 0.5 * H)
+        a = np.clip(r - d + 0.5, 0, 1)[..., None]
+        f = bg * (1 - a) + np.array([230, 40, 30]) * a + rng.normal(0, noise, (H, W, 3))
+        frames.append(np.clip(f + 0.5, 0, 255).astype(np.uint8))
+        swept |= d < r + 0.1 * H
+    return np.stack(frames), (~swept if kind == "still" else None)
+
+
+def psnr(a: np.ndarray, b: np.ndarray) -> float:
+    mse = np.mean((a.astype(np.float64) - b.astype(np.float64)) ** 2) / 255.0 ** 2
+    return float(10 * np.log10(1 / mse))
+
+
+def fit_clip(frames, engine, mode: str, tris: int, size: int, iters: int, first: int, policy: FramePolicy):
+    """(output frames uint8, seconds for the frames after the first)."""
+    H, W = frames.shape[1:3]
+
+    def picture(scene):
+        return render_large(with_edges(scene, W, H, "crisp"), W, H, engine, dtype=np.uint8)
+
+    outs, t_first = [], None
+    if mode == "warm":
+        clip = ClipFit(triangles=tris, size=size, seed=0, engine=engine, first_iters=first, frame_iters=iters,
+                       policy=policy)
+        for f in frames:
+            outs.append(picture(clip.fit_frame(f)))
+            t_first = t_first or time.perf_counter()
+        clip.close()
+    else:
+        for f in frames:
+            fit = Fitter(f, triangles=tris, size=size, seed=0, engine=engine)
+            FitRun(fit, StopConditions(iterations=iters)).run()
+            outs.append(picture(fit.scene))
+            fit.close()
+            t_first = t_first or time.perf_counter()
+    return np.stack(outs), time.perf_counter() - t_first
+
+
+def measure(frames, mask, engine, mode, policy, a) -> dict:
+    outs, seconds = fit_clip(frames, engine, mode, a.tris, a.size, a.iters, a.first, policy)
+    ps = [psnr(o, f) for o, f in zip(outs, frames)]
+    d_in, d_out = np.diff(frames.astype(np.float64) / 255, axis=0), np.diff(outs.astype(np.float64) / 255, axis=0)
+    row = {"mode": mode, **({"policy": policy.as_dict()} if mode == "warm" else {}),
+           "psnr_later": float(np.mean(ps[1:])), "psnr_worst": float(np.min(ps[1:])), "psnr_first": ps[0],
+           "temporal_error": float(np.abs(d_out - d_in).mean()),
+           "frames_per_s": (len(frames) - 1) / seconds}
+    if mask is not None:
+        row.update(flicker_out=flicker(outs, mask), flicker_in=flicker(frames, mask))
+        row["flicker_ratio"] = row["flicker_out"] / row["flicker_in"]
+    return row
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--size", type=int, default=176)
+    p.add_argument("--tris", type=int, default=150)
+    p.add_argument("--iters", type=int, default=100, help="iterations per frame after the first")
+    p.add_argument("--first", type=int, default=600, help="iterations of the first frame (warm)")
+    p.add_argument("--frames", type=int, default=48)
+    p.add_argument("--noise", type=float, default=2.0, help="the clip's noise, sigma in 255ths")
+    p.add_argument("--clips", default="still,pan")
+    p.add_argument("--sweep", default=None, metavar="FIELD=V,V FIELD=V,V ...",
+                   help="policy variants besides the default: every combination of these FramePolicy values")
+    p.add_argument("--json", default=None)
+    a = p.parse_args(argv)
+    engine = trifit.Engine("auto")
+    print(f"# {engine.description}", file=sys.stderr)
+    W, H = a.size, round(a.size * 3 / 4)
+    policies = [FramePolicy()]
+    if a.sweep:
+        grid = [(name, [float(v) for v in values.split(",")])
+                for name, values in (item.split("=") for item in a.sweep.split())]
+        for combo in itertools.product(*(values for _, values in grid)):
+            q = FramePolicy(**dict(zip((name for name, _ in grid), combo)))
+            if q not in policies:
+                policies.append(q)
+    rows = []
+    for kind in a.clips.split(","):
+        frames, mask = make_clip(kind, a.frames, W, H, a.noise)
+        for mode, policy in [("cold", FramePolicy())] + [("warm", q) for q in policies]:
+            row = {"clip": kind, **measure(frames, mask, engine, mode, policy, a)}
+            rows.append(row)
+            print(json.dumps({k: round(v, 4) if isinstance(v, float) else v for k, v in row.items()}), flush=True)
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump({"args": vars(a), "adapter": engine.description, "rows": rows}, f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
