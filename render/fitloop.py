@@ -321,6 +321,16 @@ class ReferenceFitLoop:
                 losses[k, b] = loss if np.all(np.isfinite(scene.triangles)) else np.nan
         return losses
 
+    def values_as_set(self, raw):
+        """Triangles (B, T, 10) and backgrounds (B, 3) that :meth:`current_values` reports right
+        after ``set_state(raw)`` (as GpuFitLoop.values_as_set), without setting anything."""
+        raw = self._stack(raw)
+        vals = [values_from_raw(r, self.n_tris) for r in raw]
+        tris = np.stack([t for t, _ in vals])
+        for b, (idx, locked) in enumerate(self._locks):
+            tris[b, idx] = locked
+        return tris, np.stack([bg for _, bg in vals])
+
     def current_values(self):
         vals = [self._values(b) for b in range(self.batch)]
         if not self.batched:

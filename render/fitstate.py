@@ -224,6 +224,15 @@ class FitState:
         return (np.asarray(tris).reshape(self.batch, self.n_triangles, 10), np.asarray(bg).reshape(self.batch, 3),
                 np.asarray(sigma, dtype=np.float64).reshape(-1) * np.ones(self.batch))
 
+    def _values_as_set(self):
+        """(triangles (B, T, 10), backgrounds (B, 3)) as the loop would report them had the current
+        state just been set by :meth:`_set` (rounded as it rounds): what an operation that keeps
+        triangles -- a prune when the run ends -- leaves of their values. A step's own scene
+        records (the device's sigmoid) are an ulp from the host's that a set state writes."""
+        raw = np.asarray(self._state()[0], dtype=np.float32).astype(np.float64)
+        tris, bg = self._loop.values_as_set(raw)
+        return (np.asarray(tris).reshape(self.batch, self.n_triangles, 10), np.asarray(bg).reshape(self.batch, 3))
+
     # ------------------------------------------------------------------ triangle ids (edits)
     def triangle_ids_all(self) -> list[np.ndarray]:
         """Each image's triangles' ids, in painting order: a triangle keeps its id while growth,

@@ -173,6 +173,45 @@ def test_edits_asked_while_running_replay_to_the_same_bytes(gpu_engine):
     g.close()
 
 
+@pytest.mark.gpu
+def test_a_scene_taken_over_grown_replays_to_the_same_bytes(gpu_engine):
+    """The GUI's case: a lock and a delete while running, then paused (no finish) over-grown, some
+    iterations after the last event -- the device's own scene records, not the host's rounding
+    that a set state writes. Its scene is what stopping there gives, which the replay does."""
+    f = Fitter(sample_path("astronaut.png"), triangles=20, size=48, seed=0, engine=gpu_engine)
+    run = FitRun(f, StopConditions(), chunk=5)  # no stop: as the GUI runs, until paused
+    for progress in run:
+        if progress.stats.iteration == 55:
+            tris, _, ids = f.triangles_now()
+            run.request("edit", {"op": "lock", "ids": [ids[11]]})
+            run.request("edit", {"op": "delete", "ids": [ids[10]]})
+        if progress.stats.iteration >= 105:
+            break
+    assert f.n_triangles > f.settings.triangles  # over-grown (grown at 100), records the device's
+    original = f.scene
+    assert [c[1] for c in original.meta["changes"]] == ["locked", "edit"]
+    f.close()
+    g = Fitter(sample_path("astronaut.png"), engine=gpu_engine, **original.meta["settings"])
+    replay_run(g, original.meta).run()  # (ends with finish(): pruned to the count)
+    assert g.n_triangles == g.settings.triangles
+    assert g.scene.to_json() == original.to_json()
+    g.close()
+
+
+def test_a_reference_scene_taken_over_grown_replays_to_the_same_bytes(ref_engine):
+    """The same on the float64 reference, whose state a prune rounds to float32."""
+    settings = {"growth_stages": 1, "overgrow": 2.0, "respawn_every": 0, "coarse_fraction": 0}
+    f = Fitter(sample_path("astronaut.png"), triangles=6, size=24, seed=0, engine=ref_engine, **settings)
+    for progress in FitRun(f, StopConditions(), chunk=3):
+        if progress.stats.iteration >= 14:
+            break
+    assert f.n_triangles > f.settings.triangles
+    original = f.scene
+    g = Fitter(sample_path("astronaut.png"), engine=ref_engine, **original.meta["settings"])
+    replay_run(g, original.meta).run()
+    assert g.n_triangles == g.settings.triangles and g.scene.to_json() == original.to_json()
+
+
 # ---------------------------------------------------------------------- picking
 def _tri(x0, y0, x1, y1, x2, y2, a, rgb=(0.5, 0.5, 0.5)):
     return [x0, y0, x1, y1, x2, y2, *rgb, a]

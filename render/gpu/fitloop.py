@@ -193,9 +193,7 @@ class GpuFitLoop:
         B, n = self.batch, self.n_tris * 10 + 3
         raw, m, v = (per_image(a, B, n) for a in (raw, m, v))
         raw = raw.astype(np.float32)
-        vals = [values_from_raw(r, self.n_tris) for r in raw]
-        records = SCENE.pack(np.stack([t for t, _ in vals]), np.stack([b for _, b in vals]), self._next_sigma())
-        self._hold_locked(records)
+        records = self._records_of(raw)
         mv = np.stack([m, v], axis=-1).astype(np.float32)  # moments[2 * (b * n + j) + {0, 1}]
         up = 0
         if images is None:
@@ -209,6 +207,23 @@ class GpuFitLoop:
                 up += n * 12 + self.ws.write("scene", np.ascontiguousarray(records[b]), offset=b * stride * 4)
         self.backend.counters.upload_bytes += up
         self._read_state = self._read_image = self._image_iter = None
+
+    def _records_of(self, raw: np.ndarray) -> np.ndarray:
+        """(B, stride) float32 scene records of float32 raw parameters (B, n_params) as
+        ``set_state`` writes them: the host's sigmoid, the locked triangles at their values."""
+        vals = [values_from_raw(r, self.n_tris) for r in raw]
+        records = SCENE.pack(np.stack([t for t, _ in vals]), np.stack([b for _, b in vals]), self._next_sigma())
+        self._hold_locked(records)
+        return records
+
+    def values_as_set(self, raw):
+        """Triangles (B, T, 10) and backgrounds (B, 3) that :meth:`current_values` reports right
+        after ``set_state(raw)`` -- the host's float32 rounding of the sigmoid, where a step leaves
+        the device's own (an ulp apart) -- without setting anything."""
+        B, n = self.batch, self.n_tris * 10 + 3
+        records = self._records_of(per_image(raw, B, n).astype(np.float32))
+        tris, bg, _ = SCENE.unpack(records.astype(np.float64), self.n_tris)
+        return tris, bg
 
     def set_locked(self, locked, values, records: bool = True) -> None:
         """Lock triangles ``locked[b]`` (indices) of each image b at ``values[b]`` (k, 10): from the
