@@ -75,6 +75,8 @@ class FitSettings:
     insert_radius: float = 0.6    # ... and small (x the first triangles' size), so adding one never
                                   # throws away what the fit has
     insert_shape: str = "residual"  # new triangles shaped to the residual around them (render/placement.py); "random"
+    placement: str = "host"       # where growth and respawn find the error and shape new triangles: "host" reads
+                                  # the render back (numpy); "device" keeps it there (render/gpu/events.py)
     overgrow: float = 1.75        # grow to this many times the triangles, then prune back to them by exact
                                   # removal cost (render/placement.py): a greedy start, revised; 1 = off
     prune_until: float = 0.85     # ... in prune_stages equal steps between growth_until and this fraction of the plan,
@@ -250,7 +252,7 @@ class ReferenceFitLoop:
             return self.raw.copy(), self.m.copy(), self.v.copy()
         return self.raw[0].copy(), self.m[0].copy(), self.v[0].copy()
 
-    def run(self, n: int, read_state: bool = False, read_image: bool = False) -> np.ndarray:
+    def run(self, n: int, read_state: bool = False, read_image: bool = False, state_kind: str = "state") -> np.ndarray:
         """Run n iterations in chunks of settings.chunk, with the GPU loop's rollback semantics
         (``read_state`` and ``read_image`` are the GPU loop's hints; the state is on the host here
         anyway, and growth renders the scene itself: ``last_image`` is None)."""

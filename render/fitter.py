@@ -114,6 +114,7 @@ class Fitter(FitState):
         self._cached = None         # (loop, iteration, raw, m, v): the state as last read or set
         self._loops: dict = {}      # fit loops by (count, working size), least recently used first
         self._loop = None
+        self._device_placement = None  # placement's buffers on the device, made at its first event
         self._half = half_size(self.targets, s) if init_scene is None else None
         self._use_focus(weights)
         self.lock([np.zeros(0, np.int64)] * self.batch, [np.zeros((0, 10))] * self.batch)
@@ -216,7 +217,9 @@ class Fitter(FitState):
             self._cached = None
             try:
                 losses = self._loop.run(k, read_state=read_state,
-                                        read_image=event and self.strategy.wants_image(start + k))
+                                        read_image=event and not self.places_on_device
+                                        and self.strategy.wants_image(start + k),
+                                        state_kind="state" if event else "snapshot")
             except NumericalFault as fault:
                 consecutive += 1
                 self._on_numerical_fault(fault, consecutive)
@@ -285,6 +288,7 @@ class Fitter(FitState):
         warnings.warn(msg, RuntimeWarning, stacklevel=3)
         self.engine.reset_device()
         self._loops.clear()  # their buffers died with the old device
+        self._device_placement = None
         self.coarse = coarse
         self._relocate_locks(raw, n)
         self._set(raw, m, v, n, it)
@@ -379,6 +383,7 @@ class Fitter(FitState):
         (``weights``: its source and digest), and a replay needs that map given again."""
         raw, m, v = self._state()
         self._use_focus(None if weights is None else [weights] * self.batch)
+        self.drop_device_placement()
         for loop in self._loops.values():
             release_loop(loop)
         self._loops.clear()
@@ -475,6 +480,7 @@ class Fitter(FitState):
         for loop in self._loops.values():
             release_loop(loop)
         self._loops.clear()
+        self.drop_device_placement()
 
 
 class BatchFitter(Fitter):

@@ -136,6 +136,8 @@ class FixedStrategy:
         """counts[b] new triangles for image b (values, (k, 10); None for none), where its error
         is largest, sized for ``n_after`` triangles (default: the count asked for)."""
         fit = self.fit
+        if fit.places_on_device:
+            return fit.place_on_device(counts, n_after, self.settings.insert_radius)
         image = fit.placement_image()
         return [new_triangles(fit.targets[b], k, image[b], fit.rngs[b], self.settings,
                               self.settings.insert_radius, n_after, None if fit.focus is None else fit.focus[b])
@@ -397,12 +399,9 @@ class DefaultStrategy(FixedStrategy):
         self.probes_done += 1
         eps = s.sigma_probe_eps
         tris, bg, sigmas = fit.values()
-        B = fit.batch
         factors = np.exp(np.array([-eps, 0.0, eps]))
-        images = fit.render(np.repeat(tris, 3, axis=0), np.repeat(bg, 3, axis=0),
-                            (sigmas[:, None] * factors[None]).ravel())
-        target = fit.working_targets()
-        err = probe_errors(images.reshape(B, 3, *images.shape[1:]), target, fit.working_focus())
+        err = fit.scene_errors(np.repeat(tris, 3, axis=0), np.repeat(bg, 3, axis=0),
+                               (sigmas[:, None] * factors[None]).ravel(), 3)
         for b, (lm, l0, lp) in enumerate(err.astype(np.float64)):
             curv, slope = (lp + lm - 2 * l0) / eps ** 2, (lp - lm) / (2 * eps)
             step = -slope / curv if curv > 0 else -math.copysign(eps, slope)

@@ -243,7 +243,7 @@ class GpuFitLoop:
             mo, _ = self.ws.copy_out(enc, "moments", B * n * 8, source=self.extra["moments"])
             self.device.queue.submit([enc.finish()])
             self.backend.counters.submissions += 1
-            self.backend.counters.readback_bytes += B * n * 12
+            self.backend.counters.read("state", B * n * 12)
             raw, m, v = self._parse_state(Workspace.read(p, B * n * 4), Workspace.read(mo, B * n * 8))
         return (raw, m, v) if self.batched else (raw[0], m[0], v[0])
 
@@ -268,7 +268,7 @@ class GpuFitLoop:
         st, size = self.ws.copy_out(enc, "image", B * H * W * 12)
         self.device.queue.submit([enc.finish()])
         self.backend.counters.submissions += 1
-        self.backend.counters.readback_bytes += size
+        self.backend.counters.read("image", size)
         image = Workspace.read(st, size).reshape(B, H, W, 3)
         self._read_image = (self.iter, image)
         return image if self.batched else image[0]
@@ -280,9 +280,23 @@ class GpuFitLoop:
         mv = moments.view(np.float32).astype(np.float64).reshape(B, n, 2)
         return raw, mv[..., 0].copy(), mv[..., 1].copy()
 
-    def _read_out(self, names: list[str], ts_bytes: int) -> dict[str, np.ndarray]:
-        """Map the chunk's readback buffer once; each named region's bytes (uint8, copied)."""
-        sizes = {**self._out_size, "timestamps": ts_bytes}
+    def _copy_ring(self, enc, k: int) -> None:
+        """Copy the chunk's k losses of each image (ring slots iter+1 .. iter+k modulo RING; image
+        b's ring at b * RING) to the readback buffer, image after image in iteration order: the
+        chunk reads back its own losses, not the whole ring."""
+        ring, base = self.ws.buffers["ring"], self._out_at["ring"]
+        first = (self.iter + 1) % RING
+        head = min(k, RING - first)
+        for b in range(self.batch):
+            dst = base + b * k * 4
+            enc.copy_buffer_to_buffer(ring, (b * RING + first) * 4, self._out, dst, head * 4)
+            if k > head:  # wrapped round to the ring's start
+                enc.copy_buffer_to_buffer(ring, b * RING * 4, self._out, dst + head * 4, (k - head) * 4)
+
+    def _read_out(self, names: list[str], ts_bytes: int, ring_bytes: int, state_kind: str) -> dict[str, np.ndarray]:
+        """Map the chunk's readback buffer once; each named region's bytes (uint8, copied): the
+        ring's first ``ring_bytes`` (the chunk's losses), the state counted as ``state_kind``."""
+        sizes = {**self._out_size, "timestamps": ts_bytes, "ring": ring_bytes}
         names = names + (["timestamps"] if ts_bytes else [])
         self._out.map_sync(wgpu.MapMode.READ, 0, self._out.size)
         try:
@@ -290,7 +304,9 @@ class GpuFitLoop:
                                        dtype=np.uint8) for name in names}
         finally:
             self._out.unmap()
-        self.backend.counters.readback_bytes += sum(sizes[name] for name in names)
+        kinds = {"ring": "losses", "timestamps": "losses", "params": state_kind, "moments": state_kind, "image": "image"}
+        for name in names:
+            self.backend.counters.read(kinds[name], sizes[name])
         return got
 
     def current_values(self):
@@ -312,13 +328,18 @@ class GpuFitLoop:
         st, _ = self.ws.copy_out(enc, "scene", size)
         self.device.queue.submit([enc.finish()])
         self.backend.counters.submissions += 1
-        self.backend.counters.readback_bytes += size
+        self.backend.counters.read("records", size)
         return Workspace.read(st, size).reshape(B, stride)
 
     def put_records(self, records) -> None:
         """Write back what :meth:`records` read (after ``set_state`` of the same parameters)."""
         rec = np.ascontiguousarray(records, dtype=np.float32).reshape(self.batch, self.shape.scene_stride)
         self.backend.counters.upload_bytes += self.ws.write("scene", rec)
+
+    def image_buffer(self):
+        """The device buffer holding the last forward's image of the current state ((B, H, W, 3)
+        float32), or None when it holds none (nothing ran since a reset or a new state)."""
+        return self.ws.buffers["image"] if self._image_iter == self.iter else None
 
     def gpu_image(self):
         """(buffer, width, height): the last forward's float32 rgb image, on the device."""
@@ -360,23 +381,24 @@ class GpuFitLoop:
                               "loss_partial", "ring", "sched", "sigma_end", "locked"],
                              ((n_params + PARAMS_PER_GROUP - 1) // PARAMS_PER_GROUP, B, 1), self.extra)
 
-    def run(self, n: int, read_state: bool = False, read_image: bool = False) -> np.ndarray:
+    def run(self, n: int, read_state: bool = False, read_image: bool = False, state_kind: str = "state") -> np.ndarray:
         """Run ``n`` iterations; returns their losses, (n,) or (n, B) for a stack (read from the
         ring once per submission). ``read_state``: the last submission also copies the parameters
         and moments back, so a ``get_state`` right after costs no round trip of its own (the
         fitter's events and snapshots follow a chunk); ``read_image`` likewise brings back the
-        last forward's image (``last_image``).
+        last forward's image (``last_image``). ``state_kind``: what the state is read for, as the
+        readback counters name it ("state" for an event, "snapshot" for a crash-recovery copy).
 
         A non-finite loss rolls the device back to the last good parameters and raises
         NumericalFault; a lost device raises DeviceLostError."""
         try:
-            return self._run(n, read_state, read_image)
+            return self._run(n, read_state, read_image, state_kind)
         except wgpu.GPUError as exc:
             if "lost" in str(exc).lower():
                 raise DeviceLostError(f"the GPU device was lost: {str(exc).splitlines()[-1].strip()}") from None
             raise
 
-    def _run(self, n: int, read_state: bool = False, read_image: bool = False) -> np.ndarray:
+    def _run(self, n: int, read_state: bool, read_image: bool, state_kind: str) -> np.ndarray:
         out = []
         self._read_state = self._read_image = None
         H, W = self.shape.height, self.shape.width
@@ -408,20 +430,19 @@ class GpuFitLoop:
                 last = done + k >= n
                 wanted = ["ring"] + (["params", "moments"] if read_state and last else []) + \
                     (["image"] if read_image and last else [])
-                sources = {"ring": self.ws.buffers["ring"], "image": self.ws.buffers["image"], **self.extra}
-                for name in wanted:
+                sources = {"image": self.ws.buffers["image"], **self.extra}
+                self._copy_ring(enc, k)
+                for name in wanted[1:]:
                     enc.copy_buffer_to_buffer(sources[name], 0, self._out, self._out_at[name], self._out_size[name])
             with host.phase("submit"):
                 self.device.queue.submit([enc.finish()])
                 self.backend.counters.submissions += 1
             with host.phase("readback"):
-                got = self._read_out(wanted, ts_bytes)
-                values = got["ring"].view(np.float32).reshape(self.batch, RING)
+                got = self._read_out(wanted, ts_bytes, self.batch * k * 4, state_kind)
+                losses = got["ring"].view(np.float32).reshape(self.batch, k).T.astype(np.float64)  # (k, B)
                 state = self._parse_state(got["params"], got["moments"]) if "params" in got else None
                 image = got["image"].view(np.float32).reshape(self.batch, H, W, 3) if "image" in got else None
                 self.backend.timer.collect(got.get("timestamps"))
-            slots = (np.arange(self.iter + 1, self.iter + k + 1)) % RING
-            losses = values[:, slots].T.astype(np.float64)  # (k, B): image b's ring is at b * RING
             self.snap_iter[slot] = self.iter
             if not np.all(np.isfinite(losses)):
                 bad = self.iter + 1 + int(np.argmax(~np.all(np.isfinite(losses), axis=1)))
