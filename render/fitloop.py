@@ -247,7 +247,7 @@ class ReferenceFitLoop:
         for now, then in zip((self.raw, self.m, self.v), before):
             now[b, cols] = then[cols]
 
-    def get_state(self):
+    def get_state(self, kind: str = "state"):
         if self.batched:
             return self.raw.copy(), self.m.copy(), self.v.copy()
         return self.raw[0].copy(), self.m[0].copy(), self.v[0].copy()

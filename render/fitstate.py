@@ -16,7 +16,7 @@ from dataclasses import replace as dc_replace
 import numpy as np
 
 from .errors import AdapterError, DeviceLostError, TrifitError
-from .fitloop import LR_VERTEX_SIZE, FitSettings, raw_triangles, values_from_raw
+from .fitloop import LR_VERTEX_SIZE, FitSettings, raw_triangles, sigmoid, values_from_raw
 from .history import release_loop
 from .imageio import as_target
 
@@ -68,9 +68,8 @@ class FitState:
             self._device_placement = self.engine.impl.placement(self.targets, self.focus)
         dp = self._device_placement
         image = None if self.coarse else self._loop.image_buffer()
-        if image is None:  # the half-size stage's forward, or none since a new state: render it
-            tris, bg, sigmas = self.values()
-            image = self.engine.impl.render_on_device(tris, np.clip(bg, 0, 1), sigmas, self.width, self.height)
+        if image is None:  # the half-size stage's forward, or none since a new state: render the records
+            image = self._loop.render_on_device(self.width, self.height)
         sums = dp.error_tiles(image)
         records = [placement.device_records(b, k, sums[b], self.height, self.width, self.rngs[b], self.settings,
                                             radius_scale, n_after) for b, k in enumerate(counts)]
@@ -81,6 +80,43 @@ class FitState:
                        if k else None)
             at += k
         return out
+
+    def stopped_on_device(self, alpha_min: float) -> list[np.ndarray]:
+        """Each image's triangles (indices) that stopped contributing -- opacity under
+        ``alpha_min``, or under 1 px^2 of opacity-weighted area on the full-size frame -- from
+        the records on the device (the strategy's rule, render/strategy.py stopped_contributing)."""
+        flags = self._loop.stopped_contributing(alpha_min, self.width, self.height)
+        return [np.flatnonzero(f) for f in flags]
+
+    def replace_on_device(self, dead: list[np.ndarray], new: list[np.ndarray | None]) -> None:
+        """:meth:`replace` done on the device: the same order (the living in order, then the new
+        ones on top, moments zeroed; locked triangles spared), the state never read back -- the
+        new triangles' raw parameters and the records they materialise to go up."""
+        dead, new = self._spare_locked(dead, new)
+        B, T = self.batch, self.n_triangles
+        source = np.tile(np.arange(T, dtype=np.int64), (B, 1))
+        rows, images = [], []
+        for b, (d, fresh) in enumerate(zip(dead, new)):
+            if not len(d):
+                continue
+            alive = np.ones(T, bool)
+            alive[d] = False
+            order = np.concatenate([np.flatnonzero(alive), d])
+            self._reindex_locks(b, order)
+            raw = raw_triangles(fresh).astype(np.float32)
+            values = raw.astype(np.float64)
+            values[:, 6:10] = sigmoid(values[:, 6:10])  # the records set_state would write
+            start = sum(len(r) for r in rows)
+            order[T - len(d):] = -1 - (start + np.arange(len(d)))
+            source[b] = order
+            rows.append(np.concatenate([raw, values.astype(np.float32)], axis=1))
+            images.append(b)
+            self.respawned += len(d)
+        if not images:
+            return
+        self._lock_loop(self._loop)
+        self._loop.permute(source, np.concatenate(rows))
+        self._cached = None
 
     def drop_device_placement(self) -> None:
         """Give the device placement's buffers back (new targets or focus maps, a closed fit)."""
@@ -208,11 +244,11 @@ class FitState:
         self._next_event = self.strategy.next_event(self.iteration)
 
     # ------------------------------------------------------------------ mechanics
-    def _state(self):
+    def _state(self, kind: str = "state"):
         c = self._cached
         if c is not None and c[0] is self._loop and c[1] == self._loop.iter:
             return tuple(a.copy() for a in c[2:])
-        raw, m, v = (np.asarray(a, dtype=np.float64).reshape(self.batch, -1) for a in self._loop.get_state())
+        raw, m, v = (np.asarray(a, dtype=np.float64).reshape(self.batch, -1) for a in self._loop.get_state(kind))
         self._cached = (self._loop, self._loop.iter, raw, m, v)
         return raw.copy(), m.copy(), v.copy()
 

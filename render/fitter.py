@@ -213,13 +213,16 @@ class Fitter(FitState):
             start = self.iteration
             k = min(goal, self._next_event) - start
             event = start + k == self._next_event
-            read_state = event or self._snapshot_due(start + k)
+            # (the event's state comes back with the chunk when the strategy will read it; else
+            # only a due crash-recovery snapshot brings it, counted apart)
+            for_event = event and self.strategy.needs_state(start + k)
+            read_state = for_event or self._snapshot_due(start + k)
             self._cached = None
             try:
                 losses = self._loop.run(k, read_state=read_state,
                                         read_image=event and not self.places_on_device
                                         and self.strategy.wants_image(start + k),
-                                        state_kind="state" if event else "snapshot")
+                                        state_kind="state" if for_event else "snapshot")
             except NumericalFault as fault:
                 consecutive += 1
                 self._on_numerical_fault(fault, consecutive)
@@ -235,7 +238,7 @@ class Fitter(FitState):
                 self.strategy.on_event(self.iteration)
                 self._next_event = self.strategy.next_event(self.iteration)
             if self._snapshot_due(self.iteration):
-                self._host_snapshot = (*self._state(), self.iteration, self.n_triangles, self.coarse)
+                self._host_snapshot = (*self._state("snapshot"), self.iteration, self.n_triangles, self.coarse)
         dt = time.perf_counter() - t0
         self.wall_s += dt
         loss = self.last_losses().mean()

@@ -96,6 +96,11 @@ class FixedStrategy:
         """Whether the event at ``iteration`` may place triangles (the chunk brings its image)."""
         return False
 
+    def needs_state(self, iteration: int) -> bool:
+        """Whether the event at ``iteration`` reads the state on the host (the chunk brings it
+        back with its losses; a wrong answer costs a round trip, never a different fit)."""
+        return True
+
     def on_event(self, iteration: int) -> None:
         pass
 
@@ -339,6 +344,13 @@ class DefaultStrategy(FixedStrategy):
         change = self._count_change(iteration)
         return self._respawn_due(iteration) or (change is not None and change[0] == "grow")
 
+    def needs_state(self, iteration: int) -> bool:
+        """With events on the device a respawn alone reads no state: its flags, placement and
+        reordering are done there; the half-size stage's end, count changes and probes read it."""
+        if not self.fit.places_on_device or (self.fit.coarse and iteration >= self.coarse_until()):
+            return True
+        return self._count_change(iteration) is not None or (self._probing() and iteration >= self.probe_at(self.probes_done))
+
     def on_event(self, iteration: int) -> None:
         fit = self.fit
         if fit.coarse and iteration >= self.coarse_until():
@@ -370,11 +382,13 @@ class DefaultStrategy(FixedStrategy):
         respawn_alpha, or under 1 px^2 of opacity-weighted area on the frame), where the error
         is largest; each image its own."""
         fit = self.fit
-        dead = self.stopped_contributing(fit.values()[0])
+        on_device = fit.places_on_device
+        dead = fit.stopped_on_device(self.settings.respawn_alpha) if on_device else \
+            self.stopped_contributing(fit.values()[0])
         if not any(len(d) for d in dead):
             return
         new = self._place([len(d) for d in dead])
-        fit.replace(dead, new)
+        (fit.replace_on_device if on_device else fit.replace)(dead, new)
 
     def stopped_contributing(self, tris: np.ndarray) -> list[np.ndarray]:
         """Each image's triangles (indices) with opacity under respawn_alpha, or under 1 px^2 of

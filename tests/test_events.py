@@ -222,3 +222,53 @@ def test_chunks_that_wrap_the_loss_ring_read_back_their_own_losses(gpu_engine):
         f.close()
     assert len(histories[0]) == 600
     assert all(np.array_equal(h, histories[0]) for h in histories[1:])
+
+
+# ---------------------------------------------------------------------- respawn on the device
+def _eventful_fitter(engine, **settings):
+    f = Fitter(_target(), triangles=24, size=64, seed=5, engine=engine, **{**EVENTFUL, **settings})
+    f.plan(150)
+    return f
+
+
+@pytest.mark.gpu
+def test_respawn_flags_on_the_device_are_the_strategys_rule(gpu_engine):
+    f = _eventful_fitter(gpu_engine, placement="device", respawn_alpha=0.3)  # a threshold that flags some
+    f.step(60)
+    tris = f._loop_values()[0]  # the records the device holds, as the host reads them
+    want = f.strategy.stopped_contributing(tris)
+    got = f.stopped_on_device(0.3)
+    assert any(len(w) for w in want) and sum(len(w) for w in want) < f.n_triangles
+    assert [g.tolist() for g in got] == [w.tolist() for w in want]
+    f.close()
+
+
+@pytest.mark.gpu
+def test_a_respawn_on_the_device_is_the_hosts_reordering(gpu_engine):
+    fits = [_eventful_fitter(gpu_engine) for _ in range(2)]
+    for f in fits:
+        f.step(60)
+        f.set_locked([1, 4])
+    T = fits[0].n_triangles
+    dead = [np.array([0, 1, 3, T - 1])]  # 1 is locked: spared, as the host spares it
+    new = [P.new_triangles(fits[0].targets[0], 4, None, np.random.default_rng(0), fits[0].settings)]
+    new[0][:, 9] = 0.15
+    before = [f.respawned for f in fits]
+    fits[0].replace(dead, new)
+    fits[1].replace_on_device(dead, new)
+    host, dev = fits[0]._state(), fits[1]._state()
+    for a, b in zip(host, dev):  # parameters and both moments, to the bit
+        assert np.array_equal(a, b)
+    assert fits[0].locks[0].tolist() == fits[1].locks[0].tolist() == [0, 2]  # 0 and 3 went to the top
+    assert [f.respawned - r for f, r in zip(fits, before)] == [3, 3]
+    # the records: the host writes them all from the parameters; the device moves the ones it
+    # materialised (an ulp apart) and writes the new ones as the host does
+    rec = [f._loop.records() for f in fits]
+    np.testing.assert_allclose(rec[0], rec[1], rtol=2e-7, atol=1e-7)
+    top = slice((T - 3) * 10, T * 10)
+    assert np.array_equal(rec[0][:, top], rec[1][:, top])
+    for f in fits:
+        f.step(5)
+    np.testing.assert_allclose(fits[0].history.losses[-5:], fits[1].history.losses[-5:], rtol=1e-4)
+    for f in fits:
+        f.close()

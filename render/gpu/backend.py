@@ -112,14 +112,14 @@ class GpuBackend:
             ws.release()
         return img.reshape(B, height, width, 3)
 
-    def render_on_device(self, tris, bg, sigma, width: int, height: int):
-        """Render B scenes into a cached workspace's image buffer and leave them there: the
-        buffer ((B, H, W, 3) float32), valid until the next call of that shape."""
-        tris, bg, sigma = _check_batch(tris, bg, sigma)
-        B, T = tris.shape[:2]
-        ws = self.workspace(Shape(B, width, height, T, self.segmented, self.pixels_per_thread))
-        self.counters.upload_bytes += ws.set_frame(None) + ws.write("scene", SCENE.pack(tris, bg, sigma))
+    def render_records_on_device(self, scene, batch: int, n_tris: int, width: int, height: int):
+        """Render the B scene records in the device buffer ``scene`` (a fit loop's) into a cached
+        workspace's image buffer and leave them there: the buffer ((B, H, W, 3) float32), valid
+        until the next call of that shape."""
+        ws = self.workspace(Shape(batch, width, height, n_tris, self.segmented, self.pixels_per_thread))
+        self.counters.upload_bytes += ws.set_frame(None)
         enc = self.device.create_command_encoder()
+        enc.copy_buffer_to_buffer(scene, 0, ws.buffers["scene"], 0, batch * SCENE.stride(n_tris) * 4)
         cpass = enc.begin_compute_pass()
         ws.encode_render(cpass)
         cpass.end()

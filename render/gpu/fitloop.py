@@ -230,10 +230,10 @@ class GpuFitLoop:
             if len(idx):
                 records[b, : T * 10].reshape(T, 10)[idx] = vals
 
-    def get_state(self):
+    def get_state(self, kind: str = "state"):
         """Raw parameters and Adam moments, (n_params,) each or (B, n_params) for a stack: the copy
         the last ``run(..., read_state=True)`` brought back with its losses when nothing ran or
-        changed since (no round trip of its own), else read now."""
+        changed since (no round trip of its own), else read now (counted as ``kind``)."""
         if self._read_state is not None and self._read_state[0] == self.iter:
             raw, m, v = (a.copy() for a in self._read_state[1:])
         else:
@@ -243,7 +243,7 @@ class GpuFitLoop:
             mo, _ = self.ws.copy_out(enc, "moments", B * n * 8, source=self.extra["moments"])
             self.device.queue.submit([enc.finish()])
             self.backend.counters.submissions += 1
-            self.backend.counters.read("state", B * n * 12)
+            self.backend.counters.read(kind, B * n * 12)
             raw, m, v = self._parse_state(Workspace.read(p, B * n * 4), Workspace.read(mo, B * n * 8))
         return (raw, m, v) if self.batched else (raw[0], m[0], v[0])
 
@@ -335,6 +335,82 @@ class GpuFitLoop:
         """Write back what :meth:`records` read (after ``set_state`` of the same parameters)."""
         rec = np.ascontiguousarray(records, dtype=np.float32).reshape(self.batch, self.shape.scene_stride)
         self.backend.counters.upload_bytes += self.ws.write("scene", rec)
+
+    # ------------------------------------------------------------------ events on the device
+    def stopped_contributing(self, alpha_min: float, width: int, height: int) -> np.ndarray:
+        """(B, T) bool: the respawn rule (render/strategy.py stopped_contributing) on the scene
+        records as the device holds them, for a frame of width x height px; 4 bytes a triangle
+        come back (shaders/respawn_flags.wgsl)."""
+        B, T = self.batch, self.n_tris
+        pool = self.backend.pool
+        args = pool.acquire(STORAGE | COPY_DST, 16, "respawn-args")
+        flags = pool.acquire(STORAGE | COPY_SRC, max(16, B * T * 4), "respawn-flags")
+        try:
+            self.device.queue.write_buffer(args, 0, np.array([alpha_min, width, height, 0], np.float32))
+            pl = self.ws.pipeline("respawn_flags.wgsl")
+            bg = self.device.create_bind_group(layout=pl.get_bind_group_layout(0), entries=[
+                {"binding": i, "resource": {"buffer": buf}}
+                for i, buf in enumerate((self.ws.buffers["frame"], self.ws.buffers["scene"], args, flags))])
+            enc = self.device.create_command_encoder()
+            cpass = enc.begin_compute_pass()
+            cpass.set_pipeline(pl)
+            cpass.set_bind_group(0, bg)
+            cpass.dispatch_workgroups(-(-T // 64), B, 1)
+            cpass.end()
+            st, size = self.ws.copy_out(enc, "respawn-flags", B * T * 4, source=flags)
+            self.device.queue.submit([enc.finish()])
+            self.backend.counters.submissions += 1
+            self.backend.counters.read("events", size)
+            out = Workspace.read(st, size, dtype=np.uint32).reshape(B, T)
+        finally:
+            pool.release(args)
+            pool.release(flags)
+        return out != 0
+
+    def permute(self, source: np.ndarray, fresh: np.ndarray) -> None:
+        """Reorder every image's triangles on the device: new slot t of image b takes old slot
+        ``source[b, t]`` (parameters, moments and scene record), or fresh row ``-1 - source[b, t]``
+        of ``fresh`` (rows, 20): raw parameters, then the record values they materialise to, with
+        zero moments (shaders/permute.wgsl). Nothing comes back."""
+        B, T = self.batch, self.n_tris
+        n = T * 10 + 3
+        pool = self.backend.pool
+        source = np.ascontiguousarray(source, dtype=np.int32).reshape(B, T)
+        fresh = np.ascontiguousarray(fresh, dtype=np.float32).reshape(-1, 20)
+        live = (self.extra["params"], self.extra["moments"], self.ws.buffers["scene"])
+        sizes = (B * n * 4, B * n * 8, B * self.shape.scene_stride * 4)
+        old = [pool.acquire(STORAGE | COPY_DST, size, "permute-old") for size in sizes]
+        src_buf = pool.acquire(STORAGE | COPY_DST, max(16, source.nbytes), "permute-source")
+        fresh_buf = pool.acquire(STORAGE | COPY_DST, max(80, fresh.nbytes), "permute-fresh")
+        try:
+            queue = self.device.queue
+            queue.write_buffer(src_buf, 0, source)
+            if len(fresh):
+                queue.write_buffer(fresh_buf, 0, fresh)
+            self.backend.counters.upload_bytes += source.nbytes + fresh.nbytes
+            pl = self.ws.pipeline("permute.wgsl")
+            bufs = (self.ws.buffers["frame"], *live, *old, src_buf, fresh_buf)
+            bg = self.device.create_bind_group(layout=pl.get_bind_group_layout(0), entries=[
+                {"binding": i, "resource": {"buffer": buf}} for i, buf in enumerate(bufs)])
+            enc = self.device.create_command_encoder()
+            for buf, copy, size in zip(live, old, sizes):
+                enc.copy_buffer_to_buffer(buf, 0, copy, 0, size)
+            cpass = enc.begin_compute_pass()
+            cpass.set_pipeline(pl)
+            cpass.set_bind_group(0, bg)
+            cpass.dispatch_workgroups(-(-T * 10 // 64), B, 1)
+            cpass.end()
+            queue.submit([enc.finish()])
+            self.backend.counters.submissions += 1
+        finally:
+            for buf in (*old, src_buf, fresh_buf):
+                pool.release(buf)
+        self._read_state = self._read_image = self._image_iter = None
+
+    def render_on_device(self, width: int, height: int):
+        """The current scene records rendered at width x height into a device buffer ((B, H, W, 3)
+        float32; the backend's render workspace of that shape), nothing read back."""
+        return self.backend.render_records_on_device(self.ws.buffers["scene"], self.batch, self.n_tris, width, height)
 
     def image_buffer(self):
         """The device buffer holding the last forward's image of the current state ((B, H, W, 3)

@@ -61,6 +61,8 @@ PIECES: dict[str, tuple[str, ...]] = {
     "loss_reduce.wgsl": ("loss_record.wgsl",),
     "adam.wgsl": ("reduce_param.wgsl", "loss_record.wgsl", "schedule.wgsl"),
     "events.wgsl": (),
+    "respawn_flags.wgsl": (),
+    "permute.wgsl": (),
 }
 
 
