@@ -5,6 +5,9 @@ cells with their passes, and long fits' host CPU and readback per iteration.
     python tools/profile_time_to_quality.py cells          # fit 512/1000, 1024/5000; fwd+bwd 512^2x1024, 1024^2x5000
     python tools/profile_time_to_quality.py long [--seconds 20] [--size 512] [--tris 1000]
     python tools/profile_time_to_quality.py readback       # 600 iterations, 128 px, 60 triangles
+    ... long|readback --set placement=device               # fit settings (repeatable), e.g. events on the device
+
+long and readback report the readback by kind (snapshots apart) when the engine counts kinds.
 """
 
 import argparse
@@ -65,16 +68,43 @@ def cells(a) -> dict:
     return {"cells": out}
 
 
+def _settings(a) -> dict:
+    out = {}
+    for item in a.set or []:
+        key, _, value = item.partition("=")
+        for kind in (int, float):
+            try:
+                value = kind(value)
+                break
+            except ValueError:
+                pass
+        out[key] = value
+    return out
+
+
+def _readback(before: dict, after: dict, iterations: int) -> dict:
+    """Bytes read back per iteration, in all and by kind (the engine's readback_<kind>_bytes)."""
+    kinds = {k[len("readback_"):-len("_bytes")]: (after[k] - before.get(k, 0)) / max(iterations, 1)
+             for k in after if k.startswith("readback_") and k != "readback_bytes"}
+    total = (after["readback_bytes"] - before["readback_bytes"]) / max(iterations, 1)
+    out = {"readback_bytes_per_iteration": total}
+    if kinds:
+        out["readback_by_kind_per_iteration"] = kinds
+        out["readback_without_snapshots_per_iteration"] = total - kinds.get("snapshot", 0.0)
+    return out
+
+
 def long_fit(a) -> dict:
     from trifit import Engine, Fitter, StopConditions, load_image
     from trifit.resources import sample_path
 
     eng = Engine("gpu")
     target = load_image(sample_path(a.image), a.size)
-    Fitter(target, triangles=a.tris, size=a.size, engine=eng).close()  # pipelines first
+    settings = _settings(a)
+    Fitter(target, triangles=a.tris, size=a.size, engine=eng, **settings).close()  # pipelines first
     before = eng.counters()
     c0, t0 = _cpu(), time.perf_counter()
-    f = Fitter(target, triangles=a.tris, size=a.size, seed=0, engine=eng)
+    f = Fitter(target, triangles=a.tris, size=a.size, seed=a.seed, engine=eng, **settings)
     marks = []
     f.run(StopConditions(time_limit=a.seconds), callback=lambda s: marks.append((time.perf_counter() - t0, s.iteration, s.psnr)))
     wall, cpu = time.perf_counter() - t0, _cpu() - c0
@@ -82,9 +112,10 @@ def long_fit(a) -> dict:
     rb = after["readback_bytes"] - before["readback_bytes"]
     psnr = f.step(0).psnr
     tm = f.timings()
-    res = {"seconds": a.seconds, "size": a.size, "tris": a.tris, "iterations": f.iteration, "wall_s": wall,
-           "host_cpu_s": cpu, "readback_bytes_per_iteration": rb / max(f.iteration, 1), "psnr_working": psnr,
-           "gpu_ms": tm["gpu_ms"], "host_ms": tm["host_ms"], "submissions": after["submissions"] - before["submissions"]}
+    res = {"seconds": a.seconds, "size": a.size, "tris": a.tris, "settings": settings, "seed": a.seed,
+           "iterations": f.iteration, "wall_s": wall, "host_cpu_s": cpu, "readback_bytes_per_iteration": rb / max(f.iteration, 1),
+           **_readback(before, after, f.iteration), "psnr_working": psnr, "gpu_ms": tm["gpu_ms"], "host_ms": tm["host_ms"],
+           "submissions": after["submissions"] - before["submissions"], "respawned": f.respawned}
     for at in (1, 5, 10, 20):
         got = [m for m in marks if m[0] <= at]
         if got:
@@ -98,12 +129,15 @@ def readback(a) -> dict:
 
     eng = Engine("gpu")
     target = load_image(sample_path("astronaut.png"), 128)
+    settings = _settings(a)
     before = eng.counters()
-    f = Fitter(target, triangles=60, size=128, seed=0, engine=eng)
+    c0 = _cpu()
+    f = Fitter(target, triangles=60, size=128, seed=a.seed, engine=eng, **settings)
     f.run(StopConditions(iterations=600))
     after = eng.counters()
-    return {"iterations": f.iteration, "readback_bytes_per_iteration": (after["readback_bytes"] - before["readback_bytes"]) / 600,
-            "submissions": after["submissions"] - before["submissions"]}
+    return {"settings": settings, "seed": a.seed, "iterations": f.iteration, **_readback(before, after, 600),
+            "submissions": after["submissions"] - before["submissions"], "cpu_s": _cpu() - c0,
+            "psnr_working": f.step(0).psnr, "respawned": f.respawned}
 
 
 def main():
@@ -114,6 +148,8 @@ def main():
     p.add_argument("--tris", type=int, default=1000)
     p.add_argument("--image", default="astronaut.png")
     p.add_argument("--repeats", type=int, default=5)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--set", action="append", metavar="KEY=VALUE", help="a fit setting (long, readback)")
     a = p.parse_args()
     res = {"start": start, "cells": cells, "long": long_fit, "readback": readback}[a.what](a)
     print(json.dumps(res, indent=1, default=float), flush=True)
