@@ -82,6 +82,27 @@ def _settings(a) -> dict:
     return out
 
 
+class _EventClock:
+    """This thread's CPU seconds inside the strategy's events (placement, respawn checks, pruning,
+    probes): the host's share of them, apart from the GPU's (on lavapipe the GPU's work runs on
+    other threads, so the process's CPU time would count it)."""
+
+    def __init__(self, fitter):
+        self.cpu_s, self.calls = 0.0, 0
+        strategy = fitter.strategy
+        inner = strategy.on_event
+
+        def timed(iteration):
+            t = time.thread_time()
+            try:
+                return inner(iteration)
+            finally:
+                self.cpu_s += time.thread_time() - t
+                self.calls += 1
+
+        strategy.on_event = timed
+
+
 def _readback(before: dict, after: dict, iterations: int) -> dict:
     """Bytes read back per iteration, in all and by kind (the engine's readback_<kind>_bytes)."""
     kinds = {k[len("readback_"):-len("_bytes")]: (after[k] - before.get(k, 0)) / max(iterations, 1)
@@ -105,9 +126,10 @@ def long_fit(a) -> dict:
     before = eng.counters()
     c0, t0 = _cpu(), time.perf_counter()
     f = Fitter(target, triangles=a.tris, size=a.size, seed=a.seed, engine=eng, **settings)
+    events, thread0 = _EventClock(f), time.thread_time()
     marks = []
     f.run(StopConditions(time_limit=a.seconds), callback=lambda s: marks.append((time.perf_counter() - t0, s.iteration, s.psnr)))
-    wall, cpu = time.perf_counter() - t0, _cpu() - c0
+    wall, cpu, thread_cpu = time.perf_counter() - t0, _cpu() - c0, time.thread_time() - thread0
     after = eng.counters()
     rb = after["readback_bytes"] - before["readback_bytes"]
     psnr = f.step(0).psnr
@@ -115,7 +137,8 @@ def long_fit(a) -> dict:
     res = {"seconds": a.seconds, "size": a.size, "tris": a.tris, "settings": settings, "seed": a.seed,
            "iterations": f.iteration, "wall_s": wall, "host_cpu_s": cpu, "readback_bytes_per_iteration": rb / max(f.iteration, 1),
            **_readback(before, after, f.iteration), "psnr_working": psnr, "gpu_ms": tm["gpu_ms"], "host_ms": tm["host_ms"],
-           "submissions": after["submissions"] - before["submissions"], "respawned": f.respawned}
+           "submissions": after["submissions"] - before["submissions"], "respawned": f.respawned,
+           "fit_thread_cpu_s": thread_cpu, "event_cpu_s": events.cpu_s, "events": events.calls}
     for at in (1, 5, 10, 20):
         got = [m for m in marks if m[0] <= at]
         if got:
@@ -133,11 +156,14 @@ def readback(a) -> dict:
     before = eng.counters()
     c0 = _cpu()
     f = Fitter(target, triangles=60, size=128, seed=a.seed, engine=eng, **settings)
+    events, thread0 = _EventClock(f), time.thread_time()
     f.run(StopConditions(iterations=600))
+    thread_cpu = time.thread_time() - thread0
     after = eng.counters()
     return {"settings": settings, "seed": a.seed, "iterations": f.iteration, **_readback(before, after, 600),
             "submissions": after["submissions"] - before["submissions"], "cpu_s": _cpu() - c0,
-            "psnr_working": f.step(0).psnr, "respawned": f.respawned}
+            "psnr_working": f.step(0).psnr, "respawned": f.respawned, "fit_thread_cpu_s": thread_cpu,
+            "event_cpu_s": events.cpu_s, "events": events.calls}
 
 
 def main():

@@ -325,7 +325,7 @@ PLACE = Struct("Place", [  # placement on the device (events.wgsl, render/gpu/ev
     ("height", "u32"),
     ("tiles_x", "u32", "16 x 16 px tiles of the error sums"),
     ("tiles_y", "u32"),
-    ("weighted", "u32", "1: each pixel's error times its focus weight"),
+    ("weighted", "u32", "1: each pixel's error times its weight (the weights buffer)"),
 ], "uniform")
 
 #: what every kernel is given ahead of common.wgsl (render/gpu/shaders.py)
