@@ -75,8 +75,9 @@ class FitSettings:
     insert_radius: float = 0.6    # ... and small (x the first triangles' size), so adding one never
                                   # throws away what the fit has
     insert_shape: str = "residual"  # new triangles shaped to the residual around them (render/placement.py); "random"
-    placement: str = "host"       # where growth and respawn find the error and shape new triangles: "host" reads
-                                  # the render back (numpy); "device" keeps it there (render/gpu/events.py)
+    placement: str = "device"     # where growth and respawn find the error, shape new triangles and reorder the
+                                  # state: "device" keeps the render and the state there (render/gpu/events.py;
+                                  # the GPU backend), "host" reads them back (numpy; the reference backend's way)
     overgrow: float = 1.75        # grow to this many times the triangles, then prune back to them by exact
                                   # removal cost (render/placement.py): a greedy start, revised; 1 = off
     prune_until: float = 0.85     # ... in prune_stages equal steps between growth_until and this fraction of the plan,

@@ -30,7 +30,7 @@ from .fitloop import FitSettings, raw_from_scene
 from .fitstate import FitState, half_size
 from .history import History, StepStats, loop_timings, psnr_from_mse, release_loop
 from .imageio import as_target
-from .placement import initial_raw
+from .placement import PLACEMENTS, initial_raw
 from .scene import Scene, locked_indices
 from .strategy import STRATEGIES, make_strategy
 
@@ -95,6 +95,8 @@ class Fitter(FitState):
             raise TrifitError(f"triangle count must be between 1 and {MAX_TRIANGLES_FIT}, got {triangles}")
         if s.strategy not in STRATEGIES:
             raise TrifitError(f"unknown strategy {s.strategy!r}; choose one of {', '.join(STRATEGIES)}")
+        if s.placement not in PLACEMENTS:
+            raise TrifitError(f"unknown placement {s.placement!r}; choose one of {', '.join(PLACEMENTS)}")
         self._initial_settings = s.as_dict()
         targets = [as_target(t, s.size) for t in images]
         if len({t.shape for t in targets}) != 1:

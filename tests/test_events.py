@@ -272,3 +272,13 @@ def test_a_respawn_on_the_device_is_the_hosts_reordering(gpu_engine):
     np.testing.assert_allclose(fits[0].history.losses[-5:], fits[1].history.losses[-5:], rtol=1e-4)
     for f in fits:
         f.close()
+
+
+def test_an_unknown_placement_is_refused(ref_engine):
+    from trifit.errors import TrifitError
+
+    with pytest.raises(TrifitError, match="unknown placement 'gpu'; choose one of host, device"):
+        Fitter(_target(16, 12), triangles=3, size=16, engine=ref_engine, placement="gpu")
+    f = Fitter(_target(16, 12), triangles=3, size=16, engine=ref_engine, placement="device", **EVENTFUL)
+    assert not f.places_on_device  # the reference backend places on the host
+    f.close()

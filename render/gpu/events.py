@@ -64,7 +64,9 @@ class DevicePlacement:
     def _pipeline(self, entry: str):
         from . import shaders
 
-        return shaders.pipeline(self.device, "events.wgsl", entry)
+        # (the variant a workspace asks for, so the fit loop's start builds this same pipeline)
+        return shaders.pipeline(self.device, "events.wgsl", entry, self.backend.subgroups,
+                                subgroup_size=self.backend.ctx.subgroup_size)
 
     def _bind(self, entry: str, names: list[str], image) -> tuple:
         key = (entry, id(image), self._new_cap)

@@ -89,10 +89,12 @@ class GpuFitLoop:
         # (growth, respawn, sigma probes) and the loss-and-gradient call's (pruning's removal costs:
         # binning's plain entry, the loss sum, the gradient reduction). A driver compiling shaders
         # into a cold cache would spend a time-limited fit's time there (a process's first fit
-        # overran 1 s by ~0.2 s when the iteration's pipelines were built inside it).
+        # overran 1 s by ~0.2 s when the iteration's pipelines were built inside it); and events on
+        # the device's (placement, respawn flags, the reordering).
         self._iteration_dispatches()
         for kernel, entry in (("render.wgsl", "main"), ("bin.wgsl", "main"), ("loss_reduce.wgsl", "main"),
-                              ("reduce.wgsl", "reduce_grad")):
+                              ("reduce.wgsl", "reduce_grad"), ("events.wgsl", "error_tiles"),
+                              ("events.wgsl", "place_new"), ("respawn_flags.wgsl", "main"), ("permute.wgsl", "main")):
             self.ws.pipeline(kernel, entry)
 
     # ------------------------------------------------------------------ state
