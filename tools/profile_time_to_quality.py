@@ -6,6 +6,8 @@ cells with their passes, and long fits' host CPU and readback per iteration.
     python tools/profile_time_to_quality.py long [--seconds 20] [--size 512] [--tris 1000]
     python tools/profile_time_to_quality.py readback       # 600 iterations, 128 px, 60 triangles
     ... long|readback --set placement=device               # fit settings (repeatable), e.g. events on the device
+    python tools/profile_time_to_quality.py events [--size 512] [--tris 1000] [--repeats 5]
+                                                           # one growth placement and one respawn, host vs device
 
 long and readback report the readback by kind (snapshots apart) when the engine counts kinds.
 """
@@ -166,9 +168,51 @@ def readback(a) -> dict:
             "event_cpu_s": events.cpu_s, "events": events.calls}
 
 
+def events(a) -> dict:
+    """The host's cost of one event, each placement: a fit of --tris at --size (no half-size
+    stage) stepped a few iterations, then --repeats placements of 5% of the count and respawn
+    events (re-placing 5% of the triangles, marked dead by opacity); this thread's CPU seconds
+    and wall per event, medians and min-max, and the bytes read back per event."""
+    import numpy as np
+
+    from trifit import Engine, Fitter, load_image
+    from trifit.resources import sample_path
+
+    eng = Engine("gpu")
+    target = load_image(sample_path(a.image), a.size)
+    out = {"size": a.size, "tris": a.tris, "adapter": eng.adapter.get("name")}
+    k = max(1, a.tris // 20)
+    for mode in ("host", "device"):
+        f = Fitter(target, triangles=a.tris, size=a.size, seed=a.seed, engine=eng, placement=mode,
+                   coarse_fraction=0.0, growth_stages=1, overgrow=1.0, respawn_alpha=0.0)
+        f.step(3)
+        rows = {"place": [], "respawn": []}
+        for _ in range(a.repeats):
+            for kind in rows:
+                f.step(1)  # a fresh forward to place against, as after a chunk
+                b0, t0, w0 = eng.counters()["readback_bytes"], time.thread_time(), time.perf_counter()
+                if kind == "place":
+                    f.strategy._place([k])
+                else:
+                    tris = f.values()[0] if mode == "host" else None
+                    dead = [np.arange(0, a.tris, 20)[:k]]
+                    new = f.strategy._place([len(dead[0])])
+                    (f.replace if mode == "host" else f.replace_on_device)(dead, new)
+                    del tris
+                rows[kind].append((time.thread_time() - t0, time.perf_counter() - w0,
+                                   eng.counters()["readback_bytes"] - b0))
+        f.close()
+        for kind, r in rows.items():
+            cpu, wall, rb = (np.array(c) for c in zip(*r))
+            out[f"{mode}_{kind}"] = {"new_triangles": k, "cpu_ms_median": float(np.median(cpu) * 1e3),
+                                     "cpu_ms_min_max": [float(cpu.min() * 1e3), float(cpu.max() * 1e3)],
+                                     "wall_ms_median": float(np.median(wall) * 1e3), "readback_bytes": int(np.median(rb))}
+    return out
+
+
 def main():
     p = argparse.ArgumentParser()
-    p.add_argument("what", choices=["start", "cells", "long", "readback"])
+    p.add_argument("what", choices=["start", "cells", "long", "readback", "events"])
     p.add_argument("--seconds", type=float, default=1.0)
     p.add_argument("--size", type=int, default=512)
     p.add_argument("--tris", type=int, default=1000)
@@ -177,7 +221,7 @@ def main():
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--set", action="append", metavar="KEY=VALUE", help="a fit setting (long, readback)")
     a = p.parse_args()
-    res = {"start": start, "cells": cells, "long": long_fit, "readback": readback}[a.what](a)
+    res = {"start": start, "cells": cells, "long": long_fit, "readback": readback, "events": events}[a.what](a)
     print(json.dumps(res, indent=1, default=float), flush=True)
 
 
