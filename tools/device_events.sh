@@ -45,9 +45,9 @@ done
 # quality: deterministic budgeted plans (what a 1 s fit plans) and 1 s time-limited fits, 176 px,
 # 150 triangles, seeds 0-2, both placements
 PYTHONPATH="$NEW" python3 tools/sweep_quality.py --budgeted-plan 6000 --seeds 0,1,2 \
-  --variants "default,device placement" > "$OUT/quality-budgeted-6000.txt"
+  --variants "host placement,device placement" > "$OUT/quality-budgeted-6000.txt"
 PYTHONPATH="$NEW" python3 tools/sweep_quality.py --time-limit 1 --seeds 0,1,2 \
-  --variants "default,device placement" > "$OUT/quality-1s.txt"
+  --variants "host placement,device placement" > "$OUT/quality-1s.txt"
 cat "$OUT"/quality-*.txt
 for f in "$OUT"/long20-*.json; do
   echo "$f"; python3 -c "import json,sys; r=json.load(open(sys.argv[1])); print({k: r.get(k) for k in ('iterations','host_cpu_s','readback_bytes_per_iteration','readback_without_snapshots_per_iteration','psnr_at_5s','psnr_at_20s')})" "$f"
