@@ -143,10 +143,9 @@ class GpuBackend:
         """(B, T): how much each image's summed squared error would grow if each triangle alone were
         removed (render/placement.py's removal_costs, float32, from the backward's walk);
         ``transient`` as in render_batch; ``weights`` (B, H, W): each pixel's term times its weight."""
-        tris = np.asarray(tris)
-        _, sums = self._loss_pass(tris, bg, sigma, targets, "mse", removal_costs=True, transient=transient,
-                                  weights=weights)
-        return sums[:, : tris.shape[1], 0]
+        _, costs = self._loss_pass(tris, bg, sigma, targets, "mse", removal_costs=True, transient=transient,
+                                   weights=weights)
+        return costs
 
     def mse_batch(self, tris, bg, sigma, targets, transient: bool = False, weights=None) -> np.ndarray:
         """(B,) each scene's mean squared error against its target, the focus-weighted mean with
@@ -169,8 +168,8 @@ class GpuBackend:
     def _loss_pass(self, tris, bg, sigma, targets, loss: str, removal_costs: bool, transient: bool = False,
                    weights=None, backward: bool = True):
         """bin -> forward (+ loss) -> backward -> reduce in one submission: losses (B,) and the
-        per-slot sums (B, T + 1, 10) -- gradients, or removal costs in column 0 (``backward``
-        False: the losses alone, and None). ``weights`` (B, H, W): what the focus variant
+        per-slot sums (B, T + 1, 10) -- gradients -- or with ``removal_costs`` the costs alone
+        (B, T) (``backward`` False: the losses alone, and None). ``weights`` (B, H, W): what the focus variant
         multiplies each pixel's loss term by."""
         tris, bg, sigma = _check_batch(tris, bg, sigma)
         B, T = tris.shape[:2]
@@ -209,14 +208,18 @@ class GpuBackend:
             ws.encode_backward(cpass)
         with self.timer.span(cpass, "reduce"):
             ws.encode_reduce(cpass)
+        if removal_costs:
+            ws.encode_costs(cpass)
         cpass.end()
-        gsize = B * (T + 1) * 10 * 4
-        g_staging, _ = ws.copy_out(enc, "grad", gsize)
+        gsize = B * T * 4 if removal_costs else B * (T + 1) * 10 * 4
+        g_staging, _ = ws.copy_out(enc, "costs" if removal_costs else "grad", gsize)
         l_staging, _ = ws.copy_out(enc, "ring", B * 4)
         self.timer.resolve(enc)
         grads, losses = self._submit_and_read(enc, [(g_staging, gsize), (l_staging, B * 4)], "sums")
         if transient:
             ws.release()
+        if removal_costs:
+            return losses.astype(np.float64), grads.reshape(B, T).astype(np.float64)
         return losses.astype(np.float64), grads.reshape(B, T + 1, 10).astype(np.float64)
 
     def _submit_and_read(self, encoder, reads, kind: str):

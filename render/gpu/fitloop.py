@@ -93,7 +93,7 @@ class GpuFitLoop:
         # the device's (placement, respawn flags, the reordering).
         self._iteration_dispatches()
         for kernel, entry in (("render.wgsl", "main"), ("bin.wgsl", "main"), ("loss_reduce.wgsl", "main"),
-                              ("reduce.wgsl", "reduce_grad"), ("events.wgsl", "error_tiles"),
+                              ("reduce.wgsl", "reduce_grad"), ("costs.wgsl", "main"), ("events.wgsl", "error_tiles"),
                               ("events.wgsl", "place_new"), ("respawn_flags.wgsl", "main"), ("permute.wgsl", "main")):
             self.ws.pipeline(kernel, entry)
 

@@ -63,6 +63,7 @@ PIECES: dict[str, tuple[str, ...]] = {
     "events.wgsl": (),
     "respawn_flags.wgsl": (),
     "permute.wgsl": (),
+    "costs.wgsl": (),
 }
 
 
