@@ -95,6 +95,12 @@ class FitSettings:
         return asdict(self)
 
 
+def recorded_settings(d: dict) -> dict:
+    """Settings as a scene's meta or a checkpoint recorded them, as this version reads them: a
+    record from before ``placement`` existed was placed on the host, and replays or resumes so."""
+    return d if "placement" in d else {**d, "placement": "host"}
+
+
 @dataclass
 class Schedule:
     """What schedule.wgsl evaluates each iteration (sigma as a fraction of the shorter side)."""

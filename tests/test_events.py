@@ -282,3 +282,44 @@ def test_an_unknown_placement_is_refused(ref_engine):
     f = Fitter(_target(16, 12), triangles=3, size=16, engine=ref_engine, placement="device", **EVENTFUL)
     assert not f.places_on_device  # the reference backend places on the host
     f.close()
+
+
+@pytest.mark.gpu
+def test_a_scene_from_before_placement_replays_placed_on_the_host(gpu_engine, tmp_path):
+    import json
+
+    from PIL import Image
+
+    from trifit.cli import main
+
+    image = tmp_path / "t.png"
+    Image.fromarray((_target() * 255).astype(np.uint8)).save(image)
+    made = tmp_path / "a.json"
+    assert main(["fit", str(image), "--tris", "24", "--size", "64", "--iters", "80", "--quiet", "--backend", "gpu",
+                 "-o", str(made)]) == 0
+    data = json.loads(made.read_text())
+    assert data["meta"]["settings"]["placement"] == "device"
+    out = {}
+    for name, placement in (("old", None), ("host", "host"), ("device", "device")):
+        if placement is None:
+            del data["meta"]["settings"]["placement"]  # as a scene written before the setting
+        else:
+            data["meta"]["settings"]["placement"] = placement
+        src, dst = tmp_path / f"{name}-src.json", tmp_path / f"{name}.json"
+        src.write_text(json.dumps(data))
+        assert main(["fit", str(image), "--replay", str(src), "--quiet", "--backend", "gpu", "-o", str(dst)]) == 0
+        s = Scene.load(dst)
+        out[name] = s.triangles.tobytes() + s.background.tobytes()
+    assert out["old"] == out["host"] != out["device"]
+    made_scene = Scene.load(made)
+    assert out["device"] == made_scene.triangles.tobytes() + made_scene.background.tobytes()
+
+
+def test_a_checkpoint_from_before_placement_resumes_placed_on_the_host(ref_engine):
+    f = Fitter(_target(16, 12), triangles=3, size=16, engine=ref_engine, **EVENTFUL)
+    f.step(5)
+    ck = f.checkpoint()
+    for key in ("settings", "initial_settings"):
+        del ck.state[key]["placement"]
+    g = Fitter.resume(_target(16, 12), ck, engine=ref_engine)
+    assert g.settings.placement == "host" and f.settings.placement == "device"
