@@ -2,7 +2,7 @@
 # Installs what trifit needs on a fresh Debian/Ubuntu machine, then the project into .venv.
 #   system: Mesa's lavapipe (software Vulkan, so wgpu has an adapter with no GPU), Xvfb and the
 #           X/xcb libraries a PySide6 window needs;
-#   python: a virtual environment in .venv with trifit installed editable, with its GUI, test and video extras.
+#   python: a virtual environment in .venv with trifit installed editable, with its GUI, test, video and cluster extras.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 SUDO=""
@@ -20,5 +20,5 @@ fi
 PY=${PYTHON:-python3}
 if [ ! -x .venv/bin/python ]; then "$PY" -m venv .venv; fi
 .venv/bin/python -m pip install -q --upgrade pip >/dev/null
-.venv/bin/python -m pip install -q -e '.[gui,test,video]'
+.venv/bin/python -m pip install -q -e '.[gui,test,video,cluster]'
 echo "setup: done ($(.venv/bin/python --version), trifit $(.venv/bin/python -c 'import trifit; print(trifit.__version__)'))"

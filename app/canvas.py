@@ -26,6 +26,9 @@ import trifit
 from .gpu_gate import GpuGate
 from .image_canvas import ImageCanvas
 from .panes import (
+    HANDLE_PX,
+    MAX_OUTLINES,
+    OUTLINE_PX,
     PANE_GAP_PX,
     RETRY_DRAW_MS,
     SNAPSHOT_FORMAT,
@@ -37,6 +40,7 @@ from .panes import (
     Rect,
     ViewMode,
     clear_colour,
+    image_point,
     layout_panes,
     preferred_present_method,
     shader_source,
@@ -77,10 +81,14 @@ class FitCanvas(QRenderWidget):
 
         fragment = wgpu.ShaderStage.FRAGMENT
         self._display_layout = device.create_bind_group_layout(label="display", entries=[
-            {"binding": 0, "visibility": fragment, "buffer": {"type": wgpu.BufferBindingType.uniform}},
+            {"binding": 0, "visibility": fragment | wgpu.ShaderStage.VERTEX,
+             "buffer": {"type": wgpu.BufferBindingType.uniform}},
             {"binding": 1, "visibility": fragment, "texture": {"sample_type": wgpu.TextureSampleType.float}},
             {"binding": 2, "visibility": fragment, "texture": {"sample_type": wgpu.TextureSampleType.float}},
             {"binding": 3, "visibility": fragment, "sampler": {"type": wgpu.SamplerBindingType.filtering}},
+            {"binding": 4, "visibility": fragment | wgpu.ShaderStage.VERTEX,
+             "buffer": {"type": wgpu.BufferBindingType.read_only_storage}},
+            {"binding": 5, "visibility": fragment, "texture": {"sample_type": wgpu.TextureSampleType.float}},
         ])
         self._pipelines: dict[tuple, object] = {}  # by (output format, view mode): the screen's, rgba8 for snapshots
         self._display_module = None
@@ -92,6 +100,14 @@ class FitCanvas(QRenderWidget):
         usage = wgpu.BufferUsage.UNIFORM | wgpu.BufferUsage.COPY_DST
         self._view_uniform = device.create_buffer(size=VIEW.size, usage=usage, label="display-view")
         self._unpack_uniform = device.create_buffer(size=UNPACK_SIZE.size, usage=usage, label="display-unpack-size")
+        # edit mode: the selected triangles' outlines and the focus mask (app/edit_tool.py)
+        self._outline_buffer = device.create_buffer(size=MAX_OUTLINES * 32, label="display-outline",
+                                                    usage=wgpu.BufferUsage.STORAGE | wgpu.BufferUsage.COPY_DST)
+        self._focus_texture = self._make_focus_texture(1, 1)
+        # uploads wait for the next draw, which holds the GPU gate: a queue write from the GUI
+        # thread while the fit's chunk runs would wait for the chunk (~10 ms on lavapipe)
+        self._outline_upload: bytes | None = None
+        self._focus_upload: np.ndarray | None = None
 
         self._target_texture = None
         self._render_texture = None
@@ -106,21 +122,41 @@ class FitCanvas(QRenderWidget):
         """The display pipeline for an output format, view mode and pane (pipeline constants of
         display.wgsl: the mode, pane and sRGB branches are resolved when the pipeline is built)."""
         mode = int(self.state.mode if mode is None else mode)
-        key = (fmt, mode, pane)
+        edit = 1 if self.state.edit or self.state.focus_on else 0
+        key = (fmt, mode, pane, edit)
         pipeline = self._pipelines.get(key)
         if pipeline is None:
             if self._display_module is None:
                 self._display_module = self.device.create_shader_module(code=shader_source("display.wgsl"),
                                                                         label="display.wgsl")
             module = self._display_module
-            constants = {"MODE": mode, "PANE": pane, "SRGB_OUT": 1 if fmt.endswith("-srgb") else 0}
+            constants = {"MODE": mode, "PANE": pane, "SRGB_OUT": 1 if fmt.endswith("-srgb") else 0, "EDIT": edit}
             pipeline = self.device.create_render_pipeline(
-                label=f"display-{fmt}-mode{mode}-pane{pane}",
+                label=f"display-{fmt}-mode{mode}-pane{pane}-edit{edit}",
                 layout=self.device.create_pipeline_layout(bind_group_layouts=[self._display_layout]),
                 vertex={"module": module, "entry_point": "vs_main"},
                 primitive={"topology": wgpu.PrimitiveTopology.triangle_list},
                 fragment={"module": module, "entry_point": "fs_main", "targets": [{"format": fmt}],
                           "constants": constants},
+            )
+            self._pipelines[key] = pipeline
+        return pipeline
+
+    def _outline_pipeline_for(self, fmt: str, pane: int):
+        """The selection outlines' pipeline (display.wgsl vs_outline / fs_outline) for a format and pane."""
+        key = ("outline", fmt, pane)
+        pipeline = self._pipelines.get(key)
+        if pipeline is None:
+            self._pipeline_for(fmt, pane=pane)  # (makes the module)
+            module = self._display_module
+            constants = {"PANE": pane, "SRGB_OUT": 1 if fmt.endswith("-srgb") else 0}
+            pipeline = self.device.create_render_pipeline(
+                label=f"display-outline-{fmt}-pane{pane}",
+                layout=self.device.create_pipeline_layout(bind_group_layouts=[self._display_layout]),
+                vertex={"module": module, "entry_point": "vs_outline", "constants": {"PANE": pane}},
+                primitive={"topology": wgpu.PrimitiveTopology.triangle_list},
+                fragment={"module": module, "entry_point": "fs_outline", "targets": [{"format": fmt}],
+                          "constants": {"SRGB_OUT": constants["SRGB_OUT"]}},
             )
             self._pipelines[key] = pipeline
         return pipeline
@@ -153,7 +189,14 @@ class FitCanvas(QRenderWidget):
             {"binding": 1, "resource": render.create_view()},
             {"binding": 2, "resource": self._target_texture.create_view()},
             {"binding": 3, "resource": self._sampler},
+            {"binding": 4, "resource": {"buffer": self._outline_buffer}},
+            {"binding": 5, "resource": self._focus_texture.create_view()},
         ])
+
+    def _make_focus_texture(self, width: int, height: int):
+        tex = wgpu.TextureUsage
+        return self.device.create_texture(label="display-focus", size=(width, height, 1), format="r8unorm",
+                                          usage=tex.TEXTURE_BINDING | tex.COPY_DST)
 
     def _bind_source(self, buffer) -> None:
         self._source_buffer = buffer
@@ -229,6 +272,55 @@ class FitCanvas(QRenderWidget):
     def frames_per_second(self) -> float:
         return self.clock.fps()
 
+    # ------------------------------------------------------------------ edit mode (app/edit_tool.py)
+    def set_edit_mode(self, on: bool) -> None:
+        """Draw with the edit overlay (outlines, rubber band) or without it (no cost at all)."""
+        self.state.edit = bool(on)
+        self.request_draw()
+
+    def set_outline(self, tris: np.ndarray, locked, band=None, draw: bool = True) -> None:
+        """Outline these triangles ((k, 10) or (k, 6) frame coordinates; ``locked`` (k,) bools)
+        and, while one is dragged, the rubber band (x0, y0, x1, y1 in widget pixels). ``draw``:
+        draw now (else the next frame shows it: a running fit's comes within a chunk)."""
+        tris = np.asarray(tris, dtype=np.float32)
+        tris = tris.reshape(-1, tris.shape[-1])[:MAX_OUTLINES] if tris.size else np.zeros((0, 10), np.float32)
+        k = len(tris)
+        if k:
+            rows = np.zeros((k, 8), np.float32)
+            rows[:, :6] = tris[:, :6]
+            rows[:, 6] = np.asarray(locked, dtype=bool)[:k]
+            self._outline_upload = rows.tobytes()
+        self.state.outlines = k
+        self.state.band = None if band is None else tuple(float(v) for v in band)
+        if draw:
+            self.request_draw()
+
+    def set_focus_overlay(self, mask: np.ndarray | None, draw: bool = True) -> None:
+        """Tint the target where the focus mask (H, W) in [0, 1] is painted; None: no overlay.
+        ``draw``: as for :meth:`set_outline`."""
+        if mask is None:
+            self.state.focus_on = False
+            if draw:
+                self.request_draw()
+            return
+        self._focus_upload = np.ascontiguousarray(np.clip(np.asarray(mask, np.float32) * 255.0 + 0.5, 0, 255)
+                                                  .astype(np.uint8))
+        self.state.focus_on = True
+        if draw:
+            self.request_draw()
+
+    def image_point(self, x: float, y: float):
+        """The image point (u, v) (normalised frame coordinates) under widget pixel (x, y), or None."""
+        ratio = self.get_pixel_ratio()
+        w, h = self.get_physical_size()
+        return image_point(self.state.mode, self.state.split, self._pane_rects(w, h), x * ratio, y * ratio)
+
+    def image_scale(self) -> float:
+        """Widget pixels per frame unit across (the panes' width): how far a vertex is on screen."""
+        w, h = self.get_physical_size()
+        r = self._pane_rects(w, h)[0]
+        return (r[2] - r[0]) / self.get_pixel_ratio()
+
     # ------------------------------------------------------------------ drawing
     def _pane_rects(self, width: int, height: int) -> tuple[Rect, Rect]:
         img_w, img_h = self.state.image_size or (1, 1)
@@ -240,11 +332,30 @@ class FitCanvas(QRenderWidget):
         a, b = self._pane_rects(width, height)
         ratio = self.get_pixel_ratio()
         flags = (1 if s.render_valid else 0) | (2 if s.image_size else 0) | (4 if srgb_output else 0)
+        band = tuple(v * ratio for v in s.band) if s.band is not None else (0.0, 0.0, 0.0, 0.0)
+        edit_flags = (1 if s.focus_on else 0) | (2 if s.band is not None else 0)
         return VIEW.pack(pane_a=a, pane_b=b, image_size=(img_w, img_h), mode=int(s.mode), split=s.split,
-                         flags=flags, line_px=SPLIT_LINE_PX * ratio)
+                         flags=flags, line_px=SPLIT_LINE_PX * ratio, band=band,
+                         outlines=s.outlines if s.edit else 0, edit_flags=edit_flags,
+                         outline_px=OUTLINE_PX * ratio, handle_px=HANDLE_PX * ratio, surface=(width, height))
+
+    def _upload_edit(self) -> None:
+        """Edit mode's pending uploads: the outlines, the focus mask (in the draw's GPU turn)."""
+        if self._outline_upload is not None:
+            data, self._outline_upload = self._outline_upload, None
+            self.device.queue.write_buffer(self._outline_buffer, 0, data)
+        if self._focus_upload is not None:
+            m, self._focus_upload = self._focus_upload, None
+            h, w = m.shape
+            if tuple(self._focus_texture.size[:2]) != (w, h):
+                self._focus_texture = self._make_focus_texture(w, h)
+                self._rebind_display()
+            self.device.queue.write_texture({"texture": self._focus_texture, "origin": (0, 0, 0), "mip_level": 0},
+                                            m, {"offset": 0, "bytes_per_row": w, "rows_per_image": h}, (w, h, 1))
 
     def _encode(self, encoder, view, fmt: str, width: int, height: int) -> None:
         """Unpack a pending frame, then draw the panes into ``view``."""
+        self._upload_edit()
         if self._unpack_pending and self._unpack_group is not None:
             w, h = self.state.render_size
             cpass = encoder.begin_compute_pass(label="display-unpack")
@@ -271,6 +382,13 @@ class FitCanvas(QRenderWidget):
                 rpass.set_pipeline(self._pipeline_for(fmt, pane=pane))
                 rpass.set_viewport(x0, y0, x1 - x0, y1 - y0, 0.0, 1.0)
                 rpass.draw(3)
+                if self.state.edit and self.state.outlines:  # the selection, over the pane
+                    rpass.set_pipeline(self._outline_pipeline_for(fmt, pane))
+                    rpass.set_viewport(0.0, 0.0, float(width), float(height), 0.0, 1.0)
+                    sx, sy = int(x0), int(y0)
+                    rpass.set_scissor_rect(sx, sy, max(1, min(int(x1), width) - sx), max(1, min(int(y1), height) - sy))
+                    rpass.draw(6, 6 * self.state.outlines)
+                    rpass.set_scissor_rect(0, 0, width, height)
         rpass.end()
 
     def _take_gpu_turn(self) -> bool:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 from PySide6 import QtCore, QtGui, QtWidgets
 
-from .panes import ERROR_GAIN, CanvasState, FrameClock, ViewMode, heat_ramp, layout_panes
+from .panes import ERROR_GAIN, CanvasState, FrameClock, ViewMode, heat_ramp, image_point, layout_panes
 
 
 class ImageCanvas(QtWidgets.QWidget):
@@ -21,6 +21,8 @@ class ImageCanvas(QtWidgets.QWidget):
         self.clock = FrameClock()
         self._target: QtGui.QImage | None = None
         self._render: QtGui.QImage | None = None
+        self._outline = (np.zeros((0, 10)), np.zeros(0, bool))  # edit mode: selected triangles, locked
+        self._focus: QtGui.QImage | None = None
 
     @staticmethod
     def _to_qimage(pixels: np.ndarray) -> QtGui.QImage:
@@ -57,6 +59,62 @@ class ImageCanvas(QtWidgets.QWidget):
 
     def frames_per_second(self) -> float:
         return self.clock.fps()
+
+    # edit mode (app/edit_tool.py): as FitCanvas's
+    def set_edit_mode(self, on: bool) -> None:
+        self.state.edit = bool(on)
+        self.update()
+
+    def set_outline(self, tris, locked, band=None, draw: bool = True) -> None:
+        self._outline = (np.asarray(tris, np.float64).reshape(-1, np.shape(tris)[-1] if np.size(tris) else 10),
+                         np.asarray(locked, bool))
+        self.state.outlines = len(self._outline[0])
+        self.state.band = None if band is None else tuple(float(v) for v in band)
+        if draw:
+            self.update()
+
+    def set_focus_overlay(self, mask, draw: bool = True) -> None:
+        self.state.focus_on = mask is not None
+        if mask is not None:
+            m = np.asarray(mask, np.float32)
+            rgba = np.zeros(m.shape + (4,), np.uint8)
+            rgba[..., 0], rgba[..., 1], rgba[..., 2] = 255, 89, 26
+            rgba[..., 3] = np.clip(m * 127.5 + 0.5, 0, 255).astype(np.uint8)
+            h, w = m.shape
+            self._focus = QtGui.QImage(rgba.data, w, h, 4 * w, QtGui.QImage.Format.Format_RGBA8888).copy()
+        self.update()
+
+    def _panes(self):
+        w, h = self.state.image_size or (1, 1)
+        return layout_panes(self.state.mode, self.width(), self.height(), w, h)
+
+    def image_point(self, x: float, y: float):
+        return image_point(self.state.mode, self.state.split, self._panes(), x, y)
+
+    def image_scale(self) -> float:
+        r = self._panes()[0]
+        return r[2] - r[0]
+
+    def _paint_edit(self, p: QtGui.QPainter, panes) -> None:
+        s = self.state
+        to_rect = lambda r: QtCore.QRectF(r[0], r[1], r[2] - r[0], r[3] - r[1])  # noqa: E731
+        shown = panes[:1] if s.mode == ViewMode.OVERLAY else panes
+        if s.focus_on and self._focus is not None:
+            target = panes[0] if s.mode != ViewMode.ERROR_HEATMAP else panes[1]
+            p.drawImage(to_rect(target), self._focus)
+        if s.edit:
+            tris, locked = self._outline
+            for r in shown:
+                for tri, is_locked in zip(tris, locked):
+                    pts = [QtCore.QPointF(r[0] + tri[2 * k] * (r[2] - r[0]), r[1] + tri[2 * k + 1] * (r[3] - r[1]))
+                           for k in range(3)]
+                    p.setPen(QtGui.QPen(QtGui.QColor(90, 217, 255) if is_locked else QtGui.QColor(255, 217, 51), 1.5))
+                    p.drawPolygon(QtGui.QPolygonF(pts))
+            if s.band is not None:
+                p.setPen(QtGui.QPen(QtGui.QColor(255, 255, 255), 1))
+                p.setBrush(QtCore.Qt.BrushStyle.NoBrush)
+                x0, y0, x1, y1 = s.band
+                p.drawRect(QtCore.QRectF(x0, y0, x1 - x0, y1 - y0))
 
     def _heatmap(self) -> QtGui.QImage:
         target, render = self._target_pixels, self._render_pixels
@@ -96,6 +154,7 @@ class ImageCanvas(QtWidgets.QWidget):
             p.drawImage(to_rect(a), self._target)
             if render is not None:
                 p.drawImage(to_rect(b), render)
+        self._paint_edit(p, (a, b))
         p.end()
         self.clock.tick()
 

@@ -45,6 +45,7 @@ class FitInfo:
     backend: str
     iteration: int
     clip: Any = None            # a clip's trifit.video.Clip (frames, size, rate), None for a picture
+    focus: np.ndarray | None = None  # the focus mask painted (app/focus_brush.py) the fit weighs by, if any
 
 
 @dataclass
@@ -58,6 +59,19 @@ class Progress:
     timings: dict | None = None       # fitter.timings(), at most every TIMINGS_EVERY_S
     gpu_image: tuple | None = None    # (buffer, W, H) on the shared device
     pixels: np.ndarray | None = None  # reference backend preview (float32 H x W x 3)
+    triangles: Any = None             # edit mode: trifit.edits' view of the fit now, an EditView
+
+
+@dataclass
+class EditView:
+    """What edit mode picks and outlines from (app/edit_tool.py): the fit's triangles as it holds
+    them (painting order), their ids, the locked ones' ids, the sigma (frame units)."""
+
+    triangles: np.ndarray       # (T, 10)
+    ids: list
+    locked: list
+    sigma: float
+    iteration: int
 
 
 @dataclass
@@ -73,6 +87,7 @@ class AutosaveSnapshot:
     backend: str
     running: bool
     checkpoint: Any = None      # render.checkpoint.Checkpoint: what a restore resumes from exactly
+    focus: np.ndarray | None = None  # the focus mask painted (float32 at the working size), if any
 
 
 class AutosaveClock:

@@ -66,6 +66,17 @@ def layout_panes(mode: ViewMode, canvas_w: float, canvas_h: float, img_w: int, i
     return a, b
 
 
+def image_point(mode: ViewMode, split: float, panes: tuple[Rect, Rect], x: float, y: float):
+    """Where the canvas point (x, y) (the panes' units) falls on the image: (u, v) in normalised
+    frame coordinates (a scene's vertex coordinates), or None between the panes."""
+    for k, r in enumerate(panes):
+        if k == 1 and mode == ViewMode.OVERLAY:
+            break
+        if r[2] - r[0] >= 1 and r[3] - r[1] >= 1 and r[0] <= x < r[2] and r[1] <= y < r[3]:
+            return (x - r[0]) / (r[2] - r[0]), (y - r[1]) / (r[3] - r[1])
+    return None
+
+
 def clear_colour(fmt: str) -> tuple[float, float, float, float]:
     """display.wgsl's BACKGROUND (sRGB-encoded values), linearised for an sRGB output texture."""
     c = [0.13, 0.13, 0.14]
@@ -95,7 +106,16 @@ VIEW = Struct("View", [  # display.wgsl's uniform
     ("split", "f32", "overlay: fraction of the pane width showing the render"),
     ("flags", "u32", "bit 0: render valid, bit 1: target valid, bit 2: output texture is sRGB"),
     ("line_px", "f32", "overlay split line width in physical pixels"),
+    ("band", "vec4f", "edit mode: the rubber band's x0, y0, x1, y1 in physical pixels"),
+    ("outlines", "u32", "edit mode: selected triangles outlined (the outline buffer's first ones)"),
+    ("edit_flags", "u32", "bit 0: focus mask overlay on, bit 1: rubber band on"),
+    ("outline_px", "f32", "outline width in physical pixels"),
+    ("handle_px", "f32", "vertex handle radius in physical pixels"),
+    ("surface", "vec2f", "the output texture's width, height in physical pixels (the outlines' viewport)"),
 ], "uniform")
+MAX_OUTLINES = 1024   # selected triangles the display outlines (two vec4f each in its storage buffer)
+OUTLINE_PX = 1.5      # logical pixels
+HANDLE_PX = 3.5       # logical pixels
 UNPACK_SIZE = Struct("Size", [("width", "u32"), ("height", "u32")], "uniform")  # unpack.wgsl's uniform
 _UNIFORMS = {"display.wgsl": VIEW, "unpack.wgsl": UNPACK_SIZE}
 
@@ -151,3 +171,7 @@ class CanvasState:
         self.image_size: tuple[int, int] | None = None   # of the target; sets the panes' aspect
         self.render_size: tuple[int, int] | None = None  # of the fitter's image (half size while coarse)
         self.render_valid = False
+        self.edit = False                    # edit mode: the display pipelines with the edit overlay
+        self.outlines = 0                    # selected triangles outlined
+        self.band: Rect | None = None        # the rubber band (logical px), while one is dragged
+        self.focus_on = False                # the focus mask overlay is shown

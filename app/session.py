@@ -8,6 +8,8 @@ the store writes it to the user's data directory::
         scene.json     the scene (the trifit scene format; File > Open scene can read it)
         state.npz      the fit's checkpoint (render/checkpoint.py): parameters, Adam moments,
                        schedule, strategy progress, loss history -- a restore resumes from it
+        focus.npy      the focus mask painted (app/focus_brush.py), when there is one: float32 at
+                       the working size; a restore weighs the fit by it again
         session.json   what the fit was made from: target image (absolute path), working size,
                        triangle count, seed, sigma, learning-rate scale, stop rules, iteration,
                        time, software version, pid, "clean_exit": false
@@ -33,6 +35,7 @@ Environment:
 
 from __future__ import annotations
 
+import io
 import json
 import logging
 import os
@@ -43,6 +46,7 @@ from dataclasses import asdict
 from datetime import UTC, datetime
 from pathlib import Path
 
+import numpy as np
 from PySide6 import QtCore
 
 import trifit
@@ -53,6 +57,7 @@ from .session_record import (
     AUTOSAVE_ENV,
     CHECKPOINT_FILE,
     DAMAGED_PREFIX,
+    FOCUS_FILE,
     FOLDER_PREFIX,
     LOCK_FILE,
     SCENE_FILE,
@@ -64,6 +69,7 @@ from .session_record import (
     autosave_interval,
     checkpoint_of,
     data_dir,
+    focus_of,
     params_from_record,
     read_session_record,
 )
@@ -159,7 +165,8 @@ class SessionStore:
             log.warning("an autosaved session cannot be restored: its image %s is gone "
                         "(the scene is in %s)", record["source"], folder / SCENE_FILE)
             return None
-        return CrashedSession(folder, record, scene, params, stop, lock, checkpoint_of(folder, record))
+        return CrashedSession(folder, record, scene, params, stop, lock, checkpoint_of(folder, record),
+                              focus_of(folder, record))
 
     def adopt(self, crashed: CrashedSession) -> None:
         """Continue ``crashed`` in this window: later autosaves go to its folder (so its files
@@ -200,6 +207,12 @@ class SessionStore:
                 save_checkpoint(snap.checkpoint, folder / CHECKPOINT_FILE)
             else:
                 (folder / CHECKPOINT_FILE).unlink(missing_ok=True)  # never one of an older iteration
+            if snap.focus is not None:
+                buffer = io.BytesIO()
+                np.save(buffer, np.ascontiguousarray(snap.focus, dtype=np.float32), allow_pickle=False)
+                atomic_write_bytes(folder / FOCUS_FILE, buffer.getvalue())
+            else:
+                (folder / FOCUS_FILE).unlink(missing_ok=True)
             now = time.time()
             record = {
                 "format": SESSION_FORMAT,
@@ -220,6 +233,8 @@ class SessionStore:
                 "backend": snap.backend,
                 "running": bool(snap.running),
             }
+            if snap.focus is not None:
+                record["focus_file"] = FOCUS_FILE
             text = json.dumps(record, indent=1, allow_nan=False)
             atomic_write_bytes(folder / SESSION_FILE, text.encode("utf-8"))
             self.saves += 1

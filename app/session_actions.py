@@ -67,7 +67,7 @@ class SessionActions:
         self.controls.set_stop_conditions(crashed.stop)
         self.worker.set_stop_conditions(crashed.stop)
         self.worker.load(crashed.source, crashed.params, init_scene=crashed.scene, start=start,
-                         resume=crashed.checkpoint)
+                         resume=crashed.checkpoint, focus=crashed.focus)
         log.info("restoring the session autosaved in %s (%s)", crashed.folder, crashed.describe())
         self.show_message(f"Restored the previous session ({crashed.describe()})")
 

@@ -13,6 +13,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 from PySide6 import QtCore
 
 import trifit
@@ -34,6 +35,7 @@ SESSION_VERSION = 1
 SESSION_FILE = "session.json"
 SCENE_FILE = "scene.json"
 CHECKPOINT_FILE = "state.npz"
+FOCUS_FILE = "focus.npy"   # the focus mask painted (app/focus_brush.py), when there is one
 LOCK_FILE = "lock"
 FOLDER_PREFIX = "session-"
 DAMAGED_PREFIX = "damaged-"
@@ -95,6 +97,7 @@ class CrashedSession:
     stop: StopConditions
     lock: Any  # QtCore.QLockFile
     checkpoint: Any = None  # render.checkpoint.Checkpoint of the fit at the record's iteration, if usable
+    focus: Any = None       # the focus mask painted (float32 (H, W) in [0, 1]), if the session had one
 
     @property
     def source(self) -> str:
@@ -203,6 +206,26 @@ def checkpoint_of(folder: Path, record: dict):
                     "starts from its scene", ck.iteration, record.get("iteration"))
         return None
     return ck
+
+
+def focus_of(folder: Path, record: dict):
+    """The session's painted focus mask (float32 at the record's working size), or None: none
+    was painted, or the file is not a usable mask (logged; the restore goes on without it)."""
+    name = record.get("focus_file")
+    if name is None:
+        return None
+    try:
+        if name != FOCUS_FILE:
+            raise ValueError(f"unexpected focus_file {name!r}")
+        mask = np.load(folder / FOCUS_FILE, allow_pickle=False)
+        shape = (int(record.get("height", -1)), int(record.get("width", -1)))
+        if mask.dtype != np.float32 or mask.shape != shape or not np.all(np.isfinite(mask)) or mask.min() < 0 \
+                or mask.max() > 1:
+            raise ValueError(f"a {mask.dtype} mask of shape {mask.shape}, the session's frame is {shape[::-1]}")
+    except (OSError, ValueError, TypeError) as exc:
+        log.warning("ignoring the autosave's focus mask (%s); the restore has none", exc)
+        return None
+    return mask
 
 
 # ---------------------------------------------------------------------- the store

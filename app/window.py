@@ -25,6 +25,7 @@ from PySide6 import QtCore, QtGui, QtWidgets
 
 import trifit
 
+from . import edit_tool
 from .canvas import FitCanvas, make_canvas
 from .canvas_view import CanvasView
 from .controls import ControlsPanel
@@ -83,6 +84,7 @@ class MainWindow(FileActions, SessionActions, WindowSettings, QtWidgets.QMainWin
         self._build_menus()
         self._build_status_bar()
         self._connect_worker()
+        self.edit_tool = edit_tool.install(self)  # edit mode: the Edit menu and dock (app/edit_tool.py)
         for box in self.findChildren(QtWidgets.QAbstractSpinBox):
             box.installEventFilter(self)  # Space starts and pauses the fit there too
         self._restore_settings()
@@ -417,6 +419,7 @@ class MainWindow(FileActions, SessionActions, WindowSettings, QtWidgets.QMainWin
         if self.fit_info is not None:
             self.canvas.set_target(self.fit_info.target)
         self.canvas_view.replace_canvas(self.canvas)
+        self.edit_tool.attach(self.canvas)
         old.close()
         old.deleteLater()
         log.warning("the GPU device was replaced: the canvas now draws on the new one")

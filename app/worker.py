@@ -37,9 +37,20 @@ from PySide6 import QtCore
 
 import trifit
 from trifit import FitRun, StopConditions
+from trifit.run import UNCOLLAPSED
 
+from .focus_brush import weights_from_mask
 from .gpu_gate import GpuGate
-from .messages import AUTOSAVE_EVERY_S, AutosaveClock, AutosaveSnapshot, FitInfo, FitParams, Progress, VideoParams
+from .messages import (
+    AUTOSAVE_EVERY_S,
+    AutosaveClock,
+    AutosaveSnapshot,
+    EditView,
+    FitInfo,
+    FitParams,
+    Progress,
+    VideoParams,
+)
 
 __all__ = ["AUTOSAVE_EVERY_S", "AutosaveSnapshot", "FitInfo", "FitParams", "FitWorker", "Progress", "VideoParams"]
 
@@ -49,6 +60,7 @@ CHUNK_TARGET_S = 0.015  # one chunk of iterations should take about this long (a
 TIMINGS_EVERY_S = 0.5   # how often per-pass timings and counters are sent to the plots
 REFERENCE_PREVIEW_EVERY_S = 0.5  # reference backend: host render of the preview, at most this often
 FRAME_WAIT_S = 0.1      # after a chunk, leave the GPU to the GUI for one preview frame, at most this long
+EDIT_VIEW_EVERY_S = 0.1  # edit mode: how often the triangles go to the GUI (what a click picks)
 
 
 # ---------------------------------------------------------------------- commands
@@ -60,6 +72,7 @@ class _Load:
     init_scene: Any = None
     start: bool = False
     resume: Any = None                  # render.checkpoint.Checkpoint: continue that fit instead
+    focus: Any = None                   # a painted focus mask (app/focus_brush.py) to weigh the fit by
 
 
 @dataclass
@@ -74,7 +87,7 @@ class _LoadClip:
 
 @dataclass
 class _Live:
-    kind: str                           # "triangles" | "sigma" | "lr" | "stop"
+    kind: str                           # "triangles" | "sigma" | "lr" | "stop" | "edit" | "weights" | ...
     value: Any
     sent_at: float = field(default_factory=time.perf_counter)
 
@@ -127,6 +140,9 @@ class FitWorker:
         self._last_preview = 0.0
         self._params: FitParams | None = None    # the current fit's settings, live changes included
         self._clip = None                        # a clip's trifit.videorun.FrameLoop (None: a picture)
+        self._focus = None                       # the painted focus mask the fit weighs by (None: none)
+        self._edit_view = False                  # edit mode: send the triangles with the progress
+        self._last_edit_view = 0.0
         self._autosave = AutosaveClock()
 
     # ------------------------------------------------------------------ GUI-thread API
@@ -137,13 +153,13 @@ class FitWorker:
         self._thread.start()
 
     def load(self, image, params: FitParams, *, source: str | None = None, init_scene=None,
-             start: bool = False, resume=None) -> None:
+             start: bool = False, resume=None, focus=None) -> None:
         """Build a new fit; on failure ``failed`` is emitted and the current fit stays.
         ``resume``: a checkpoint of a fit of this image to continue where it was (a crash
         restore); if it does not fit the image, the fit starts from ``init_scene`` instead."""
         if source is None and isinstance(image, str):
             source = image
-        self._commands.put(_Load(image, replace(params), source, init_scene, start, resume))
+        self._commands.put(_Load(image, replace(params), source, init_scene, start, resume, focus))
 
     def load_clip(self, path: str, params: FitParams, video: VideoParams, *, start: bool = False) -> None:
         """Fit a clip (a video file or a folder of frames) frame by frame; on failure ``failed``
@@ -172,6 +188,19 @@ class FitWorker:
 
     def set_stop_conditions(self, rules: StopConditions) -> None:
         self._commands.put(_Live("stop", replace(rules)))
+
+    def edit(self, request: dict) -> None:
+        """An edit by hand (trifit.edits: by id), at the next chunk boundary -- at once while
+        paused; every one applies, in order."""
+        self._commands.put(_Live("edit", request))
+
+    def set_focus(self, mask) -> None:
+        """Weigh the fit by this painted focus mask (app/focus_brush.py; None or empty: none)."""
+        self._commands.put(_Live("weights", None if mask is None else np.array(mask, np.float32)))
+
+    def set_edit_view(self, on: bool) -> None:
+        """Edit mode: send the fit's triangles (an EditView) with the progress, and after every edit."""
+        self._commands.put(_Live("edit_view", bool(on)))
 
     def configure_autosave(self, writer: Callable[[AutosaveSnapshot], Any] | None,
                             every_s: float = AUTOSAVE_EVERY_S) -> None:
@@ -273,11 +302,12 @@ class FitWorker:
     def _apply(self, commands: list) -> None:
         # Live changes that pile up while a chunk runs (a spin box held down) collapse to the last
         # value of each kind, so one rebuild per kind per chunk at most.
-        latest_live: dict[str, _Live] = {}
-        for cmd in commands:
+        latest_live: dict = {}
+        for k, cmd in enumerate(commands):
             if isinstance(cmd, _Live):
-                latest_live.pop(cmd.kind, None)
-                latest_live[cmd.kind] = cmd
+                key = (cmd.kind, k) if cmd.kind in UNCOLLAPSED else cmd.kind  # edits: each, in order
+                latest_live.pop(key, None)
+                latest_live[key] = cmd
                 continue
             for live in latest_live.values():
                 self._apply_live(live)
@@ -296,8 +326,9 @@ class FitWorker:
                 last = self._last_load
                 if isinstance(last, _LoadClip):  # the clip again from its first frame (opened and checked already)
                     self._do_load_clip(replace(last, params=cmd[1], video=cmd[2] or last.video, start=self._running))
-                elif last is not None:  # a fresh fit: seed and size apply, no init scene
-                    self._do_load(replace(last, params=cmd[1], init_scene=None, resume=None, start=self._running))
+                elif last is not None:  # a fresh fit: seed and size apply, no init scene; the focus painted stays
+                    self._do_load(replace(last, params=cmd[1], init_scene=None, resume=None, start=self._running,
+                                          focus=self._focus))
         for live in latest_live.values():
             self._apply_live(live)
 
@@ -305,6 +336,15 @@ class FitWorker:
         if cmd.kind == "autosave":
             self._autosave.configure(*cmd.value)
             return
+        if cmd.kind == "edit_view":
+            self._edit_view = cmd.value
+            self._send_edit_view()
+            return
+        value = cmd.value
+        if cmd.kind == "weights":
+            if self._fitter is None or self._clip is not None:
+                return  # (a clip's frames are fitted without a focus map)
+            self._focus, value = cmd.value, weights_from_mask(cmd.value)
         if cmd.kind == "stop":
             self._stop_rules = cmd.value
             if self._run is not None and self._clip is None:  # (a clip's frames end by their iterations)
@@ -313,16 +353,18 @@ class FitWorker:
         if self._fitter is None:
             return  # the next fit is built from the controls' values anyway
         if self._run is not None and self._running:  # applied by the run loop at the next chunk boundary
-            self._run.request(cmd.kind, cmd.value)
+            self._run.request(cmd.kind, value)
         else:
             try:
-                self._fitter.apply(cmd.kind, cmd.value)
+                self._fitter.apply(cmd.kind, value)
             except (ValueError, trifit.TrifitError) as exc:
                 self.signals.failed.emit("Cannot apply the change", str(exc))
                 return
             self.signals.applied.emit(cmd.kind, time.perf_counter() - cmd.sent_at)
-        if self._params is not None:
-            field_name = {"triangles": "triangles", "sigma": "sigma_px", "lr": "lr_scale"}[cmd.kind]
+            if cmd.kind in ("edit", "locked"):  # paused: show the edit at once
+                self._send_edit_view(render=True)
+        field_name = {"triangles": "triangles", "sigma": "sigma_px", "lr": "lr_scale"}.get(cmd.kind)
+        if self._params is not None and field_name is not None:
             setattr(self._params, field_name, cmd.value)
 
     def _set_running(self, running: bool) -> None:
@@ -372,7 +414,8 @@ class FitWorker:
             fitter = self._resumed(cmd) if cmd.resume is not None else None
             if fitter is None:
                 fitter = trifit.Fitter(cmd.image, triangles=p.triangles, size=p.size, seed=p.seed,
-                                       engine=self.engine, init_scene=cmd.init_scene, source=cmd.source)
+                                       engine=self.engine, init_scene=cmd.init_scene, source=cmd.source,
+                                       weights=weights_from_mask(cmd.focus))
                 if p.sigma_px is not None:
                     fitter.set_sigma(p.sigma_px)
                 if p.lr_scale != 1.0:
@@ -383,6 +426,7 @@ class FitWorker:
         except (trifit.TrifitError, ValueError, MemoryError) as exc:
             self.signals.failed.emit("Cannot start this fit", str(exc))
             return
+        self._focus = None if cmd.focus is None or fitter.focus is None else _at_size(cmd.focus, fitter)
         self._install(fitter, cmd, p)
         if len(fitter.history):  # a resumed fit: its loss curve so far
             self.signals.progress.emit(Progress(None, np.array(fitter.history.iterations),
@@ -400,6 +444,8 @@ class FitWorker:
         self._end_run()
         self._close_fit()
         self._fitter, self._clip = fitter, clip
+        if clip is not None:
+            self._focus = None
         self._last_load = cmd
         self._params = replace(params)
         self._autosave.restart(fitter.iteration)
@@ -408,7 +454,9 @@ class FitWorker:
         source = cmd.path if clip is not None else cmd.source
         self.signals.loaded.emit(FitInfo(source, fitter.target.copy(), fitter.width, fitter.height,
                                          fitter.settings.triangles, self.engine.backend, fitter.iteration,
-                                         clip.clip if clip is not None else None))
+                                         clip.clip if clip is not None else None,
+                                         None if self._focus is None else self._focus.copy()))
+        self._send_edit_view()
 
     def _close_fit(self) -> None:
         if self._clip is not None:
@@ -478,7 +526,8 @@ class FitWorker:
         """The checkpointed fit, continued; None (logged) when the checkpoint does not fit the
         image as it is now -- the caller then starts from the saved scene."""
         try:
-            return trifit.Fitter.resume(cmd.image, cmd.resume, engine=self.engine, source=cmd.source)
+            return trifit.Fitter.resume(cmd.image, cmd.resume, engine=self.engine, source=cmd.source,
+                                        weights=weights_from_mask(cmd.focus))
         except trifit.TrifitError as exc:
             if isinstance(exc, trifit.ImageError):
                 raise
@@ -522,6 +571,9 @@ class FitWorker:
         if now - self._last_timings >= TIMINGS_EVERY_S:
             self._last_timings = now
             progress.timings = f.timings()
+        if self._edit_view and now - self._last_edit_view >= EDIT_VIEW_EVERY_S:
+            self._last_edit_view = now
+            progress.triangles = self._edit_view_now()
         image = f.gpu_image()
         if image is not None:
             progress.gpu_image = image
@@ -545,7 +597,8 @@ class FitWorker:
         return AutosaveSnapshot(scene, self._last_load.source if self._last_load else None,
                                 replace(self._params) if self._params else FitParams(),
                                 replace(self._stop_rules), f.iteration, f.n_triangles,
-                                self.engine.backend, self._running, checkpoint)
+                                self.engine.backend, self._running, checkpoint,
+                                None if self._focus is None else self._focus.copy())
 
     def _write_autosave(self, snapshot: AutosaveSnapshot) -> None:
         try:
@@ -557,9 +610,39 @@ class FitWorker:
         if where is not None:
             self.signals.autosaved.emit(str(where), snapshot.iteration)
 
+    def _edit_view_now(self) -> EditView:
+        f = self._fitter
+        tris, sigma, ids = f.triangles_now()
+        return EditView(tris, ids, [ids[i] for i in f.locked], sigma, f.iteration)
+
+    def _send_edit_view(self, render: bool = False) -> None:
+        """Edit mode, between chunks: the triangles as they are now (and, ``render``: the render
+        of them, when the fit is paused and its last image does not show an edit yet)."""
+        if not self._edit_view or self._fitter is None:
+            return
+        view = self._edit_view_now()
+        pixels = None
+        if render:
+            f = self._fitter
+            _, bg, _ = f.values()
+            pixels = self.engine.render(trifit.Scene(f.width, f.height, view.sigma, np.clip(bg[0], 0, 1),
+                                                     view.triangles)).astype(np.float32)
+        self._last_edit_view = time.perf_counter()
+        self.signals.progress.emit(Progress(None, np.empty(0, int), np.empty(0), 0, pixels=pixels, triangles=view))
+
     def _finish(self, reason: str) -> None:
         self._set_running(False)
         self.signals.stopped.emit(reason)
+
+
+def _at_size(mask, fitter) -> np.ndarray:
+    """A painted mask at the fit's working size (a reset may change the size)."""
+    m = np.asarray(mask, np.float32)
+    if m.shape == (fitter.height, fitter.width):
+        return m
+    from trifit.focus import focus_map
+
+    return focus_map(m, (fitter.height, fitter.width)).astype(np.float32)
 
 
 def _open_clip(cmd: _LoadClip) -> None:

@@ -245,8 +245,10 @@ def run_batch(inputs: Iterable[str] | Iterable[Path], outdir, *, triangles: int 
     return result
 
 
-def _save_outputs(scene, fitter, engine, name: str, outdir: Path, render: bool, reports: bool) -> float:
-    """Write the scene (atomically, first), then the optional render and report; returns the PSNR."""
+def _save_outputs(scene, fitter, engine, name: str, outdir: Path, render: bool, reports: bool,
+                  source_file=None) -> float:
+    """Write the scene (atomically, first), then the optional render and report; returns the PSNR.
+    ``source_file``: where the source image is on this machine (default: the fitter's source)."""
     scene_path = outdir / f"{name}.trifit.json"
     final = engine.render(scene, fitter.width, fitter.height)
     scene.save(scene_path)  # the result, atomically, before anything optional
@@ -255,7 +257,8 @@ def _save_outputs(scene, fitter, engine, name: str, outdir: Path, render: bool, 
         from .export import picture_size, save_render
         from .imageio import source_size
 
-        frame = source_size(fitter.source) if fitter.source else (scene.width, scene.height)
+        source_file = source_file or fitter.source
+        frame = source_size(source_file) if source_file else (scene.width, scene.height)
         W, H = picture_size(frame, scale=None if render is True else float(render))
         save_render(scene, outdir / f"{name}.trifit.png", W, H, engine=engine, edges="crisp")
     if reports:
@@ -272,8 +275,10 @@ def _failure(img_path, scene_path, exc, t0) -> ImageResult:
 
 
 def _fit_sequential(img_path, target, engine, stop, *, triangles, size, seed, loss, strategy, render, reports,
-                    progress, bar, record, outdir, names) -> None:
-    """The per-image path: a full Fitter (growth, respawn, coarse stage, any stop condition)."""
+                    progress, bar, record, outdir, names, local_path=None) -> None:
+    """The per-image path: a full Fitter (growth, respawn, coarse stage, any stop condition).
+    ``local_path``: where the image's bytes are on this machine when that is not ``img_path``
+    (a cluster worker's copy, render/cluster.py); ``img_path`` still names it in the scene."""
     from .fitter import Fitter
     from .imageio import load_image
     from .run import FitRun
@@ -284,7 +289,7 @@ def _fit_sequential(img_path, target, engine, stop, *, triangles, size, seed, lo
     t0 = time.perf_counter()
     try:
         if target is None:
-            target = load_image(img_path, size)
+            target = load_image(local_path or img_path, size)
         fitter = Fitter(target, triangles=triangles, size=size, seed=seed, engine=engine,
                         source=str(img_path), loss=loss, strategy=strategy)
         try:
@@ -292,7 +297,7 @@ def _fit_sequential(img_path, target, engine, stop, *, triangles, size, seed, lo
                 bar.set_postfix_str(f"it {stats.iteration} psnr {stats.psnr:.2f}")
 
             FitRun(fitter, stop).run(step if progress else None)
-            psnr = _save_outputs(fitter.scene, fitter, engine, name, outdir, render, reports)
+            psnr = _save_outputs(fitter.scene, fitter, engine, name, outdir, render, reports, local_path)
             r = ImageResult(str(img_path), str(scene_path), "done", psnr, fitter.iteration,
                             time.perf_counter() - t0)
         finally:

@@ -44,6 +44,16 @@ def _positive_float(text: str) -> float:
     return v
 
 
+def _nonnegative_float(text: str) -> float:
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if not v >= 0 or v == float("inf"):
+        raise argparse.ArgumentTypeError(f"expected a finite number >= 0, got {text}")
+    return 0.0 if v == 0 else v  # (-0 is 0: the same settings, for resuming)
+
+
 def _size_wxh(text: str) -> tuple[int, int]:
     try:
         w, h = (int(v) for v in text.lower().split("x"))
@@ -139,6 +149,10 @@ def build_parser() -> argparse.ArgumentParser:
     bt.add_argument("--sequential", action="store_true",
                     help="fit the images one by one with the full fitter (growth, respawn, coarse stage) "
                          "instead of batching equal-size images on the GPU when --iters is the only stop")
+    bt.add_argument("--dask", default=None, metavar="local[:N]|tcp://HOST:PORT",
+                    help="fit on a Dask cluster (pip install 'trifit[cluster]'): local:N starts N worker processes "
+                         "(default one per GPU), an address joins a running scheduler whose workers were started with "
+                         "--nthreads 1 --resources GPU=1; each scene is what --sequential writes")
     bt.add_argument("--quiet", action="store_true", help="no progress bar")
 
     v = sub.add_parser("video", help="fit a clip frame by frame: triangles that persist and move",
@@ -157,6 +171,10 @@ def build_parser() -> argparse.ArgumentParser:
     v.add_argument("--first-frame-iters", type=_positive_int, default=600, metavar="M",
                    help="iterations of the first frame's full fit (default 600)")
     v.add_argument("--seed", type=int, default=0)
+    v.add_argument("--steady", type=_nonnegative_float, default=0.0, metavar="W",
+                   help="the temporal term: pull each triangle towards where the previous frame left it, W times "
+                        "how still the picture is around it, so still regions stop flickering and moving content "
+                        "stays free (default 0: off; README, 'Video', for a value)")
     v.add_argument("--fps", type=_positive_float, default=None,
                    help="frame rate of a folder of frames (default 25); overrides a video's own")
     v.add_argument("--scenes", default=None, metavar="DIR", help="also write each frame's scene (frame_0000.trifit.json)")
@@ -473,6 +491,10 @@ def cmd_batch(args) -> int:
     from .batch import run_batch
     from .run import StopConditions
 
+    if args.dask is not None:  # a bad value, or no distributed installed: exit 2 before any file is touched
+        from .cluster import check_target
+
+        check_target(args.dask)
     out = Path(args.output)
     if out.exists() and not out.is_dir():
         raise TrifitError(f"{out}: is a file, not a folder")
@@ -484,12 +506,16 @@ def cmd_batch(args) -> int:
     stop = StopConditions(args.iters, args.time_limit, args.target_psnr, args.plateau)
     if not stop.any():
         stop.iterations = 600
-    result = run_batch(args.inputs, out, triangles=args.tris, size=args.size, stop=stop, seed=args.seed,
-                       loss=args.loss, strategy=args.strategy, backend=args.backend,
-                       render=(args.scale or True) if args.png else False, reports=args.reports,
-                       force=args.force, progress=not args.quiet,
-                       # batching needs an iteration count the user chose (see render/batch.py)
-                       sequential=args.sequential or args.iters is None)
+    common = dict(triangles=args.tris, size=args.size, stop=stop, seed=args.seed, loss=args.loss,
+                  strategy=args.strategy, backend=args.backend, render=(args.scale or True) if args.png else False,
+                  reports=args.reports, force=args.force, progress=not args.quiet)
+    if args.dask is not None:
+        from .cluster import run_cluster_batch
+
+        result = run_cluster_batch(args.inputs, out, dask=args.dask, **common)
+    else:
+        # batching needs an iteration count the user chose (see render/batch.py)
+        result = run_batch(args.inputs, out, sequential=args.sequential or args.iters is None, **common)
     if not args.quiet or result.failed:
         print(f"trifit: batch: {result.done} fitted, {result.skipped} skipped (already done), "
               f"{len(result.failed)} failed; scenes -> {out}", file=sys.stderr)
@@ -503,6 +529,7 @@ def cmd_video(args) -> int:
     from tqdm import tqdm
 
     from .video import open_clip, output_kind, run_video
+    from .videofit import FramePolicy
 
     if args.scale is not None and args.width is not None:
         raise UsageError("trifit video: give one of --scale and --width")
@@ -530,7 +557,7 @@ def cmd_video(args) -> int:
                            iters_per_frame=args.iters_per_frame, first_frame_iters=args.first_frame_iters,
                            seed=args.seed, scale=args.scale, width=args.width, edges=args.edges,
                            scenes_dir=args.scenes, svg_dir=args.svg_dir, backend=args.backend, clip=clip, spec=spec,
-                           on_frame=frame_done, on_clip=started, note=note)
+                           policy=FramePolicy(steady=args.steady), on_frame=frame_done, on_clip=started, note=note)
     finally:
         if interrupted is not None:
             interrupted.restore()

@@ -17,6 +17,7 @@ import numpy as np
 
 from . import focus, reference
 from .errors import AdapterError, BatchError, SceneError
+from .gpu.device import ADAPTER_ENV  # noqa: F401 (TRIFIT_ADAPTER, named for the engine's users)
 from .gpu.timing import Counters, HostPhases, median_ms
 from .scene import Scene
 
@@ -138,6 +139,19 @@ def _make_backend(backend: str, subgroups: bool | None, segmented: bool | None =
         log.info("adapter type %s: the reference backend is faster here (AUTO_POLICY)", kind)
         return ReferenceBackend()
     return gpu
+
+
+def gpu_adapters() -> list[dict[str, str]]:
+    """The GPU adapters ``TRIFIT_ADAPTER=K`` picks from (name, backend, type, ...), in its order:
+    an engine made with ``TRIFIT_ADAPTER=K`` in the environment computes on the K-th
+    (render/gpu/device.py). Empty when there is none (or TRIFIT_NO_GPU is set)."""
+    import os
+
+    if os.environ.get("TRIFIT_NO_GPU"):
+        return []
+    from .gpu.device import adapter_summary, list_adapters
+
+    return [adapter_summary(a) for a in list_adapters()]
 
 
 class Engine:

@@ -196,6 +196,7 @@ class ReferenceFitLoop:
         self.weights = None if weights is None else np.asarray(weights, dtype=np.float64).reshape(self.targets.shape[:3])
         self.n_tris = n_tris
         self.set_locked([np.zeros(0, int)] * self.batch, [np.zeros((0, 10))] * self.batch)
+        self.set_anchor(None)
         raw = self._stack(raw)
         self.reset(raw, np.zeros_like(raw), np.zeros_like(raw), iteration, schedule, settings)
 
@@ -239,6 +240,17 @@ class ReferenceFitLoop:
         (and are reported) at exactly these values (``records``: the GPU loop's; none here)."""
         self._locks = [(np.asarray(i, dtype=np.int64), np.asarray(v, dtype=np.float64).reshape(-1, 10))
                        for i, v in zip(locked, values)]
+
+    def set_anchor(self, anchor, weights=None) -> None:
+        """Pull the triangles towards ``anchor`` (B, T, 10) values with ``weights`` (B, T, 10),
+        as GpuFitLoop.set_anchor: each iteration adds the gradient of
+        reference.anchor_penalty to the loss's (locked triangles stay as they are). None: no anchor."""
+        if anchor is None:
+            self._anchor = None
+            return
+        shape = (self.batch, self.n_tris, 10)
+        self._anchor = (np.asarray(anchor, dtype=np.float64).reshape(shape),
+                        np.asarray(weights, dtype=np.float64).reshape(shape))
 
     def _values(self, b: int):
         """Image b's triangles and background, the locked triangles at their locked values."""
@@ -301,6 +313,8 @@ class ReferenceFitLoop:
                 with self.backend.host.phase("forward+backward"):
                     loss, gt, gb = reference.loss_and_grad(scene, self.targets[b], s.loss,
                                                            None if self.weights is None else self.weights[b])
+                if self._anchor is not None:
+                    gt = gt + reference.anchor_penalty(tris, self._anchor[0][b], self._anchor[1][b])[1]
                 g = np.concatenate([gt.ravel(), gb])
                 # chain rule through the sigmoid of every logit
                 vals = sigmoid(self.raw[b])

@@ -179,14 +179,17 @@ class FitState:
         """Put each image's new triangles (values, (k, 10)) on top, with zero moments."""
         fresh = raw_triangles(np.stack(new))
         T, k = self.n_triangles, fresh.shape[1]
+        self.tri_ids = [np.concatenate([ids, self._new_ids(k)]) for ids in self.triangle_ids_all()]
         self._join([(np.concatenate([tri, fresh if j == 0 else np.zeros_like(fresh)], axis=1), rest)
                     for j, (tri, rest) in enumerate(self._split())], T + k)
 
     def keep(self, idx: np.ndarray) -> None:
         """Keep triangles ``idx[b]`` of each image b (all the same length), in that order."""
         idx = np.asarray(idx)
+        ids = self.triangle_ids_all()
         for b, order in enumerate(idx):
             self._reindex_locks(b, order)
+        self.tri_ids = [i[order] for i, order in zip(ids, idx)]
         self._join([(np.take_along_axis(tri, idx[:, :, None], axis=1), rest) for tri, rest in self._split()],
                    idx.shape[1])
 
@@ -196,6 +199,7 @@ class FitState:
         dead, new = self._spare_locked(dead, new)
         parts = self._split()
         out = [(tri.copy(), rest) for tri, rest in parts]
+        ids = self.triangle_ids_all()
         for b, (d, fresh) in enumerate(zip(dead, new)):
             if not len(d):
                 continue
@@ -203,11 +207,13 @@ class FitState:
             alive[d] = False
             order = np.concatenate([np.flatnonzero(alive), d])
             self._reindex_locks(b, order)
+            ids[b] = np.concatenate([ids[b][alive], self._new_ids(len(d))])  # re-placed: new triangles
             raw_new = raw_triangles(fresh)
             for j, (tri, _) in enumerate(out):
                 tri[b] = tri[b][order]
                 tri[b, len(order) - len(d):] = raw_new if j == 0 else 0.0
             self.respawned += len(d)
+        self.tri_ids = ids
         self._join(out, self.n_triangles, images=[b for b, d in enumerate(dead) if len(d)])
 
     def use_schedule(self, schedule) -> None:
@@ -257,6 +263,7 @@ class FitState:
         return [(a[:, : T * 10].reshape(B, T, 10), a[:, T * 10:]) for a in self._state()]
 
     def _join(self, parts, n: int, images=None) -> None:
+        self._anchor = None  # (its rows were the triangles before the operation)
         raw, m, v = (np.concatenate([tri.reshape(self.batch, -1), rest], axis=1) for tri, rest in parts)
         self._set(raw, m, v, n, self.iteration, images)
 
@@ -312,6 +319,25 @@ class FitState:
         return (np.asarray(tris).reshape(self.batch, self.n_triangles, 10), np.asarray(bg).reshape(self.batch, 3),
                 np.asarray(sigma, dtype=np.float64).reshape(-1) * np.ones(self.batch))
 
+    # ------------------------------------------------------------------ triangle ids (edits)
+    def triangle_ids_all(self) -> list[np.ndarray]:
+        """Each image's triangles' ids, in painting order: a triangle keeps its id while growth,
+        pruning and respawn renumber it (a re-placed triangle is a new one, with a new id), so
+        a selection made a few chunks ago still names the triangles it named (render/edits.py).
+        Ids are not part of a fit's result; a fit restored from a checkpoint or a lost device
+        numbers its triangles afresh."""
+        ids = getattr(self, "tri_ids", None)
+        if ids is None or len(ids) != self.batch or any(len(i) != self.n_triangles for i in ids):
+            self._next_id = 0
+            ids = [self._new_ids(self.n_triangles) for _ in range(self.batch)]
+            self.tri_ids = ids
+        return [i.copy() for i in ids]
+
+    def _new_ids(self, k: int) -> np.ndarray:
+        first = getattr(self, "_next_id", 0)
+        self._next_id = first + int(k)
+        return np.arange(first, first + int(k), dtype=np.int64)
+
     # ------------------------------------------------------------------ locks and focus (issue 20)
     def working_focus(self) -> np.ndarray | None:
         """The focus maps (B, H, W) at the working size (half size in the coarse stage), or None
@@ -350,8 +376,26 @@ class FitState:
         return costs
 
     def _lock_loop(self, loop) -> None:
-        """Tell ``loop`` the locks before it takes a state (which puts the locked values in place)."""
+        """Tell ``loop`` the locks before it takes a state (which puts the locked values in place),
+        and the anchor."""
         loop.set_locked(self.locks, self._lock_values, records=False)
+        if self._anchor is not None and self._anchor[0].shape[1] != loop.n_tris:
+            self._anchor = None  # (a lost device's snapshot of another count)
+        loop.set_anchor(*(self._anchor or (None,)))
+
+    # ------------------------------------------------------------------ an anchor (a video's --steady)
+    _anchor = None  # (anchor values (B, T, 10), weights (B, T, 10)) or None
+
+    def set_anchor(self, anchor, weights=None) -> None:
+        """Pull each image's triangles towards ``anchor`` (B, T, 10) values with ``weights``
+        (B, T, 10) >= 0: each iteration adds the gradient of ``sum(weights (value - anchor)^2)`` to
+        the loss's, on the device (reference.anchor_penalty). It holds until the triangles change
+        (an operation that adds, keeps or replaces triangles ends it) or ``set_anchor(None)``; a
+        checkpoint does not keep it (a clip's are taken between frames, and each frame sets its own)."""
+        shape = (self.batch, self.n_triangles, 10)
+        self._anchor = None if anchor is None else (np.asarray(anchor, dtype=np.float64).reshape(shape),
+                                                    np.asarray(weights, dtype=np.float64).reshape(shape))
+        self._loop.set_anchor(*(self._anchor or (None,)))
 
     def _reindex_locks(self, b: int, order: np.ndarray) -> None:
         """Image b's locked triangles' indices after an operation that puts old triangle

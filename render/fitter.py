@@ -22,7 +22,7 @@ from dataclasses import replace as dc_replace
 
 import numpy as np
 
-from . import __version__, focus
+from . import __version__, edits, focus
 from .checkpoint import Checkpoint, restore as restore_checkpoint, settings_of, take as take_checkpoint
 from .engine import Engine
 from .errors import DeviceLostError, NumericalFault, TrifitError
@@ -296,6 +296,7 @@ class Fitter(FitState):
         self._device_placement = None
         self.coarse = coarse
         self._relocate_locks(raw, n)
+        self.tri_ids = None  # (the snapshot's triangles: numbered afresh, see triangle_ids_all)
         self._set(raw, m, v, n, it)
         for h in self.histories:
             h.truncate(it)
@@ -344,12 +345,13 @@ class Fitter(FitState):
         self._loop.set_optim(self._optim())
 
     def apply(self, kind: str, value) -> None:
-        """A recorded change by name (what a replay of a scene's ``changes`` calls)."""
+        """A change by name: a recorded one (what a replay of a scene's ``changes`` calls), or a
+        focus map ("weights": :meth:`set_weights`, which is not recorded)."""
         if kind in ("plan", "time_plan"):
             self.plan(value, time_budgeted=kind == "time_plan")
         else:
             {"triangles": self.set_triangles, "sigma": self.set_sigma, "lr": self.set_learning_rate,
-             "locked": self.set_locked}[kind](value)
+             "locked": self.set_locked, "edit": self.edit, "weights": self.set_weights}[kind](value)
 
     def run(self, stop, callback=None, chunk: int | None = None) -> StepStats:
         """Step until a stop condition holds (render/run.py's FitRun); ``callback(stats)`` after
@@ -359,6 +361,45 @@ class Fitter(FitState):
         if not stop.any():
             raise ValueError("give at least one stop condition")
         return FitRun(self, stop, chunk=chunk).run(callback)
+
+    # ------------------------------------------------------------------ edits by hand (issue 20)
+    def edit(self, request: dict) -> None:
+        """Delete triangles, set one's numbers or put triangles back, from the next step on
+        (render/edits.py: the payloads, by index or by id). Parameters and Adam moments stay
+        consistent (an edited triangle's moments start again from zero) and so do the locks;
+        recorded as a live change ``"edit"`` in its index form, so a replay does the same. An
+        id-form ``lock`` is a :meth:`set_locked`. A request whose triangles are all gone does nothing."""
+        change = edits.resolve(self, request)
+        if change is None:
+            return
+        if change[0] == "locked":
+            self.set_locked(change[1])
+            return
+        done = edits.apply(self, change[1])
+        self._record("edit", done)
+        self._next_event = self.strategy.next_event(self.iteration)  # a count the plan wants may be short now
+        self._remember_locked_raw()  # (and a host snapshot: a lost device resumes after the edit)
+
+    def delete_triangles(self, indices) -> None:
+        self.edit({"op": "delete", "indices": [int(i) for i in indices]})
+
+    def set_triangle(self, index: int, values) -> None:
+        """Triangle ``index`` gets these 10 numbers (moved, a vertex moved, recoloured)."""
+        self.edit({"op": "set", "index": int(index), "values": [float(v) for v in values]})
+
+    def insert_triangles(self, indices, values, locked=()) -> None:
+        """Put triangles at ``indices`` (ascending, in the order after the insert), ``locked``:
+        those of them to lock at their values."""
+        self.edit({"op": "insert", "indices": [int(i) for i in indices],
+                   "values": np.asarray(values, dtype=np.float64).reshape(-1, 10).tolist(),
+                   "locked": [int(i) for i in locked]})
+
+    def triangles_now(self) -> tuple[np.ndarray, float, list[int]]:
+        """The first image's triangles as the fit holds them now -- (T, 10) values in painting
+        order (over-grown: all of them), locked ones at their values --, the sigma in force
+        (frame units) and their ids (edits by id, render/edits.py)."""
+        tris, _, sigmas = self.values()
+        return tris[0], float(sigmas[0]), [int(i) for i in self.triangle_ids_all()[0]]
 
     # ------------------------------------------------------------------ locks and focus (issue 20)
     @property

@@ -219,3 +219,16 @@ def loss_and_grad(scene: Scene, target: np.ndarray, loss: str = "mse", weights: 
 def _weighted_terms(diff: np.ndarray, loss: str, w: np.ndarray) -> float:
     """The sum of the pixels' loss terms, each times its weight (``w`` (n, 1))."""
     return float(np.sum((diff * diff if loss == "mse" else np.abs(diff)) * w))
+
+
+def anchor_penalty(triangles: np.ndarray, anchor: np.ndarray, weights: np.ndarray):
+    """An anchor's penalty on a scene's triangles, ``sum(w (t - a)^2)`` over every number of every
+    triangle (``triangles``, ``anchor``, ``weights``: (T, 10), the weights >= 0), and its exact
+    gradient with respect to the triangles' numbers. A fit with an anchor adds this gradient to
+    its loss's (the fit loops; a video's ``--steady`` term, render/videofit.py, picks the weights);
+    it is not part of the loss a fit reports.
+
+    Returns ``(penalty, grad (T, 10))`` in float64."""
+    t, a, w = (np.asarray(x, dtype=np.float64) for x in (triangles, anchor, weights))
+    d = t - a
+    return float(np.sum(w * d * d)), 2.0 * w * d

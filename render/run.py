@@ -33,6 +33,8 @@ RUN_STEP_S = 0.1
 FIRST_STEP = 8
 #: a half-size iteration's cost as a fraction of a full-size one, until both are measured
 COARSE_COST_GUESS = 0.4
+#: live changes that never collapse to the last one asked: each edit by hand applies, in order
+UNCOLLAPSED = ("edit",)
 
 
 @dataclass
@@ -143,7 +145,8 @@ class FitRun:
         self._cancelled = False
 
     def request(self, kind: str, value) -> None:
-        """A live change ("triangles", "sigma", "lr" or "stop" with new StopConditions)."""
+        """A live change ("triangles", "sigma", "lr", "locked", "edit", "weights" or "stop" with
+        new StopConditions)."""
         self._requests.put((kind, value, self.clock()))
 
     def cancel(self) -> None:
@@ -215,16 +218,20 @@ class FitRun:
             self.planner = TimePlanner(f, self.start_iteration, stop.time_limit)
 
     def _apply_requests(self) -> list:
-        latest: dict[str, tuple] = {}
-        while True:  # changes that piled up collapse to the last of each kind
+        latest: dict = {}
+        asked = 0
+        while True:  # changes that piled up collapse to the last of each kind; edits all apply, in order
             try:
                 kind, value, at = self._requests.get_nowait()
             except queue.Empty:
                 break
-            latest.pop(kind, None)
-            latest[kind] = (value, at)
+            asked += 1
+            key = (kind, asked) if kind in UNCOLLAPSED else kind
+            latest.pop(key, None)
+            latest[key] = (value, at)
         applied = []
-        for kind, (value, at) in latest.items():
+        for key, (value, at) in latest.items():
+            kind = key[0] if isinstance(key, tuple) else key
             if kind == "stop":
                 self.stop = value
                 self._plan_for(value)

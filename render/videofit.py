@@ -19,6 +19,16 @@ contributing, plus the few whose removal would cost least, are re-placed where t
 error is largest (new content gets triangles, vanished content releases them). The policy's
 numbers (:class:`FramePolicy`) were picked by measuring PSNR and flicker against cold per-frame
 fits and each other (tools/video_measure.py; docs/QUALITY.md, "Video").
+
+The optional temporal term (``FramePolicy.steady``, `trifit video --steady W`) keeps triangles
+still where the picture is still: at each frame's start every triangle is anchored where the
+previous frame left it, with a weight that is W times its **stillness** -- 1 where nothing in its
+bounding box changed between the two frames, falling to 0 as the box's share of changed pixels
+grows (:func:`stillness`) -- so moving content is free to move. The fit adds the anchor's
+gradient on the device (``Fitter.set_anchor``; reference.anchor_penalty is the float64 oracle).
+The weights are in the loss's own units (:func:`steady_weights`): W = 1 makes moving a vertex of
+a still triangle by one pixel cost as much as one channel of one pixel off by 1, and changing its
+colour or opacity by d as much as its whole footprint off by d.
 """
 
 from __future__ import annotations
@@ -49,6 +59,13 @@ class FramePolicy:
                                 # to where the new frame's error is largest,
     renew_below: float = 0.25   # ... of those, only the ones whose removal costs under this fraction of the
                                 # median triangle's: content that vanished, not a still region's triangles
+    steady: float = 0.0         # W: the temporal term's weight (0: off), x each triangle's stillness
+    moving_above: float = 0.04  # a pixel whose mean change over its channels exceeds this (in [0, 1]) has moved:
+                                # above sensor noise, below what motion at an edge makes
+    moving_free: float = 0.1    # a triangle is free (stillness 0) when this fraction of its box moved, and
+                                # still (1) when none did, linearly between
+    moving_margin: float = 4.0  # its bounding box grown by this many pixels of the working size (more than content
+                                # moves in a frame, so the triangles next to it are free too)
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -82,9 +99,11 @@ class FrameStrategy(DefaultStrategy):
         return new
 
     # ------------------------------------------------------------------ the frame
-    def begin_frame(self) -> None:
+    def begin_frame(self, previous: np.ndarray | None = None) -> None:
         """A new frame's targets are in (``Fitter.use_targets``): re-place what the new frame
-        needs elsewhere; the frame's schedule starts here (the FitRun plans its length)."""
+        needs elsewhere; the frame's schedule starts here (the FitRun plans its length).
+        ``previous``: the last frame's targets (B, H, W, 3) at the working size; with a
+        ``steady`` policy, every triangle is anchored where it is (the re-placed ones free)."""
         fit = self.fit
         self.frame_start = fit.iteration
         p, n = self.policy, fit.n_triangles
@@ -95,8 +114,15 @@ class FrameStrategy(DefaultStrategy):
                 cheapest = np.argsort(costs, kind="stable")[:k]
                 renew[b] |= set(cheapest[costs[cheapest] < p.renew_below * np.median(costs)].tolist())
         renew = [np.array(sorted(d), dtype=np.int64) for d in renew]
+        placed = [int(np.sum(~np.isin(d, lk))) for d, lk in zip(renew, fit.locks)]  # (replace spares locks)
         if any(len(d) for d in renew):
             fit.replace(renew, self._place([len(d) for d in renew]))
+        if p.steady > 0 and previous is not None:
+            tris = fit.values()[0]
+            still = stillness(tris, previous, fit.targets, p)
+            for b, k_new in enumerate(placed):
+                still[b, n - k_new:] = 0.0  # re-placed on top: new content
+            fit.set_anchor(tris, steady_weights(tris, still, p.steady, fit.width, fit.height))
 
     def schedule(self, iteration: int) -> Schedule:
         """Sigma from ``sigma_boost`` x each image's final sigma back to it, the learning rate
@@ -123,6 +149,41 @@ class FrameStrategy(DefaultStrategy):
         super().load_state(state)
         self.frame_start = int(state["frame_start"])
         self.policy = FramePolicy.from_dict(state["policy"])
+
+
+def stillness(triangles: np.ndarray, previous: np.ndarray, current: np.ndarray, policy: FramePolicy) -> np.ndarray:
+    """(B, T) in [0, 1]: how still the picture is where each triangle is, from two frames
+    (B, H, W, 3) in [0, 1] at the working size and the triangles' values (B, T, 10): 1 minus the
+    share of changed pixels (mean change over the channels above ``moving_above``) in the
+    triangle's bounding box grown by ``moving_margin`` px, over ``moving_free``, clipped to
+    [0, 1]. A box outside the frame is still (nothing there to show)."""
+    moved = np.abs(np.asarray(current, np.float64) - np.asarray(previous, np.float64)).mean(axis=-1) > policy.moving_above
+    B, H, W = moved.shape
+    counts = np.zeros((B, H + 1, W + 1))
+    counts[:, 1:, 1:] = moved.cumsum(axis=1).cumsum(axis=2)  # summed-area table
+    t = np.asarray(triangles, np.float64)
+    xs, ys, m = t[..., 0:6:2] * W, t[..., 1:6:2] * H, policy.moving_margin
+    x0, x1 = (np.clip(f(v), 0, W).astype(np.int64) for f, v in ((np.floor, xs.min(-1) - m), (np.ceil, xs.max(-1) + m)))
+    y0, y1 = (np.clip(f(v), 0, H).astype(np.int64) for f, v in ((np.floor, ys.min(-1) - m), (np.ceil, ys.max(-1) + m)))
+    b = np.arange(B)[:, None]
+    moving = counts[b, y1, x1] - counts[b, y0, x1] - counts[b, y1, x0] + counts[b, y0, x0]
+    area = (x1 - x0) * (y1 - y0)
+    share = np.where(area > 0, moving / np.maximum(area, 1), 0.0)
+    return np.clip(1.0 - share / policy.moving_free, 0.0, 1.0)
+
+
+def steady_weights(triangles: np.ndarray, still: np.ndarray, steady: float, width: int, height: int) -> np.ndarray:
+    """(B, T, 10): the anchor's weights for triangles (B, T, 10) of stillness ``still`` (B, T),
+    in the mse's units (a mean over the frame's ``width x height x 3`` values): a vertex coordinate
+    by the squared pixels it moves, a colour or opacity by the triangle's area in pixels (its
+    footprint's squared change), all x ``steady`` x stillness."""
+    t = np.asarray(triangles, np.float64)
+    x, y = t[..., 0:6:2] * width, t[..., 1:6:2] * height
+    area = 0.5 * np.abs((x[..., 1] - x[..., 0]) * (y[..., 2] - y[..., 0]) - (x[..., 2] - x[..., 0]) * (y[..., 1] - y[..., 0]))
+    w = np.empty(t.shape)
+    w[..., 0:6:2], w[..., 1:6:2] = float(width) ** 2, float(height) ** 2
+    w[..., 6:10] = np.minimum(area, width * height)[..., None]
+    return w * (steady * np.asarray(still, np.float64) / (width * height * 3))[..., None]
 
 
 class ClipFit:
@@ -184,9 +245,10 @@ class ClipFit:
             self.fitter = Fitter(target, **self._make)
         else:
             f = self.fitter
+            previous = f.targets
             f.use_targets([target])
             f.forget_before(f.iteration)  # the clip keeps only the current frame's record
-            f.strategy.begin_frame()
+            f.strategy.begin_frame(previous)
         self.run = FitRun(self.fitter, StopConditions(iterations=self.first_iters if first else self.frame_iters),
                           **run_options)
         if self.cancelled:  # cancelled between two frames: this one ends before its first chunk
@@ -217,4 +279,4 @@ class ClipFit:
             self.fitter.close()
 
 
-__all__ = ["ClipFit", "FramePolicy", "FrameStrategy"]
+__all__ = ["ClipFit", "FramePolicy", "FrameStrategy", "steady_weights", "stillness"]

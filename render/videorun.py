@@ -99,8 +99,11 @@ class FrameLoop:
         if scene is None:
             return None
         s = self.fit
-        scene.extra["meta"]["video"] = {"frame": self.next, "frames": self.clip.count, "rate": str(self.clip.rate),
-                                        "first_frame_iters": s.first_iters, "iters_per_frame": s.frame_iters}
+        video = {"frame": self.next, "frames": self.clip.count, "rate": str(self.clip.rate),
+                 "first_frame_iters": s.first_iters, "iters_per_frame": s.frame_iters}
+        if s.policy.steady > 0:  # (absent: off, and the scene as it was before the term existed)
+            video["steady"] = s.policy.steady
+        scene.extra["meta"]["video"] = video
         self.next += 1
         return scene
 

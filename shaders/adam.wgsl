@@ -10,6 +10,9 @@
 // fit, and a non-finite number is then reported this iteration or the next -- either rolls back.
 // A locked triangle (locked[b * n_tris + i] != 0) keeps its parameters, moments and scene record
 // to the bit: its threads end after the reduction, which every thread of the workgroup shares.
+// An anchor (anchor[b, triangle, k] = (value, weight); render/gpu/fitloop.py set_anchor) adds the
+// gradient of weight * (value now - anchored value)^2 to the loss's, on the value before the chain
+// rule through the sigmoid (reference.anchor_penalty); a zero weight leaves the arithmetic as it is.
 // Dispatch: (ceil((n_tris * 10 + 3) / 32), batch); the reduction is reduce_param.wgsl's.
 // (struct Optim: render/gpu/layouts.py OPTIM, generated.)
 
@@ -26,6 +29,7 @@
 @group(0) @binding(10) var<uniform> sched: Schedule;
 @group(0) @binding(11) var<storage, read> sigma_end: array<f32>;  // each image's final sigma
 @group(0) @binding(12) var<storage, read> locked: array<u32>;  // [b, triangle]: 1 = locked
+@group(0) @binding(13) var<storage, read> anchor: array<vec2f>;  // [b, triangle, k]: (value, weight)
 
 @compute @workgroup_size(256)
 fn main(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_index) li: u32) {
@@ -46,6 +50,14 @@ fn main(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_index) li: 
     let is_vertex = tri < frame.n_tris && k < 6u;
     let pi = b * n_params + j;
     var raw = params[pi];
+    if (tri < frame.n_tris) {
+        let pull = anchor[b * frame.n_tris * 10u + j];
+        if (pull.y != 0.0) {
+            var now = raw;
+            if (!is_vertex) { now = sigmoid(raw); }
+            g += 2.0 * pull.y * (now - pull.x);
+        }
+    }
     var lr = opt.lr_vertex;
     if (!is_vertex) {
         let s = sigmoid(raw);

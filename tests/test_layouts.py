@@ -59,12 +59,15 @@ def test_app_uniforms():
     else:
         panes = pytest.importorskip("trifit.app.panes")
     assert _offsets(panes.VIEW) == {"pane_a": 0, "pane_b": 16, "image_size": 32, "mode": 40, "split": 44,
-                                    "flags": 48, "line_px": 52}
-    assert panes.VIEW.size == 64 and panes.UNPACK_SIZE.size == 16
-    # the bytes the canvas wrote by hand before (struct View, "<4f4f2fIfIf2f")
+                                    "flags": 48, "line_px": 52, "band": 64, "outlines": 80, "edit_flags": 84,
+                                    "outline_px": 88, "handle_px": 92, "surface": 96}
+    assert panes.VIEW.size == 112 and panes.UNPACK_SIZE.size == 16
+    # the bytes the canvas wrote by hand before (struct View, "<4f4f2fIfIf2f"), then edit mode's
     packed = panes.VIEW.pack(pane_a=(1, 2, 3, 4), pane_b=(5, 6, 7, 8), image_size=(48, 36), mode=2,
-                             split=0.25, flags=5, line_px=2.5)
-    assert packed == struct.pack("<4f4f2fIfIf2f", 1, 2, 3, 4, 5, 6, 7, 8, 48, 36, 2, 0.25, 5, 2.5, 0, 0)
+                             split=0.25, flags=5, line_px=2.5, band=(9, 10, 11, 12), outlines=3, edit_flags=2,
+                             outline_px=1.5, handle_px=3.5, surface=(640, 480))
+    assert packed == struct.pack("<4f4f2fIfIf2f4fIIff2f8x", 1, 2, 3, 4, 5, 6, 7, 8, 48, 36, 2, 0.25, 5, 2.5, 0, 0,
+                                 9, 10, 11, 12, 3, 2, 1.5, 3.5, 640, 480)
     assert panes.UNPACK_SIZE.pack(width=640, height=480) == struct.pack("<2I8x", 640, 480)
     for name, s in (("display.wgsl", panes.VIEW), ("unpack.wgsl", panes.UNPACK_SIZE)):
         text = (ROOT / "app" / name).read_text()

@@ -1,6 +1,7 @@
 """Video fits measured (issue #21): warm-started frames (trifit.videofit.ClipFit) against cold
-per-frame fits at equal iterations per frame, over policy variants -- PSNR, flicker on a still
-background, temporal error, frames per second.
+per-frame fits at equal iterations per frame, over policy variants -- PSNR (on the still clip also
+over the disc's path: is the moving content tracked?), flicker on a still background, temporal
+error, frames per second.
 
 Clips are made here: ``still`` -- a bundled photograph as a still background with sensor-like
 noise (sigma ``--noise`` of 255) and a red disc crossing it; ``pan`` -- a slow pan over the other
@@ -10,11 +11,14 @@ photograph with the same disc. Output frames are rendered at the clip's size wit
   .venv/bin/python tools/video_measure.py --size 80 --tris 30 --iters 30 --first 150 --frames 24
   .venv/bin/python tools/video_measure.py --size 176 --tris 150 --iters 100 --first 600 --frames 48 \
       --sweep "lr_start=0.2,0.5,1 renew=0,0.02,0.05 sigma_boost=1,1.5"
+  .venv/bin/python tools/video_measure.py --size 80 --tris 30 --iters 30 --first 300 --frames 24 \
+      --steady 0,1,3,10 --no-cold      # the temporal term (`trifit video --steady W`)
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import itertools
 import json
 import sys
@@ -98,6 +102,9 @@ def measure(frames, mask, engine, mode, policy, a) -> dict:
            "temporal_error": float(np.abs(d_out - d_in).mean()),
            "frames_per_s": (len(frames) - 1) / seconds}
     if mask is not None:
+        moving = ~mask  # the disc's path and a margin around it
+        row["psnr_moving"] = float(np.mean([psnr(o[moving], f[moving]) for o, f in zip(outs[1:], frames[1:])]))
+        row["psnr_still_frames"] = [round(psnr(o[mask], f[mask]), 3) for o, f in zip(outs, frames)]  # each frame's
         row.update(flicker_out=flicker(outs, mask), flicker_in=flicker(frames, mask))
         row["flicker_ratio"] = row["flicker_out"] / row["flicker_in"]
     return row
@@ -112,8 +119,13 @@ def main(argv=None) -> int:
     p.add_argument("--frames", type=int, default=48)
     p.add_argument("--noise", type=float, default=2.0, help="the clip's noise, sigma in 255ths")
     p.add_argument("--clips", default="still,pan")
+    p.add_argument("--clip-seeds", default="0", metavar="S,S,...",
+                   help="each clip made with each of these noise seeds (the spread a table quotes)")
     p.add_argument("--sweep", default=None, metavar="FIELD=V,V FIELD=V,V ...",
                    help="policy variants besides the default: every combination of these FramePolicy values")
+    p.add_argument("--steady", default=None, metavar="W,W,...",
+                   help="each warm variant with each of these temporal-term weights (FramePolicy.steady)")
+    p.add_argument("--no-cold", action="store_true", help="leave out the cold per-frame fits")
     p.add_argument("--json", default=None)
     a = p.parse_args(argv)
     engine = trifit.Engine("auto")
@@ -127,11 +139,14 @@ def main(argv=None) -> int:
             q = FramePolicy(**dict(zip((name for name, _ in grid), combo)))
             if q not in policies:
                 policies.append(q)
+    if a.steady:
+        policies = list(dict.fromkeys(dataclasses.replace(q, steady=float(w))
+                                      for q in policies for w in a.steady.split(",")))
     rows = []
-    for kind in a.clips.split(","):
-        frames, mask = make_clip(kind, a.frames, W, H, a.noise)
-        for mode, policy in [("cold", FramePolicy())] + [("warm", q) for q in policies]:
-            row = {"clip": kind, **measure(frames, mask, engine, mode, policy, a)}
+    for kind, seed in itertools.product(a.clips.split(","), (int(v) for v in a.clip_seeds.split(","))):
+        frames, mask = make_clip(kind, a.frames, W, H, a.noise, seed)
+        for mode, policy in [("cold", FramePolicy())] * (not a.no_cold) + [("warm", q) for q in policies]:
+            row = {"clip": kind, "clip_seed": seed, **measure(frames, mask, engine, mode, policy, a)}
             rows.append(row)
             print(json.dumps({k: round(v, 4) if isinstance(v, float) else v for k, v in row.items()}), flush=True)
     if a.json:

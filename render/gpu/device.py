@@ -82,8 +82,26 @@ def adapter_summary(adapter) -> dict[str, str]:
     }
 
 
+#: ``TRIFIT_ADAPTER=K`` pins this process to the K-th of :func:`list_adapters` (counted from 0): on a
+#: host with several GPUs, one process (a cluster worker) per GPU
+ADAPTER_ENV = "TRIFIT_ADAPTER"
+
+
 def request_adapter():
-    """The adapter wgpu prefers (high performance), or None when there is none at all."""
+    """The adapter wgpu prefers (high performance), or None when there is none at all; with
+    ``TRIFIT_ADAPTER=K`` set, the K-th of :func:`list_adapters` (AdapterError when there is none)."""
+    pick = os.environ.get(ADAPTER_ENV, "").strip()
+    if pick:
+        adapters = list_adapters()
+        if not pick.isdigit() or int(pick) >= len(adapters):
+            raise AdapterError(f"{ADAPTER_ENV}={pick}: expected an adapter index from 0 to {len(adapters) - 1} "
+                               f"({len(adapters)} adapter(s) found)" if adapters else
+                               f"{ADAPTER_ENV}={pick}: no adapter found")
+        return adapters[int(pick)]
+    return _preferred_adapter()
+
+
+def _preferred_adapter():
     _configure_instance()
     import wgpu
 
@@ -92,6 +110,26 @@ def request_adapter():
     except Exception as exc:
         log.info("no wgpu adapter: %s", exc)
         return None
+
+
+def list_adapters() -> list:
+    """The adapters ``TRIFIT_ADAPTER`` indexes, in wgpu's (the driver's) order: those of the preferred
+    adapter's backend (Vulkan, Metal, D3D12; not the same device again through OpenGL), and of
+    them the GPUs where there is any (not a software rasterizer beside them)."""
+    preferred = _preferred_adapter()
+    if preferred is None:
+        return []
+    import wgpu
+
+    try:
+        found = wgpu.gpu.enumerate_adapters_sync()
+    except Exception as exc:
+        log.info("cannot enumerate wgpu adapters: %s", exc)
+        return [preferred]
+    backend = preferred.info.get("backend_type")
+    same = [a for a in found if a.info.get("backend_type") == backend]
+    gpus = [a for a in same if a.info.get("adapter_type") in ("DiscreteGPU", "IntegratedGPU")]
+    return gpus or same or [preferred]
 
 
 def get_context(force_new: bool = False) -> GpuContext:

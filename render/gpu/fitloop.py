@@ -62,7 +62,9 @@ class GpuFitLoop:
             "opt": pool.acquire(UNIFORM | COPY_DST, OPTIM.size, "opt"),
             "sigma_end": pool.acquire(STORAGE | COPY_DST, max(16, B * 4), "sigma_end"),
             "locked": pool.acquire(STORAGE | COPY_DST, max(16, B * n_tris * 4), "locked"),
+            "anchor": pool.acquire(STORAGE | COPY_DST, max(16, B * n_tris * 80), "anchor"),  # set_anchor
         }
+        self._anchored = None  # the anchor buffer holds an anchor (None: a pooled buffer's old bytes)
         self.snaps = [{k: pool.acquire(STORAGE | COPY_DST | COPY_SRC, n * 4, f"snap-{k}")
                        for k, n in (("params", B * n_params), ("moments", 2 * B * n_params))} for _ in range(2)]
         # what a chunk brings back, in one buffer mapped once: the loss ring, the first iteration's
@@ -124,6 +126,9 @@ class GpuFitLoop:
         self.snap_turn = 0
         enc = self.device.create_command_encoder()
         self._encode_snapshot(enc, 1)
+        if self._anchored is None:  # a new loop: no anchor (a device-side clear, no upload)
+            enc.clear_buffer(self.extra["anchor"], 0, self.extra["anchor"].size)
+            self._anchored = False
         self.device.queue.submit([enc.finish()])
 
     @property
@@ -224,6 +229,23 @@ class GpuFitLoop:
             for i, row in zip(idx, vals) if records else ():
                 up += self.ws.write("scene", np.ascontiguousarray(row, dtype=np.float32), offset=(b * stride + i * 10) * 4)
         self.backend.counters.upload_bytes += up + self._write_extra("locked", flags)
+
+    def set_anchor(self, anchor, weights=None) -> None:
+        """Pull the triangles towards ``anchor``, (B, T, 10) values (or (T, 10) for one image),
+        with ``weights`` of the same shape (>= 0): from the next iteration on adam.wgsl adds the
+        gradient of ``sum(weights (value - anchor)^2)`` to the loss's (reference.anchor_penalty;
+        the reported loss stays the loss), except to locked triangles. One upload; nothing is read
+        back. None: no anchor (a zero weight leaves a parameter's arithmetic as it was)."""
+        B, T = self.batch, self.n_tris
+        if anchor is None:
+            if self._anchored:
+                self.backend.counters.upload_bytes += self._write_extra("anchor", np.zeros(B * T * 20, np.float32))
+            self._anchored = False
+            return
+        pairs = np.stack([np.asarray(anchor, dtype=np.float64).reshape(B, T, 10),
+                          np.asarray(weights, dtype=np.float64).reshape(B, T, 10)], axis=-1)
+        self.backend.counters.upload_bytes += self._write_extra("anchor", pairs.astype(np.float32))
+        self._anchored = True
 
     def _hold_locked(self, records: np.ndarray) -> None:
         """Put the locked triangles' values into packed scene records (B, stride)."""
@@ -456,7 +478,7 @@ class GpuFitLoop:
         with span(cpass, "reduce+adam", timed):  # (+ the loss into the ring: loss_record.wgsl)
             ws.encode_custom(cpass, "adam.wgsl",
                              ["frame", "opt", "partial", "tile_mask", "state", "params", "moments", "scene",
-                              "loss_partial", "ring", "sched", "sigma_end", "locked"],
+                              "loss_partial", "ring", "sched", "sigma_end", "locked", "anchor"],
                              ((n_params + PARAMS_PER_GROUP - 1) // PARAMS_PER_GROUP, B, 1), self.extra)
 
     def run(self, n: int, read_state: bool = False, read_image: bool = False, state_kind: str = "state") -> np.ndarray:
