@@ -96,6 +96,7 @@ class FitState:
         B, T = self.batch, self.n_triangles
         source = np.tile(np.arange(T, dtype=np.int64), (B, 1))
         rows, images = [], []
+        ids = self.triangle_ids_all()
         for b, (d, fresh) in enumerate(zip(dead, new)):
             if not len(d):
                 continue
@@ -103,6 +104,7 @@ class FitState:
             alive[d] = False
             order = np.concatenate([np.flatnonzero(alive), d])
             self._reindex_locks(b, order)
+            ids[b] = np.concatenate([ids[b][alive], self._new_ids(len(d))])  # re-placed: new triangles
             raw = raw_triangles(fresh).astype(np.float32)
             values = raw.astype(np.float64)
             values[:, 6:10] = sigmoid(values[:, 6:10])  # the records set_state would write
@@ -114,6 +116,7 @@ class FitState:
             self.respawned += len(d)
         if not images:
             return
+        self.tri_ids = ids
         self._lock_loop(self._loop)
         self._loop.permute(source, np.concatenate(rows))
         self._cached = None
