@@ -27,7 +27,7 @@ import numpy as np
 
 from .errors import TrifitError
 from .fileutil import atomic_write_bytes
-from .fitloop import FitSettings, Schedule
+from .fitloop import FitSettings, Schedule, recorded_settings
 
 FORMAT = "trifit-checkpoint"
 VERSION = 1
@@ -249,7 +249,7 @@ def _settings(d: dict) -> FitSettings:
     unknown = set(d) - known
     if unknown:
         raise ValueError(f"unknown settings {sorted(unknown)}")
-    return FitSettings(**d)
+    return FitSettings(**recorded_settings(d))
 
 
 __all__ = ["Checkpoint", "CheckpointError", "load_checkpoint", "save_checkpoint", "settings_of", "take"]

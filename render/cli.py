@@ -392,7 +392,7 @@ class _stop_on_ctrl_c:
 
 def _replay_settings(args) -> dict:
     """What --replay re-runs: the scene's recorded settings, iterations and changes."""
-    from .fitloop import FitSettings
+    from .fitloop import FitSettings, recorded_settings
     from .scene import Scene
 
     if args.resume or any(v is not None for v in (args.iters, args.time_limit, args.target_psnr, args.plateau)):
@@ -407,7 +407,8 @@ def _replay_settings(args) -> dict:
     unknown = sorted(set(meta["settings"]) - known)
     if unknown:
         raise TrifitError(f"{args.replay}: meta.settings has settings this version does not know: {', '.join(unknown)}")
-    return {"settings": dict(meta["settings"]), "iterations": meta["iterations"], "changes": meta.get("changes", []),
+    return {"settings": recorded_settings(dict(meta["settings"])), "iterations": meta["iterations"],
+            "changes": meta.get("changes", []),
             "weights": meta.get("weights")}
 
 

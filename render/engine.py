@@ -90,6 +90,17 @@ class ReferenceBackend:
                 out[b] = removal_costs(tris[b], bg[b], float(sigma[b]), targets[b], None if weights is None else weights[b])
         return out
 
+    def mse_batch(self, tris, bg, sigma, targets, transient=False, weights=None):
+        """(B,) each scene's (focus-weighted) mean squared error against its target, in float64."""
+        H, W = targets.shape[1:3]
+        out = np.empty(len(tris))
+        for b in range(len(tris)):
+            with self.host.phase("forward"):
+                sq = (reference.render(_scene_of(tris[b], bg[b], sigma[b], W, H)) - targets[b]) ** 2
+            w = None if weights is None else np.asarray(weights[b], dtype=np.float64)[..., None]
+            out[b] = sq.mean() if w is None else float((sq * w).sum() / (3.0 * w.sum()))
+        return out
+
     def fit_loop(self, *args, **kwargs):
         from .fitloop import ReferenceFitLoop
 

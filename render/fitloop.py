@@ -75,6 +75,9 @@ class FitSettings:
     insert_radius: float = 0.6    # ... and small (x the first triangles' size), so adding one never
                                   # throws away what the fit has
     insert_shape: str = "residual"  # new triangles shaped to the residual around them (render/placement.py); "random"
+    placement: str = "device"     # where growth and respawn find the error, shape new triangles and reorder the
+                                  # state: "device" keeps the render and the state there (render/gpu/events.py;
+                                  # the GPU backend), "host" reads them back (numpy; the reference backend's way)
     overgrow: float = 1.75        # grow to this many times the triangles, then prune back to them by exact
                                   # removal cost (render/placement.py): a greedy start, revised; 1 = off
     prune_until: float = 0.85     # ... in prune_stages equal steps between growth_until and this fraction of the plan,
@@ -90,6 +93,12 @@ class FitSettings:
 
     def as_dict(self) -> dict:
         return asdict(self)
+
+
+def recorded_settings(d: dict) -> dict:
+    """Settings as a scene's meta or a checkpoint recorded them, as this version reads them: a
+    record from before ``placement`` existed was placed on the host, and replays or resumes so."""
+    return d if "placement" in d else {**d, "placement": "host"}
 
 
 @dataclass
@@ -257,12 +266,12 @@ class ReferenceFitLoop:
         for now, then in zip((self.raw, self.m, self.v), before):
             now[b, cols] = then[cols]
 
-    def get_state(self):
+    def get_state(self, kind: str = "state"):
         if self.batched:
             return self.raw.copy(), self.m.copy(), self.v.copy()
         return self.raw[0].copy(), self.m[0].copy(), self.v[0].copy()
 
-    def run(self, n: int, read_state: bool = False, read_image: bool = False) -> np.ndarray:
+    def run(self, n: int, read_state: bool = False, read_image: bool = False, state_kind: str = "state") -> np.ndarray:
         """Run n iterations in chunks of settings.chunk, with the GPU loop's rollback semantics
         (``read_state`` and ``read_image`` are the GPU loop's hints; the state is on the host here
         anyway, and growth renders the scene itself: ``last_image`` is None)."""

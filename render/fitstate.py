@@ -16,7 +16,7 @@ from dataclasses import replace as dc_replace
 import numpy as np
 
 from .errors import AdapterError, DeviceLostError, TrifitError
-from .fitloop import LR_VERTEX_SIZE, FitSettings, raw_triangles, values_from_raw
+from .fitloop import LR_VERTEX_SIZE, FitSettings, raw_triangles, sigmoid, values_from_raw
 from .history import release_loop
 from .imageio import as_target
 
@@ -52,6 +52,81 @@ class FitState:
         tris, bg, sigmas = self.values()
         return self.render(tris, bg, sigmas, full=True, transient=True)
 
+    @property
+    def places_on_device(self) -> bool:
+        """Growth and respawn place on the device (``placement = "device"`` on the GPU backend)."""
+        return self.settings.placement == "device" and hasattr(self.engine.impl, "placement")
+
+    def place_on_device(self, counts: list[int], n_after: int | None, radius_scale: float) -> list:
+        """counts[b] new triangles for image b (values (k, 10); None for none) placed on the
+        device against the current render at full size: the tiles' error sums come back, the
+        host samples them with image b's random stream (render/placement.py), the device finds
+        the pixels and shapes the triangles; no image leaves the device."""
+        from . import placement
+
+        if self._device_placement is None:
+            self._device_placement = self.engine.impl.placement(self.targets, self.focus)
+        dp = self._device_placement
+        image = None if self.coarse else self._loop.image_buffer()
+        if image is None:  # the half-size stage's forward, or none since a new state: render the records
+            image = self._loop.render_on_device(self.width, self.height)
+        sums = dp.error_tiles(image)
+        records = [placement.device_records(b, k, sums[b], self.height, self.width, self.rngs[b], self.settings,
+                                            radius_scale, n_after) for b, k in enumerate(counts)]
+        placed = dp.place(image, np.concatenate(records))
+        out, at = [], 0
+        for k in counts:
+            out.append(placement.device_triangles(placed[at:at + k], self.settings.insert_alpha, self.short_side)
+                       if k else None)
+            at += k
+        return out
+
+    def stopped_on_device(self, alpha_min: float) -> list[np.ndarray]:
+        """Each image's triangles (indices) that stopped contributing -- opacity under
+        ``alpha_min``, or under 1 px^2 of opacity-weighted area on the full-size frame -- from
+        the records on the device (the strategy's rule, render/strategy.py stopped_contributing)."""
+        flags = self._loop.stopped_contributing(alpha_min, self.width, self.height)
+        return [np.flatnonzero(f) for f in flags]
+
+    def replace_on_device(self, dead: list[np.ndarray], new: list[np.ndarray | None]) -> None:
+        """:meth:`replace` done on the device: the same order (the living in order, then the new
+        ones on top, moments zeroed; locked triangles spared), the state never read back -- the
+        new triangles' raw parameters and the records they materialise to go up."""
+        dead, new = self._spare_locked(dead, new)
+        B, T = self.batch, self.n_triangles
+        source = np.tile(np.arange(T, dtype=np.int64), (B, 1))
+        rows, images = [], []
+        ids = self.triangle_ids_all()
+        for b, (d, fresh) in enumerate(zip(dead, new)):
+            if not len(d):
+                continue
+            alive = np.ones(T, bool)
+            alive[d] = False
+            order = np.concatenate([np.flatnonzero(alive), d])
+            self._reindex_locks(b, order)
+            ids[b] = np.concatenate([ids[b][alive], self._new_ids(len(d))])  # re-placed: new triangles
+            raw = raw_triangles(fresh).astype(np.float32)
+            values = raw.astype(np.float64)
+            values[:, 6:10] = sigmoid(values[:, 6:10])  # the records set_state would write
+            start = sum(len(r) for r in rows)
+            order[T - len(d):] = -1 - (start + np.arange(len(d)))
+            source[b] = order
+            rows.append(np.concatenate([raw, values.astype(np.float32)], axis=1))
+            images.append(b)
+            self.respawned += len(d)
+        if not images:
+            return
+        self.tri_ids = ids
+        self._lock_loop(self._loop)
+        self._loop.permute(source, np.concatenate(rows))
+        self._cached = None
+
+    def drop_device_placement(self) -> None:
+        """Give the device placement's buffers back (new targets or focus maps, a closed fit)."""
+        if self._device_placement is not None:
+            self._device_placement.release()
+            self._device_placement = None
+
     def render(self, tris, bg, sigmas, *, full: bool = False, transient: bool = False) -> np.ndarray:
         """Render B scenes at the working (or full) size: float32 (B, H, W, 3) in [0, 1]. A batch
         larger than one device buffer allows (a sigma probe renders 3 scenes an image) goes in
@@ -66,6 +141,28 @@ class FitState:
             return np.concatenate([self.render(tris[:half], bg[:half], sigmas[:half], full=full, transient=transient),
                                    self.render(tris[half:], bg[half:], sigmas[half:], full=full, transient=transient)])
         return np.clip(out, 0.0, 1.0).astype(np.float32)
+
+    def scene_errors(self, tris, bg, sigmas, per_image: int) -> np.ndarray:
+        """(B, K) mean squared error of each image's K scenes (``tris`` (B * K, T, 10), image b's
+        at b * K ..) against its working target, focus-weighted as its loss is: summed on the
+        device, so only the numbers come back (halves of the batch where one device buffer is too
+        small, as :meth:`render`)."""
+        K = per_image
+        targets = np.repeat(self.working_targets(), K, axis=0)
+        focus = self.working_focus()
+        weights = None if focus is None else np.repeat(focus, K, axis=0)
+        return self._mse(tris, np.clip(bg, 0, 1), sigmas, targets, weights).reshape(self.batch, K)
+
+    def _mse(self, tris, bg, sigmas, targets, weights) -> np.ndarray:
+        try:
+            return np.asarray(self.engine.impl.mse_batch(tris, bg, sigmas, targets, transient=True, weights=weights))
+        except AdapterError as exc:
+            if isinstance(exc, DeviceLostError) or len(tris) < 2:
+                raise
+            h = len(tris) // 2
+            w = (None, None) if weights is None else (weights[:h], weights[h:])
+            return np.concatenate([self._mse(tris[:h], bg[:h], sigmas[:h], targets[:h], w[0]),
+                                   self._mse(tris[h:], bg[h:], sigmas[h:], targets[h:], w[1])])
 
     def most_costly(self, n: int, transient: bool = False, current: bool = False) -> np.ndarray:
         """(B, n) indices, in painting order, of each image's n triangles whose removal would
@@ -150,16 +247,17 @@ class FitState:
         if self.coarse:
             self.coarse, self.full_from = False, self.iteration
         self.targets, self._half = targets, None
+        self.drop_device_placement()
         self._set(raw, m, v, self.n_triangles, self.iteration)
         self._host_snapshot = (raw, m, v, self.iteration, self.n_triangles, False)  # a lost device resumes here
         self._next_event = self.strategy.next_event(self.iteration)
 
     # ------------------------------------------------------------------ mechanics
-    def _state(self):
+    def _state(self, kind: str = "state"):
         c = self._cached
         if c is not None and c[0] is self._loop and c[1] == self._loop.iter:
             return tuple(a.copy() for a in c[2:])
-        raw, m, v = (np.asarray(a, dtype=np.float64).reshape(self.batch, -1) for a in self._loop.get_state())
+        raw, m, v = (np.asarray(a, dtype=np.float64).reshape(self.batch, -1) for a in self._loop.get_state(kind))
         self._cached = (self._loop, self._loop.iter, raw, m, v)
         return raw.copy(), m.copy(), v.copy()
 

@@ -30,7 +30,7 @@ from .fitloop import FitSettings, raw_from_scene
 from .fitstate import FitState, half_size
 from .history import History, StepStats, loop_timings, psnr_from_mse, release_loop
 from .imageio import as_target
-from .placement import initial_raw
+from .placement import PLACEMENTS, initial_raw
 from .scene import Scene, locked_indices
 from .strategy import STRATEGIES, make_strategy
 
@@ -95,6 +95,8 @@ class Fitter(FitState):
             raise TrifitError(f"triangle count must be between 1 and {MAX_TRIANGLES_FIT}, got {triangles}")
         if s.strategy not in STRATEGIES:
             raise TrifitError(f"unknown strategy {s.strategy!r}; choose one of {', '.join(STRATEGIES)}")
+        if s.placement not in PLACEMENTS:
+            raise TrifitError(f"unknown placement {s.placement!r}; choose one of {', '.join(PLACEMENTS)}")
         self._initial_settings = s.as_dict()
         targets = [as_target(t, s.size) for t in images]
         if len({t.shape for t in targets}) != 1:
@@ -114,6 +116,7 @@ class Fitter(FitState):
         self._cached = None         # (loop, iteration, raw, m, v): the state as last read or set
         self._loops: dict = {}      # fit loops by (count, working size), least recently used first
         self._loop = None
+        self._device_placement = None  # placement's buffers on the device, made at its first event
         self._half = half_size(self.targets, s) if init_scene is None else None
         self._use_focus(weights)
         self.lock([np.zeros(0, np.int64)] * self.batch, [np.zeros((0, 10))] * self.batch)
@@ -212,11 +215,16 @@ class Fitter(FitState):
             start = self.iteration
             k = min(goal, self._next_event) - start
             event = start + k == self._next_event
-            read_state = event or self._snapshot_due(start + k)
+            # (the event's state comes back with the chunk when the strategy will read it; else
+            # only a due crash-recovery snapshot brings it, counted apart)
+            for_event = event and self.strategy.needs_state(start + k)
+            read_state = for_event or self._snapshot_due(start + k)
             self._cached = None
             try:
                 losses = self._loop.run(k, read_state=read_state,
-                                        read_image=event and self.strategy.wants_image(start + k))
+                                        read_image=event and not self.places_on_device
+                                        and self.strategy.wants_image(start + k),
+                                        state_kind="state" if for_event else "snapshot")
             except NumericalFault as fault:
                 consecutive += 1
                 self._on_numerical_fault(fault, consecutive)
@@ -232,7 +240,7 @@ class Fitter(FitState):
                 self.strategy.on_event(self.iteration)
                 self._next_event = self.strategy.next_event(self.iteration)
             if self._snapshot_due(self.iteration):
-                self._host_snapshot = (*self._state(), self.iteration, self.n_triangles, self.coarse)
+                self._host_snapshot = (*self._state("snapshot"), self.iteration, self.n_triangles, self.coarse)
         dt = time.perf_counter() - t0
         self.wall_s += dt
         loss = self.last_losses().mean()
@@ -285,6 +293,7 @@ class Fitter(FitState):
         warnings.warn(msg, RuntimeWarning, stacklevel=3)
         self.engine.reset_device()
         self._loops.clear()  # their buffers died with the old device
+        self._device_placement = None
         self.coarse = coarse
         self._relocate_locks(raw, n)
         self.tri_ids = None  # (the snapshot's triangles: numbered afresh, see triangle_ids_all)
@@ -420,6 +429,7 @@ class Fitter(FitState):
         (``weights``: its source and digest), and a replay needs that map given again."""
         raw, m, v = self._state()
         self._use_focus(None if weights is None else [weights] * self.batch)
+        self.drop_device_placement()
         for loop in self._loops.values():
             release_loop(loop)
         self._loops.clear()
@@ -520,6 +530,7 @@ class Fitter(FitState):
         for loop in self._loops.values():
             release_loop(loop)
         self._loops.clear()
+        self.drop_device_placement()
 
 
 class BatchFitter(Fitter):

@@ -61,16 +61,14 @@ def new_triangles(target: np.ndarray, n: int, image: np.ndarray | None, rng: np.
     H, W = target.shape[:2]
     S = min(W, H)
     residual = _residual(target, image)
+    u, jx, jy, r, ang0, jitter = _draws(n, rng, settings, radius_scale, n_after)
     # sampled in proportion to the error: what rng.choice(p=...) does (the same draws from the
     # same random stream), without its validation of p, which a respawn of a few triangles paid
     cdf = np.cumsum(error_map(target, image, residual, weights).ravel())
-    idx = np.searchsorted(cdf / cdf[-1], rng.random(n), side="right")
-    cy, cx = (idx // W + rng.uniform(0, 1, n)) / H, (idx % W + rng.uniform(0, 1, n)) / W
-    base = math.sqrt(1.5 / max(n_after or settings.triangles, 1)) * radius_scale
-    r = base * rng.uniform(0.5, 1.5, n)
-    ang0 = rng.uniform(0, 2 * np.pi, n)
+    idx = np.searchsorted(cdf / cdf[-1], u, side="right")
+    cy, cx = (idx // W + jy) / H, (idx % W + jx) / W
     # the random rule: corners on a circle of radius r, each angle jittered
-    angles = ang0[:, None] + _CORNERS[None] + rng.uniform(-0.4, 0.4, (n, 3))
+    angles = ang0[:, None] + _CORNERS[None] + jitter
     vx = cx[:, None] + np.cos(angles) * r[:, None] * S / W
     vy = cy[:, None] + np.sin(angles) * r[:, None] * S / H
     verts = np.stack([vx, vy], axis=-1).reshape(n, 6)
@@ -85,6 +83,90 @@ def new_triangles(target: np.ndarray, n: int, image: np.ndarray | None, rng: np.
     alpha = np.full((n, 1), settings.init_alpha if image is None else settings.insert_alpha)
     tris = np.concatenate([verts, rgb, alpha], axis=1)
     return tris[np.argsort(-size, kind="stable")]
+
+
+def _draws(n: int, rng: np.random.Generator, settings: FitSettings, radius_scale: float, n_after: int | None):
+    """A placement's random numbers, in the order both placements take them from the stream: the
+    error sample's uniform, the centre's jitter in its pixel (y, x), the circumradius (frame
+    units of the short side), the first corner's angle and the random rule's angle jitters."""
+    u = rng.random(n)
+    jy, jx = rng.uniform(0, 1, n), rng.uniform(0, 1, n)
+    base = math.sqrt(1.5 / max(n_after or settings.triangles, 1)) * radius_scale
+    r = base * rng.uniform(0.5, 1.5, n)
+    ang0 = rng.uniform(0, 2 * np.pi, n)
+    return u, jx, jy, r, ang0, rng.uniform(-0.4, 0.4, (n, 3))
+
+
+# ---------------------------------------------------------------- placement on the device
+# (FitSettings.placement = "device": render/gpu/events.py and shaders/events.wgsl have the render
+# and the per-pixel errors; the host keeps the random stream and samples tiles by their sums)
+PLACEMENTS = ("host", "device")
+TILE = 16  # the error sums' tiles (shaders/events.wgsl)
+
+
+def tile_pixels(H: int, W: int) -> np.ndarray:
+    """Pixels in each 16 x 16 tile of an H x W frame (row-major tiles): edge tiles have fewer."""
+    ty, tx = -(-H // TILE), -(-W // TILE)
+    rows = np.minimum(H - np.arange(ty) * TILE, TILE)
+    cols = np.minimum(W - np.arange(tx) * TILE, TILE)
+    return (rows[:, None] * cols[None, :]).ravel()
+
+
+def error_floor(tile_sums: np.ndarray, H: int, W: int) -> float:
+    """What :func:`error_map` adds to every pixel so the map is never all zero, from the tiles' sums."""
+    return 1e-6 * max(float(np.sum(tile_sums, dtype=np.float64)) / (H * W), 1e-12)
+
+
+def sample_tiles(tile_sums: np.ndarray, H: int, W: int, u: np.ndarray) -> tuple[np.ndarray, np.ndarray, float]:
+    """Tiles sampled in proportion to their error (with the per-pixel floor) by the uniforms
+    ``u``: (tile indices, where in its tile's sum each sample falls as a fraction in [0, 1),
+    the floor) -- the device then finds the pixel at that fraction of the tile's running sum,
+    so the pixel is sampled in proportion to its error as on the host, in tile order."""
+    floor = error_floor(tile_sums, H, W)
+    weights = np.asarray(tile_sums, dtype=np.float64) + floor * tile_pixels(H, W)
+    cdf = np.cumsum(weights)
+    pos = np.asarray(u, dtype=np.float64) * cdf[-1]
+    idx = np.minimum(np.searchsorted(cdf, pos, side="right"), len(cdf) - 1)
+    frac = np.clip((pos - (cdf[idx] - weights[idx])) / weights[idx], 0.0, np.nextafter(1.0, 0.0))
+    return idx, frac, floor
+
+
+def device_records(b: int, n: int, tile_sums: np.ndarray, H: int, W: int, rng: np.random.Generator,
+                   settings: FitSettings, radius_scale: float = 1.0, n_after: int | None = None) -> np.ndarray:
+    """(n, 12) float32 records of shaders/events.wgsl for n new triangles of image ``b``, from
+    its tiles' error sums and the same random numbers :func:`new_triangles` takes."""
+    if settings.insert_shape not in INSERT_SHAPES:
+        raise ValueError(f"unknown insert_shape {settings.insert_shape!r}; choose one of {', '.join(INSERT_SHAPES)}")
+    u, jx, jy, r, ang0, jitter = _draws(n, rng, settings, radius_scale, n_after)
+    tile, frac, floor = sample_tiles(tile_sums, H, W, u)
+    rec = np.zeros((n, 12), dtype=np.float32)
+    rec[:, 0] = np.full(n, b, np.uint32).view(np.float32)
+    rec[:, 1] = tile.astype(np.uint32).view(np.float32)
+    rec[:, 2], rec[:, 3], rec[:, 4] = frac, jx, jy
+    rec[:, 5], rec[:, 6], rec[:, 7:10] = r * min(W, H), ang0, jitter
+    rec[:, 10], rec[:, 11] = floor, float(settings.insert_shape == "residual")
+    return rec
+
+
+def device_triangles(placed: np.ndarray, alpha: float, S: int) -> np.ndarray:
+    """(n, 10) triangles from the device's (n, 12) results, larger ones first (as
+    :func:`new_triangles` orders them): vertices, rgb, then opacity ``alpha``."""
+    placed = np.asarray(placed, dtype=np.float64)
+    tris = np.concatenate([placed[:, :9], np.full((len(placed), 1), alpha)], axis=1)
+    return tris[np.argsort(-placed[:, 9] / S, kind="stable")]
+
+
+def pick_in_tile(err: np.ndarray, tile: int, frac: float, floor: float) -> tuple[int, int]:
+    """The host's version of the device's pixel choice inside ``tile`` (shaders/events.wgsl
+    place_new): the first pixel, row by row, whose running sum of ``err`` (H, W) + ``floor``
+    passes ``frac`` of the tile's sum, as (y, x)."""
+    H, W = err.shape
+    tx = -(-W // TILE)
+    y0, x0 = (tile // tx) * TILE, (tile % tx) * TILE
+    block = err[y0:y0 + TILE, x0:x0 + TILE].astype(np.float64) + floor
+    run = np.cumsum(block.ravel())
+    k = min(int(np.searchsorted(run, frac * run[-1], side="right")), len(run) - 1)
+    return y0 + k // block.shape[1], x0 + k % block.shape[1]
 
 
 def _window(r_px: float) -> tuple[float, int, int]:

@@ -96,6 +96,11 @@ class FixedStrategy:
         """Whether the event at ``iteration`` may place triangles (the chunk brings its image)."""
         return False
 
+    def needs_state(self, iteration: int) -> bool:
+        """Whether the event at ``iteration`` reads the state on the host (the chunk brings it
+        back with its losses; a wrong answer costs a round trip, never a different fit)."""
+        return True
+
     def on_event(self, iteration: int) -> None:
         pass
 
@@ -136,6 +141,8 @@ class FixedStrategy:
         """counts[b] new triangles for image b (values, (k, 10); None for none), where its error
         is largest, sized for ``n_after`` triangles (default: the count asked for)."""
         fit = self.fit
+        if fit.places_on_device:
+            return fit.place_on_device(counts, n_after, self.settings.insert_radius)
         image = fit.placement_image()
         return [new_triangles(fit.targets[b], k, image[b], fit.rngs[b], self.settings,
                               self.settings.insert_radius, n_after, None if fit.focus is None else fit.focus[b])
@@ -337,6 +344,13 @@ class DefaultStrategy(FixedStrategy):
         change = self._count_change(iteration)
         return self._respawn_due(iteration) or (change is not None and change[0] == "grow")
 
+    def needs_state(self, iteration: int) -> bool:
+        """With events on the device a respawn alone reads no state: its flags, placement and
+        reordering are done there; the half-size stage's end, count changes and probes read it."""
+        if not self.fit.places_on_device or (self.fit.coarse and iteration >= self.coarse_until()):
+            return True
+        return self._count_change(iteration) is not None or (self._probing() and iteration >= self.probe_at(self.probes_done))
+
     def on_event(self, iteration: int) -> None:
         fit = self.fit
         if fit.coarse and iteration >= self.coarse_until():
@@ -368,11 +382,13 @@ class DefaultStrategy(FixedStrategy):
         respawn_alpha, or under 1 px^2 of opacity-weighted area on the frame), where the error
         is largest; each image its own."""
         fit = self.fit
-        dead = self.stopped_contributing(fit.values()[0])
+        on_device = fit.places_on_device
+        dead = fit.stopped_on_device(self.settings.respawn_alpha) if on_device else \
+            self.stopped_contributing(fit.values()[0])
         if not any(len(d) for d in dead):
             return
         new = self._place([len(d) for d in dead])
-        fit.replace(dead, new)
+        (fit.replace_on_device if on_device else fit.replace)(dead, new)
 
     def stopped_contributing(self, tris: np.ndarray) -> list[np.ndarray]:
         """Each image's triangles (indices) with opacity under respawn_alpha, or under 1 px^2 of
@@ -397,12 +413,9 @@ class DefaultStrategy(FixedStrategy):
         self.probes_done += 1
         eps = s.sigma_probe_eps
         tris, bg, sigmas = fit.values()
-        B = fit.batch
         factors = np.exp(np.array([-eps, 0.0, eps]))
-        images = fit.render(np.repeat(tris, 3, axis=0), np.repeat(bg, 3, axis=0),
-                            (sigmas[:, None] * factors[None]).ravel())
-        target = fit.working_targets()
-        err = probe_errors(images.reshape(B, 3, *images.shape[1:]), target, fit.working_focus())
+        err = fit.scene_errors(np.repeat(tris, 3, axis=0), np.repeat(bg, 3, axis=0),
+                               (sigmas[:, None] * factors[None]).ravel(), 3)
         for b, (lm, l0, lp) in enumerate(err.astype(np.float64)):
             curv, slope = (lp + lm - 2 * l0) / eps ** 2, (lp - lm) / (2 * eps)
             step = -slope / curv if curv > 0 else -math.copysign(eps, slope)

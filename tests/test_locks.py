@@ -38,12 +38,12 @@ def test_the_locked_key_is_checked_sorted_and_written_back(tmp_path):
 
 
 # ---------------------------------------------------------------------- a fit keeps them
-def _lock_and_run(engine, size, total, lock_at, indices, check_every=10):
+def _lock_and_run(engine, size, total, lock_at, indices, check_every=10, **settings):
     """A default-strategy fit that locks ``indices`` at ``lock_at``; checks after every chunk
     that the locked triangles' numbers (the scene's, the device's, the raw parameters and Adam
     moments) are the ones they had. Returns the fitter, the locked values, the counts it went
     through from the lock on and the triangles respawned after it."""
-    f = Fitter(sample_path("astronaut.png"), triangles=12, size=size, engine=engine, **EVENTFUL)
+    f = Fitter(sample_path("astronaut.png"), triangles=12, size=size, engine=engine, **{**EVENTFUL, **settings})
     f.plan(total)
     f.step(lock_at)
     f.set_locked(indices)
@@ -64,8 +64,9 @@ def _lock_and_run(engine, size, total, lock_at, indices, check_every=10):
 
 
 @pytest.mark.gpu
-def test_locked_triangles_stay_to_the_bit_through_growth_respawn_and_pruning(gpu_engine):
-    f, values, counts, respawned = _lock_and_run(gpu_engine, 48, 400, 40, [0, 2, 5])
+@pytest.mark.parametrize("placement", ["host", "device"])
+def test_locked_triangles_stay_to_the_bit_through_growth_respawn_and_pruning(gpu_engine, placement):
+    f, values, counts, respawned = _lock_and_run(gpu_engine, 48, 400, 40, [0, 2, 5], placement=placement)
     scene = f.scene
     assert counts[0] < max(counts) > f.n_triangles == 12 and respawned > 0  # grown, over-grown, pruned back
     assert scene.locked == f.locked and np.array_equal(scene.triangles[scene.locked], values)

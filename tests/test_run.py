@@ -70,15 +70,16 @@ class _BusyCPU:
             p.wait()
 
 
-def test_chunk_sizes_and_load_leave_the_scene_alone(gpu_engine):
+@pytest.mark.parametrize("placement", ["host", "device"])
+def test_chunk_sizes_and_load_leave_the_scene_alone(gpu_engine, placement):
     stop = StopConditions(iterations=150)
-    reference = _fit(gpu_engine, stop, chunk=1)
+    reference = _fit(gpu_engine, stop, chunk=1, placement=placement)
     assert reference.n_triangles == 24
     for chunk in (7, 64, None):
-        assert _bytes(_fit(gpu_engine, stop, chunk=chunk)) == _bytes(reference), chunk
-    assert _bytes(_fit(gpu_engine, stop, sizer=_RandomSizer(1))) == _bytes(reference)
+        assert _bytes(_fit(gpu_engine, stop, chunk=chunk, placement=placement)) == _bytes(reference), chunk
+    assert _bytes(_fit(gpu_engine, stop, sizer=_RandomSizer(1), placement=placement)) == _bytes(reference)
     with _BusyCPU():
-        assert _bytes(_fit(gpu_engine, stop)) == _bytes(reference)
+        assert _bytes(_fit(gpu_engine, stop, placement=placement)) == _bytes(reference)
 
 
 @pytest.mark.parametrize("stop", [StopConditions(target_psnr=24.0, iterations=400),

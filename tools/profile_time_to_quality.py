@@ -5,6 +5,11 @@ cells with their passes, and long fits' host CPU and readback per iteration.
     python tools/profile_time_to_quality.py cells          # fit 512/1000, 1024/5000; fwd+bwd 512^2x1024, 1024^2x5000
     python tools/profile_time_to_quality.py long [--seconds 20] [--size 512] [--tris 1000]
     python tools/profile_time_to_quality.py readback       # 600 iterations, 128 px, 60 triangles
+    ... long|readback --set placement=device               # fit settings (repeatable), e.g. events on the device
+    python tools/profile_time_to_quality.py events [--size 512] [--tris 1000] [--repeats 5]
+                                                           # one growth placement and one respawn, host vs device
+
+long and readback report the readback by kind (snapshots apart) when the engine counts kinds.
 """
 
 import argparse
@@ -65,26 +70,77 @@ def cells(a) -> dict:
     return {"cells": out}
 
 
+def _settings(a) -> dict:
+    out = {}
+    for item in a.set or []:
+        key, _, value = item.partition("=")
+        for kind in (int, float):
+            try:
+                value = kind(value)
+                break
+            except ValueError:
+                pass
+        out[key] = value
+    return out
+
+
+class _EventClock:
+    """This thread's CPU seconds inside the strategy's events (placement, respawn checks, pruning,
+    probes): the host's share of them, apart from the GPU's (on lavapipe the GPU's work runs on
+    other threads, so the process's CPU time would count it)."""
+
+    def __init__(self, fitter):
+        self.cpu_s, self.calls = 0.0, 0
+        strategy = fitter.strategy
+        inner = strategy.on_event
+
+        def timed(iteration):
+            t = time.thread_time()
+            try:
+                return inner(iteration)
+            finally:
+                self.cpu_s += time.thread_time() - t
+                self.calls += 1
+
+        strategy.on_event = timed
+
+
+def _readback(before: dict, after: dict, iterations: int) -> dict:
+    """Bytes read back per iteration, in all and by kind (the engine's readback_<kind>_bytes)."""
+    kinds = {k[len("readback_"):-len("_bytes")]: (after[k] - before.get(k, 0)) / max(iterations, 1)
+             for k in after if k.startswith("readback_") and k != "readback_bytes"}
+    total = (after["readback_bytes"] - before["readback_bytes"]) / max(iterations, 1)
+    out = {"readback_bytes_per_iteration": total}
+    if kinds:
+        out["readback_by_kind_per_iteration"] = kinds
+        out["readback_without_snapshots_per_iteration"] = total - kinds.get("snapshot", 0.0)
+    return out
+
+
 def long_fit(a) -> dict:
     from trifit import Engine, Fitter, StopConditions, load_image
     from trifit.resources import sample_path
 
     eng = Engine("gpu")
     target = load_image(sample_path(a.image), a.size)
-    Fitter(target, triangles=a.tris, size=a.size, engine=eng).close()  # pipelines first
+    settings = _settings(a)
+    Fitter(target, triangles=a.tris, size=a.size, engine=eng, **settings).close()  # pipelines first
     before = eng.counters()
     c0, t0 = _cpu(), time.perf_counter()
-    f = Fitter(target, triangles=a.tris, size=a.size, seed=0, engine=eng)
+    f = Fitter(target, triangles=a.tris, size=a.size, seed=a.seed, engine=eng, **settings)
+    events, thread0 = _EventClock(f), time.thread_time()
     marks = []
     f.run(StopConditions(time_limit=a.seconds), callback=lambda s: marks.append((time.perf_counter() - t0, s.iteration, s.psnr)))
-    wall, cpu = time.perf_counter() - t0, _cpu() - c0
+    wall, cpu, thread_cpu = time.perf_counter() - t0, _cpu() - c0, time.thread_time() - thread0
     after = eng.counters()
     rb = after["readback_bytes"] - before["readback_bytes"]
     psnr = f.step(0).psnr
     tm = f.timings()
-    res = {"seconds": a.seconds, "size": a.size, "tris": a.tris, "iterations": f.iteration, "wall_s": wall,
-           "host_cpu_s": cpu, "readback_bytes_per_iteration": rb / max(f.iteration, 1), "psnr_working": psnr,
-           "gpu_ms": tm["gpu_ms"], "host_ms": tm["host_ms"], "submissions": after["submissions"] - before["submissions"]}
+    res = {"seconds": a.seconds, "size": a.size, "tris": a.tris, "settings": settings, "seed": a.seed,
+           "iterations": f.iteration, "wall_s": wall, "host_cpu_s": cpu, "readback_bytes_per_iteration": rb / max(f.iteration, 1),
+           **_readback(before, after, f.iteration), "psnr_working": psnr, "gpu_ms": tm["gpu_ms"], "host_ms": tm["host_ms"],
+           "submissions": after["submissions"] - before["submissions"], "respawned": f.respawned,
+           "fit_thread_cpu_s": thread_cpu, "event_cpu_s": events.cpu_s, "events": events.calls}
     for at in (1, 5, 10, 20):
         got = [m for m in marks if m[0] <= at]
         if got:
@@ -98,24 +154,74 @@ def readback(a) -> dict:
 
     eng = Engine("gpu")
     target = load_image(sample_path("astronaut.png"), 128)
+    settings = _settings(a)
     before = eng.counters()
-    f = Fitter(target, triangles=60, size=128, seed=0, engine=eng)
+    c0 = _cpu()
+    f = Fitter(target, triangles=60, size=128, seed=a.seed, engine=eng, **settings)
+    events, thread0 = _EventClock(f), time.thread_time()
     f.run(StopConditions(iterations=600))
+    thread_cpu = time.thread_time() - thread0
     after = eng.counters()
-    return {"iterations": f.iteration, "readback_bytes_per_iteration": (after["readback_bytes"] - before["readback_bytes"]) / 600,
-            "submissions": after["submissions"] - before["submissions"]}
+    return {"settings": settings, "seed": a.seed, "iterations": f.iteration, **_readback(before, after, 600),
+            "submissions": after["submissions"] - before["submissions"], "cpu_s": _cpu() - c0,
+            "psnr_working": f.step(0).psnr, "respawned": f.respawned, "fit_thread_cpu_s": thread_cpu,
+            "event_cpu_s": events.cpu_s, "events": events.calls}
+
+
+def events(a) -> dict:
+    """The host's cost of one event, each placement: a fit of --tris at --size (no half-size
+    stage) stepped a few iterations, then --repeats placements of 5% of the count and respawn
+    events (re-placing 5% of the triangles, marked dead by opacity); this thread's CPU seconds
+    and wall per event, medians and min-max, and the bytes read back per event."""
+    import numpy as np
+
+    from trifit import Engine, Fitter, load_image
+    from trifit.resources import sample_path
+
+    eng = Engine("gpu")
+    target = load_image(sample_path(a.image), a.size)
+    out = {"size": a.size, "tris": a.tris, "adapter": eng.adapter.get("name")}
+    k = max(1, a.tris // 20)
+    for mode in ("host", "device"):
+        f = Fitter(target, triangles=a.tris, size=a.size, seed=a.seed, engine=eng, placement=mode,
+                   coarse_fraction=0.0, growth_stages=1, overgrow=1.0, respawn_alpha=0.0)
+        f.step(3)
+        rows = {"place": [], "respawn": []}
+        for _ in range(a.repeats):
+            for kind in rows:
+                f.step(1)  # a fresh forward to place against, as after a chunk
+                b0, t0, w0 = eng.counters()["readback_bytes"], time.thread_time(), time.perf_counter()
+                if kind == "place":
+                    f.strategy._place([k])
+                else:
+                    tris = f.values()[0] if mode == "host" else None
+                    dead = [np.arange(0, a.tris, 20)[:k]]
+                    new = f.strategy._place([len(dead[0])])
+                    (f.replace if mode == "host" else f.replace_on_device)(dead, new)
+                    del tris
+                rows[kind].append((time.thread_time() - t0, time.perf_counter() - w0,
+                                   eng.counters()["readback_bytes"] - b0))
+        f.close()
+        for kind, r in rows.items():
+            cpu, wall, rb = (np.array(c) for c in zip(*r))
+            out[f"{mode}_{kind}"] = {"new_triangles": k, "cpu_ms_median": float(np.median(cpu) * 1e3),
+                                     "cpu_ms_min_max": [float(cpu.min() * 1e3), float(cpu.max() * 1e3)],
+                                     "wall_ms_median": float(np.median(wall) * 1e3), "readback_bytes": int(np.median(rb))}
+    return out
 
 
 def main():
     p = argparse.ArgumentParser()
-    p.add_argument("what", choices=["start", "cells", "long", "readback"])
+    p.add_argument("what", choices=["start", "cells", "long", "readback", "events"])
     p.add_argument("--seconds", type=float, default=1.0)
     p.add_argument("--size", type=int, default=512)
     p.add_argument("--tris", type=int, default=1000)
     p.add_argument("--image", default="astronaut.png")
     p.add_argument("--repeats", type=int, default=5)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--set", action="append", metavar="KEY=VALUE", help="a fit setting (long, readback)")
     a = p.parse_args()
-    res = {"start": start, "cells": cells, "long": long_fit, "readback": readback}[a.what](a)
+    res = {"start": start, "cells": cells, "long": long_fit, "readback": readback, "events": events}[a.what](a)
     print(json.dumps(res, indent=1, default=float), flush=True)
 
 

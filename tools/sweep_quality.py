@@ -22,6 +22,8 @@ from trifit.resources import sample_path  # noqa: E402
 
 VARIANTS = {
     "default": {},
+    "device placement": {"placement": "device"},  # issue #19: growth and respawn placed on the device (the default)
+    "host placement": {"placement": "host"},      # ... and the render read back, placed in numpy
     "no-coarse": {"coarse_fraction": 0.0},
     "no-respawn": {"respawn_every": 0},
     "lr_vertex x2": {"lr_vertex": 0.012},

@@ -107,10 +107,31 @@ class GpuBackend:
         size = B * height * width * 3 * 4
         staging, _ = ws.copy_out(enc, "image", size)
         self.timer.resolve(enc)
-        img = self._submit_and_read(enc, [(staging, size)])[0]
+        img = self._submit_and_read(enc, [(staging, size)], "render")[0]
         if transient:
             ws.release()
         return img.reshape(B, height, width, 3)
+
+    def render_records_on_device(self, scene, batch: int, n_tris: int, width: int, height: int):
+        """Render the B scene records in the device buffer ``scene`` (a fit loop's) into a cached
+        workspace's image buffer and leave them there: the buffer ((B, H, W, 3) float32), valid
+        until the next call of that shape."""
+        ws = self.workspace(Shape(batch, width, height, n_tris, self.segmented, self.pixels_per_thread))
+        self.counters.upload_bytes += ws.set_frame(None)
+        enc = self.device.create_command_encoder()
+        enc.copy_buffer_to_buffer(scene, 0, ws.buffers["scene"], 0, batch * SCENE.stride(n_tris) * 4)
+        cpass = enc.begin_compute_pass()
+        ws.encode_render(cpass)
+        cpass.end()
+        self.device.queue.submit([enc.finish()])
+        self.counters.submissions += 1
+        return ws.buffers["image"]
+
+    def placement(self, targets, weights):
+        """Placement on the device for these full-size targets (render/gpu/events.py)."""
+        from .events import DevicePlacement
+
+        return DevicePlacement(self, targets, weights)
 
     def loss_and_grad_batch(self, tris, bg, sigma, targets, loss: str = "mse", weights=None):
         """Per-image losses (B,) and gradients (B, T + 1, 10); row T holds the background's.
@@ -122,10 +143,18 @@ class GpuBackend:
         """(B, T): how much each image's summed squared error would grow if each triangle alone were
         removed (render/placement.py's removal_costs, float32, from the backward's walk);
         ``transient`` as in render_batch; ``weights`` (B, H, W): each pixel's term times its weight."""
-        tris = np.asarray(tris)
-        _, sums = self._loss_pass(tris, bg, sigma, targets, "mse", removal_costs=True, transient=transient,
-                                  weights=weights)
-        return sums[:, : tris.shape[1], 0]
+        _, costs = self._loss_pass(tris, bg, sigma, targets, "mse", removal_costs=True, transient=transient,
+                                   weights=weights)
+        return costs
+
+    def mse_batch(self, tris, bg, sigma, targets, transient: bool = False, weights=None) -> np.ndarray:
+        """(B,) each scene's mean squared error against its target, the focus-weighted mean with
+        ``weights`` (B, H, W) -- the fit's "mse" loss, summed on the device in a fixed order:
+        B floats come back, where a render would bring back B images (sigma probes)."""
+        scaled = None if weights is None else focus.scaled(weights)
+        losses, _ = self._loss_pass(tris, bg, sigma, targets, "mse", removal_costs=False, transient=transient,
+                                    weights=scaled, backward=False)
+        return losses
 
     def _workspace_for(self, shape: Shape, transient: bool):
         """(workspace, transient): the cached one for this shape, or with ``transient`` (and none
@@ -137,10 +166,11 @@ class GpuBackend:
         return self.workspace(shape), False
 
     def _loss_pass(self, tris, bg, sigma, targets, loss: str, removal_costs: bool, transient: bool = False,
-                   weights=None):
+                   weights=None, backward: bool = True):
         """bin -> forward (+ loss) -> backward -> reduce in one submission: losses (B,) and the
-        per-slot sums (B, T + 1, 10) -- gradients, or removal costs in column 0. ``weights``
-        (B, H, W): what the focus variant multiplies each pixel's loss term by."""
+        per-slot sums (B, T + 1, 10) -- gradients -- or with ``removal_costs`` the costs alone
+        (B, T) (``backward`` False: the losses alone, and None). ``weights`` (B, H, W): what the focus variant
+        multiplies each pixel's loss term by."""
         tris, bg, sigma = _check_batch(tris, bg, sigma)
         B, T = tris.shape[:2]
         targets = np.asarray(targets, dtype=np.float32)
@@ -166,27 +196,39 @@ class GpuBackend:
             ws.encode_forward(cpass)
         with self.timer.span(cpass, "loss"):
             ws.encode_loss(cpass)
+        if not backward:
+            cpass.end()
+            l_staging, _ = ws.copy_out(enc, "ring", B * 4)
+            self.timer.resolve(enc)
+            losses = self._submit_and_read(enc, [(l_staging, B * 4)], "events")[0]
+            if transient:
+                ws.release()
+            return losses.astype(np.float64), None
         with self.timer.span(cpass, "backward"):
             ws.encode_backward(cpass)
         with self.timer.span(cpass, "reduce"):
             ws.encode_reduce(cpass)
+        if removal_costs:
+            ws.encode_costs(cpass)
         cpass.end()
-        gsize = B * (T + 1) * 10 * 4
-        g_staging, _ = ws.copy_out(enc, "grad", gsize)
+        gsize = B * T * 4 if removal_costs else B * (T + 1) * 10 * 4
+        g_staging, _ = ws.copy_out(enc, "costs" if removal_costs else "grad", gsize)
         l_staging, _ = ws.copy_out(enc, "ring", B * 4)
         self.timer.resolve(enc)
-        grads, losses = self._submit_and_read(enc, [(g_staging, gsize), (l_staging, B * 4)])
+        grads, losses = self._submit_and_read(enc, [(g_staging, gsize), (l_staging, B * 4)], "sums")
         if transient:
             ws.release()
+        if removal_costs:
+            return losses.astype(np.float64), grads.reshape(B, T).astype(np.float64)
         return losses.astype(np.float64), grads.reshape(B, T + 1, 10).astype(np.float64)
 
-    def _submit_and_read(self, encoder, reads):
+    def _submit_and_read(self, encoder, reads, kind: str):
         with self.host.phase("submit"):
             self.device.queue.submit([encoder.finish()])
             self.counters.submissions += 1
         with self.host.phase("readback"):
             out = [Workspace.read(buf, size) for buf, size in reads]
-            self.counters.readback_bytes += sum(size for _, size in reads)
+            self.counters.read(kind, sum(size for _, size in reads))
             self.timer.collect()
         return out
 

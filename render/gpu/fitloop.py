@@ -91,10 +91,12 @@ class GpuFitLoop:
         # (growth, respawn, sigma probes) and the loss-and-gradient call's (pruning's removal costs:
         # binning's plain entry, the loss sum, the gradient reduction). A driver compiling shaders
         # into a cold cache would spend a time-limited fit's time there (a process's first fit
-        # overran 1 s by ~0.2 s when the iteration's pipelines were built inside it).
+        # overran 1 s by ~0.2 s when the iteration's pipelines were built inside it); and events on
+        # the device's (placement, respawn flags, the reordering).
         self._iteration_dispatches()
         for kernel, entry in (("render.wgsl", "main"), ("bin.wgsl", "main"), ("loss_reduce.wgsl", "main"),
-                              ("reduce.wgsl", "reduce_grad")):
+                              ("reduce.wgsl", "reduce_grad"), ("costs.wgsl", "main"), ("events.wgsl", "error_tiles"),
+                              ("events.wgsl", "place_new"), ("respawn_flags.wgsl", "main"), ("permute.wgsl", "main")):
             self.ws.pipeline(kernel, entry)
 
     # ------------------------------------------------------------------ state
@@ -267,10 +269,10 @@ class GpuFitLoop:
             if len(idx):
                 records[b, : T * 10].reshape(T, 10)[idx] = vals
 
-    def get_state(self):
+    def get_state(self, kind: str = "state"):
         """Raw parameters and Adam moments, (n_params,) each or (B, n_params) for a stack: the copy
         the last ``run(..., read_state=True)`` brought back with its losses when nothing ran or
-        changed since (no round trip of its own), else read now."""
+        changed since (no round trip of its own), else read now (counted as ``kind``)."""
         if self._read_state is not None and self._read_state[0] == self.iter:
             raw, m, v = (a.copy() for a in self._read_state[1:])
         else:
@@ -280,7 +282,7 @@ class GpuFitLoop:
             mo, _ = self.ws.copy_out(enc, "moments", B * n * 8, source=self.extra["moments"])
             self.device.queue.submit([enc.finish()])
             self.backend.counters.submissions += 1
-            self.backend.counters.readback_bytes += B * n * 12
+            self.backend.counters.read(kind, B * n * 12)
             raw, m, v = self._parse_state(Workspace.read(p, B * n * 4), Workspace.read(mo, B * n * 8))
         return (raw, m, v) if self.batched else (raw[0], m[0], v[0])
 
@@ -305,7 +307,7 @@ class GpuFitLoop:
         st, size = self.ws.copy_out(enc, "image", B * H * W * 12)
         self.device.queue.submit([enc.finish()])
         self.backend.counters.submissions += 1
-        self.backend.counters.readback_bytes += size
+        self.backend.counters.read("image", size)
         image = Workspace.read(st, size).reshape(B, H, W, 3)
         self._read_image = (self.iter, image)
         return image if self.batched else image[0]
@@ -317,9 +319,23 @@ class GpuFitLoop:
         mv = moments.view(np.float32).astype(np.float64).reshape(B, n, 2)
         return raw, mv[..., 0].copy(), mv[..., 1].copy()
 
-    def _read_out(self, names: list[str], ts_bytes: int) -> dict[str, np.ndarray]:
-        """Map the chunk's readback buffer once; each named region's bytes (uint8, copied)."""
-        sizes = {**self._out_size, "timestamps": ts_bytes}
+    def _copy_ring(self, enc, k: int) -> None:
+        """Copy the chunk's k losses of each image (ring slots iter+1 .. iter+k modulo RING; image
+        b's ring at b * RING) to the readback buffer, image after image in iteration order: the
+        chunk reads back its own losses, not the whole ring."""
+        ring, base = self.ws.buffers["ring"], self._out_at["ring"]
+        first = (self.iter + 1) % RING
+        head = min(k, RING - first)
+        for b in range(self.batch):
+            dst = base + b * k * 4
+            enc.copy_buffer_to_buffer(ring, (b * RING + first) * 4, self._out, dst, head * 4)
+            if k > head:  # wrapped round to the ring's start
+                enc.copy_buffer_to_buffer(ring, b * RING * 4, self._out, dst + head * 4, (k - head) * 4)
+
+    def _read_out(self, names: list[str], ts_bytes: int, ring_bytes: int, state_kind: str) -> dict[str, np.ndarray]:
+        """Map the chunk's readback buffer once; each named region's bytes (uint8, copied): the
+        ring's first ``ring_bytes`` (the chunk's losses), the state counted as ``state_kind``."""
+        sizes = {**self._out_size, "timestamps": ts_bytes, "ring": ring_bytes}
         names = names + (["timestamps"] if ts_bytes else [])
         self._out.map_sync(wgpu.MapMode.READ, 0, self._out.size)
         try:
@@ -327,7 +343,9 @@ class GpuFitLoop:
                                        dtype=np.uint8) for name in names}
         finally:
             self._out.unmap()
-        self.backend.counters.readback_bytes += sum(sizes[name] for name in names)
+        kinds = {"ring": "losses", "timestamps": "losses", "params": state_kind, "moments": state_kind, "image": "image"}
+        for name in names:
+            self.backend.counters.read(kinds[name], sizes[name])
         return got
 
     def current_values(self):
@@ -349,13 +367,94 @@ class GpuFitLoop:
         st, _ = self.ws.copy_out(enc, "scene", size)
         self.device.queue.submit([enc.finish()])
         self.backend.counters.submissions += 1
-        self.backend.counters.readback_bytes += size
+        self.backend.counters.read("records", size)
         return Workspace.read(st, size).reshape(B, stride)
 
     def put_records(self, records) -> None:
         """Write back what :meth:`records` read (after ``set_state`` of the same parameters)."""
         rec = np.ascontiguousarray(records, dtype=np.float32).reshape(self.batch, self.shape.scene_stride)
         self.backend.counters.upload_bytes += self.ws.write("scene", rec)
+
+    # ------------------------------------------------------------------ events on the device
+    def stopped_contributing(self, alpha_min: float, width: int, height: int) -> np.ndarray:
+        """(B, T) bool: the respawn rule (render/strategy.py stopped_contributing) on the scene
+        records as the device holds them, for a frame of width x height px; 4 bytes a triangle
+        come back (shaders/respawn_flags.wgsl)."""
+        B, T = self.batch, self.n_tris
+        pool = self.backend.pool
+        args = pool.acquire(STORAGE | COPY_DST, 16, "respawn-args")
+        flags = pool.acquire(STORAGE | COPY_SRC, max(16, B * T * 4), "respawn-flags")
+        try:
+            self.device.queue.write_buffer(args, 0, np.array([alpha_min, width, height, 0], np.float32))
+            pl = self.ws.pipeline("respawn_flags.wgsl")
+            bg = self.device.create_bind_group(layout=pl.get_bind_group_layout(0), entries=[
+                {"binding": i, "resource": {"buffer": buf}}
+                for i, buf in enumerate((self.ws.buffers["frame"], self.ws.buffers["scene"], args, flags))])
+            enc = self.device.create_command_encoder()
+            cpass = enc.begin_compute_pass()
+            cpass.set_pipeline(pl)
+            cpass.set_bind_group(0, bg)
+            cpass.dispatch_workgroups(-(-T // 64), B, 1)
+            cpass.end()
+            st, size = self.ws.copy_out(enc, "respawn-flags", B * T * 4, source=flags)
+            self.device.queue.submit([enc.finish()])
+            self.backend.counters.submissions += 1
+            self.backend.counters.read("events", size)
+            out = Workspace.read(st, size, dtype=np.uint32).reshape(B, T)
+        finally:
+            pool.release(args)
+            pool.release(flags)
+        return out != 0
+
+    def permute(self, source: np.ndarray, fresh: np.ndarray) -> None:
+        """Reorder every image's triangles on the device: new slot t of image b takes old slot
+        ``source[b, t]`` (parameters, moments and scene record), or fresh row ``-1 - source[b, t]``
+        of ``fresh`` (rows, 20): raw parameters, then the record values they materialise to, with
+        zero moments (shaders/permute.wgsl). Nothing comes back."""
+        B, T = self.batch, self.n_tris
+        n = T * 10 + 3
+        pool = self.backend.pool
+        source = np.ascontiguousarray(source, dtype=np.int32).reshape(B, T)
+        fresh = np.ascontiguousarray(fresh, dtype=np.float32).reshape(-1, 20)
+        live = (self.extra["params"], self.extra["moments"], self.ws.buffers["scene"])
+        sizes = (B * n * 4, B * n * 8, B * self.shape.scene_stride * 4)
+        old = [pool.acquire(STORAGE | COPY_DST, size, "permute-old") for size in sizes]
+        src_buf = pool.acquire(STORAGE | COPY_DST, max(16, source.nbytes), "permute-source")
+        fresh_buf = pool.acquire(STORAGE | COPY_DST, max(80, fresh.nbytes), "permute-fresh")
+        try:
+            queue = self.device.queue
+            queue.write_buffer(src_buf, 0, source)
+            if len(fresh):
+                queue.write_buffer(fresh_buf, 0, fresh)
+            self.backend.counters.upload_bytes += source.nbytes + fresh.nbytes
+            pl = self.ws.pipeline("permute.wgsl")
+            bufs = (self.ws.buffers["frame"], *live, *old, src_buf, fresh_buf)
+            bg = self.device.create_bind_group(layout=pl.get_bind_group_layout(0), entries=[
+                {"binding": i, "resource": {"buffer": buf}} for i, buf in enumerate(bufs)])
+            enc = self.device.create_command_encoder()
+            for buf, copy, size in zip(live, old, sizes):
+                enc.copy_buffer_to_buffer(buf, 0, copy, 0, size)
+            cpass = enc.begin_compute_pass()
+            cpass.set_pipeline(pl)
+            cpass.set_bind_group(0, bg)
+            cpass.dispatch_workgroups(-(-T * 10 // 64), B, 1)
+            cpass.end()
+            queue.submit([enc.finish()])
+            self.backend.counters.submissions += 1
+        finally:
+            for buf in (*old, src_buf, fresh_buf):
+                pool.release(buf)
+        self._read_state = self._read_image = self._image_iter = None
+
+    def render_on_device(self, width: int, height: int):
+        """The current scene records rendered at width x height into a device buffer ((B, H, W, 3)
+        float32; the backend's render workspace of that shape), nothing read back."""
+        return self.backend.render_records_on_device(self.ws.buffers["scene"], self.batch, self.n_tris, width, height)
+
+    def image_buffer(self):
+        """The device buffer holding the last forward's image of the current state ((B, H, W, 3)
+        float32), or None when it holds none (nothing ran since a reset or a new state)."""
+        return self.ws.buffers["image"] if self._image_iter == self.iter else None
 
     def gpu_image(self):
         """(buffer, width, height): the last forward's float32 rgb image, on the device."""
@@ -397,23 +496,24 @@ class GpuFitLoop:
                               "loss_partial", "ring", "sched", "sigma_end", "locked", "anchor"],
                              ((n_params + PARAMS_PER_GROUP - 1) // PARAMS_PER_GROUP, B, 1), self.extra)
 
-    def run(self, n: int, read_state: bool = False, read_image: bool = False) -> np.ndarray:
+    def run(self, n: int, read_state: bool = False, read_image: bool = False, state_kind: str = "state") -> np.ndarray:
         """Run ``n`` iterations; returns their losses, (n,) or (n, B) for a stack (read from the
         ring once per submission). ``read_state``: the last submission also copies the parameters
         and moments back, so a ``get_state`` right after costs no round trip of its own (the
         fitter's events and snapshots follow a chunk); ``read_image`` likewise brings back the
-        last forward's image (``last_image``).
+        last forward's image (``last_image``). ``state_kind``: what the state is read for, as the
+        readback counters name it ("state" for an event, "snapshot" for a crash-recovery copy).
 
         A non-finite loss rolls the device back to the last good parameters and raises
         NumericalFault; a lost device raises DeviceLostError."""
         try:
-            return self._run(n, read_state, read_image)
+            return self._run(n, read_state, read_image, state_kind)
         except wgpu.GPUError as exc:
             if "lost" in str(exc).lower():
                 raise DeviceLostError(f"the GPU device was lost: {str(exc).splitlines()[-1].strip()}") from None
             raise
 
-    def _run(self, n: int, read_state: bool = False, read_image: bool = False) -> np.ndarray:
+    def _run(self, n: int, read_state: bool, read_image: bool, state_kind: str) -> np.ndarray:
         out = []
         self._read_state = self._read_image = None
         H, W = self.shape.height, self.shape.width
@@ -445,20 +545,19 @@ class GpuFitLoop:
                 last = done + k >= n
                 wanted = ["ring"] + (["params", "moments"] if read_state and last else []) + \
                     (["image"] if read_image and last else [])
-                sources = {"ring": self.ws.buffers["ring"], "image": self.ws.buffers["image"], **self.extra}
-                for name in wanted:
+                sources = {"image": self.ws.buffers["image"], **self.extra}
+                self._copy_ring(enc, k)
+                for name in wanted[1:]:
                     enc.copy_buffer_to_buffer(sources[name], 0, self._out, self._out_at[name], self._out_size[name])
             with host.phase("submit"):
                 self.device.queue.submit([enc.finish()])
                 self.backend.counters.submissions += 1
             with host.phase("readback"):
-                got = self._read_out(wanted, ts_bytes)
-                values = got["ring"].view(np.float32).reshape(self.batch, RING)
+                got = self._read_out(wanted, ts_bytes, self.batch * k * 4, state_kind)
+                losses = got["ring"].view(np.float32).reshape(self.batch, k).T.astype(np.float64)  # (k, B)
                 state = self._parse_state(got["params"], got["moments"]) if "params" in got else None
                 image = got["image"].view(np.float32).reshape(self.batch, H, W, 3) if "image" in got else None
                 self.backend.timer.collect(got.get("timestamps"))
-            slots = (np.arange(self.iter + 1, self.iter + k + 1)) % RING
-            losses = values[:, slots].T.astype(np.float64)  # (k, B): image b's ring is at b * RING
             self.snap_iter[slot] = self.iter
             if not np.all(np.isfinite(losses)):
                 bad = self.iter + 1 + int(np.argmax(~np.all(np.isfinite(losses), axis=1)))

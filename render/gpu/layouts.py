@@ -320,8 +320,16 @@ OPTIM = Struct("Optim", [  # Adam's constants (adam.wgsl), from render/fitloop.p
     ("eps", "f32"),
 ], "uniform")
 
+PLACE = Struct("Place", [  # placement on the device (events.wgsl, render/gpu/events.py)
+    ("width", "u32"),
+    ("height", "u32"),
+    ("tiles_x", "u32", "16 x 16 px tiles of the error sums"),
+    ("tiles_y", "u32"),
+    ("weighted", "u32", "1: each pixel's error times its weight (the weights buffer)"),
+], "uniform")
+
 #: what every kernel is given ahead of common.wgsl (render/gpu/shaders.py)
-KERNEL_STRUCTS = (FRAME, STATE, SCHEDULE, OPTIM)
+KERNEL_STRUCTS = (FRAME, STATE, SCHEDULE, OPTIM, PLACE)
 
 
 def kernel_layouts() -> str:

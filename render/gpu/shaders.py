@@ -60,6 +60,10 @@ PIECES: dict[str, tuple[str, ...]] = {
     "reduce.wgsl": ("reduce_param.wgsl",),
     "loss_reduce.wgsl": ("loss_record.wgsl",),
     "adam.wgsl": ("reduce_param.wgsl", "loss_record.wgsl", "schedule.wgsl"),
+    "events.wgsl": (),
+    "respawn_flags.wgsl": (),
+    "permute.wgsl": (),
+    "costs.wgsl": (),
 }
 
 

@@ -17,16 +17,30 @@ import wgpu
 
 from .device import GpuContext
 
+#: what a readback brought to the host, for the report: a fit's losses (the ring and the sampled
+#: iteration's timestamps), the state for an event, crash-recovery snapshots, images (placement
+#: against the last forward), renders (one-off calls), per-triangle sums (removal costs, gradients),
+#: events' small results computed on the device (error tiles, placed triangles, flags, probe
+#: losses) and scene records (scenes, checkpoints)
+READBACK_KINDS = ("losses", "state", "snapshot", "image", "render", "sums", "events", "records")
+
 
 class Counters:
     def __init__(self):
         self.submissions = 0
         self.upload_bytes = 0
         self.readback_bytes = 0
+        self.readback_by = dict.fromkeys(READBACK_KINDS, 0)
+
+    def read(self, kind: str, nbytes: int) -> None:
+        """Count ``nbytes`` read back for ``kind`` (one of READBACK_KINDS)."""
+        self.readback_bytes += nbytes
+        self.readback_by[kind] += nbytes
 
     def as_dict(self) -> dict[str, int]:
         return {"submissions": self.submissions, "upload_bytes": self.upload_bytes,
-                "readback_bytes": self.readback_bytes}
+                "readback_bytes": self.readback_bytes,
+                **{f"readback_{k}_bytes": v for k, v in self.readback_by.items()}}
 
 
 class HostPhases:

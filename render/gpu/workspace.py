@@ -115,6 +115,7 @@ class Shape:
             "loss_partial": B * nt * 4,
             "partial": B * nt * (T + 1) * 10 * 4,
             "grad": B * (T + 1) * 10 * 4,
+            "costs": B * max(T, 1) * 4,
             "ring": B * ring_len * 4,
             **({"weights": B * self.width * self.height * 4} if self.weighted else {}),
         }
@@ -128,6 +129,7 @@ _USAGES = {
     "target": STORAGE | COPY_DST,
     "weights": STORAGE | COPY_DST,
     "grad": STORAGE | COPY_SRC,
+    "costs": STORAGE | COPY_SRC,
     "ring": STORAGE | COPY_SRC | COPY_DST,
 }
 
@@ -278,6 +280,11 @@ class Workspace:
         n = (self.shape.n_tris + 1) * 10
         self._dispatch(cpass, "reduce.wgsl", ["frame", "partial", "tile_mask", "grad"],
                        ((n + PARAMS_PER_GROUP - 1) // PARAMS_PER_GROUP, self.shape.batch, 1), entry="reduce_grad")
+
+    def encode_costs(self, cpass) -> None:
+        """Column 0 of the reduced sums (the removal costs) into the compact ``costs`` buffer."""
+        self._dispatch(cpass, "costs.wgsl", ["frame", "grad", "costs"],
+                       ((self.shape.n_tris + 63) // 64, self.shape.batch, 1))
 
     def encode_custom(self, cpass, kernel: str, names: list[str], groups, extra: dict) -> None:
         self._dispatch(cpass, kernel, names, groups, extra=extra)
