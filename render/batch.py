@@ -172,14 +172,31 @@ def existing_result(path: Path, triangles: int, size: int):
 BATCH_CHUNK = 16
 
 
+def tally(n: int, progress: bool, on_result=None):
+    """A batch's result, its progress bar over ``n`` images, and ``record(r)``, which every
+    finished, skipped or failed image goes through (the local batch's and the cluster's alike)."""
+    from tqdm import tqdm
+
+    result = BatchResult()
+    bar = tqdm(total=n, unit="img", desc="batch", disable=not progress, dynamic_ncols=True)
+
+    def record(r: ImageResult) -> None:
+        result.results.append(r)
+        if on_result is not None:
+            on_result(r)
+        if r.status == "failed" and progress:
+            bar.write(f"trifit: failed: {r.message()}", file=sys.stderr)
+        bar.update(1)
+
+    return result, bar, record
+
+
 def run_batch(inputs: Iterable[str] | Iterable[Path], outdir, *, triangles: int = 150, size: int = 176,
               stop=None, seed: int = 0, loss: str = "mse", strategy: str = "default", engine=None, backend: str = "auto",
               render: bool = False, reports: bool = False, force: bool = False,
               progress: bool = True, on_result: Callable[[ImageResult], None] | None = None,
               sequential: bool = False, batch_chunk: int = BATCH_CHUNK) -> BatchResult:
     """Fit every image of ``inputs`` (folders, globs, paths) into ``outdir``; see the module doc."""
-    from tqdm import tqdm
-
     from .engine import Engine
     from .imageio import load_image
     from .run import StopConditions
@@ -190,16 +207,7 @@ def run_batch(inputs: Iterable[str] | Iterable[Path], outdir, *, triangles: int 
     if stop is None or not stop.any():
         stop = StopConditions(iterations=600)
     names = output_names(images)
-    result = BatchResult()
-    bar = tqdm(total=len(images), unit="img", desc="batch", disable=not progress, dynamic_ncols=True)
-
-    def record(r: ImageResult) -> None:
-        result.results.append(r)
-        if on_result is not None:
-            on_result(r)
-        if r.status == "failed" and progress:
-            bar.write(f"trifit: failed: {r.message()}", file=sys.stderr)
-        bar.update(1)
+    result, bar, record = tally(len(images), progress, on_result)
 
     only_iterations = (stop.iterations is not None and stop.time_limit is None
                        and stop.target_psnr is None and stop.plateau is None)

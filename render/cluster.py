@@ -39,7 +39,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import asdict
 from pathlib import Path
 
-from .batch import SUMMARY_NAME, BatchResult, ImageResult, existing_result, find_images, output_names
+from .batch import SUMMARY_NAME, BatchResult, ImageResult, existing_result, find_images, output_names, tally
 from .errors import TrifitError
 
 #: worker deaths a local cluster's scheduler lets an image see (fitting it or holding it next) before
@@ -251,8 +251,6 @@ def run_cluster_batch(inputs: Iterable[str] | Iterable[Path], outdir, *, dask: s
     """``trifit batch ... --dask DASK``: what :func:`trifit.batch.run_batch` does with
     ``sequential=True``, the fits spread over a cluster (module doc). ``note``: where the
     dashboard's address is told (default: stderr)."""
-    from tqdm import tqdm
-
     from . import __version__
     from .batch import _write_summary
     from .run import StopConditions
@@ -265,17 +263,8 @@ def run_cluster_batch(inputs: Iterable[str] | Iterable[Path], outdir, *, dask: s
         stop = StopConditions(iterations=600)
     names = output_names(images)
     order = {str(p): k for k, p in enumerate(images)}
-    result = BatchResult()
-    bar = tqdm(total=len(images), unit="img", desc="batch", disable=not progress, dynamic_ncols=True)
+    result, bar, record = tally(len(images), progress, on_result)
     note = note or (lambda text: bar.write(f"trifit: {text}", file=sys.stderr))
-
-    def record(r: ImageResult) -> None:
-        result.results.append(r)
-        if on_result is not None:
-            on_result(r)
-        if r.status == "failed" and progress:
-            bar.write(f"trifit: failed: {r.message()}", file=sys.stderr)
-        bar.update(1)
 
     pending = []
     for img_path in images:

@@ -91,6 +91,17 @@ class DevicePlacement:
             self._read[size] = buf
         return buf
 
+    def _encode_pass(self, entry: str, names: list[str], image, groups: tuple[int, int, int]):
+        """A command encoder holding one compute pass of ``entry`` over ``groups`` workgroups."""
+        pl, bg = self._bind(entry, names, image)
+        enc = self.device.create_command_encoder()
+        cpass = enc.begin_compute_pass()
+        cpass.set_pipeline(pl)
+        cpass.set_bind_group(0, bg)
+        cpass.dispatch_workgroups(*groups)
+        cpass.end()
+        return enc
+
     def _submit_read(self, enc, source, size: int) -> np.ndarray:
         staging = self._staging(size)
         enc.copy_buffer_to_buffer(source, 0, staging, 0, size)
@@ -107,13 +118,7 @@ class DevicePlacement:
         render in ``image`` (a device buffer, (B, H, W, 3) float32) against the targets; the
         per-pixel errors stay on the device for :meth:`place`."""
         names = ["place", "image", "target_img", "weights", "err", "tile_err"]
-        pl, bg = self._bind("error_tiles", names, image)
-        enc = self.device.create_command_encoder()
-        cpass = enc.begin_compute_pass()
-        cpass.set_pipeline(pl)
-        cpass.set_bind_group(0, bg)
-        cpass.dispatch_workgroups(self.tiles_x, self.tiles_y, self.batch)
-        cpass.end()
+        enc = self._encode_pass("error_tiles", names, image, (self.tiles_x, self.tiles_y, self.batch))
         size = self.batch * self.n_tiles * 4
         return self._submit_read(enc, self.buffers["tile_err"], size).reshape(self.batch, self.n_tiles)
 
@@ -134,13 +139,7 @@ class DevicePlacement:
             self._new_cap = cap
         self.backend.counters.upload_bytes += self._write("new_in", records)
         names = ["place", "image", "target_img", "err", "new_in", "new_out"]
-        pl, bg = self._bind("place_new", names, image)
-        enc = self.device.create_command_encoder()
-        cpass = enc.begin_compute_pass()
-        cpass.set_pipeline(pl)
-        cpass.set_bind_group(0, bg)
-        cpass.dispatch_workgroups(n, 1, 1)
-        cpass.end()
+        enc = self._encode_pass("place_new", names, image, (n, 1, 1))
         return self._submit_read(enc, self.buffers["new_out"], n * PLACE_OUT * 4).reshape(n, PLACE_OUT)
 
     def release(self) -> None:
