@@ -68,3 +68,47 @@ def read_video(av, path):
         s = c.streams.video[0]
         frames = np.stack([f.to_ndarray(format="rgb24") for f in c.decode(s)])
         return frames, s.average_rate, [a.codec_context.name for a in c.streams.audio]
+
+
+def _boxes(data: bytes) -> list[tuple[str, int]]:
+    """An MP4's top-level boxes (type, size)."""
+    out, at = [], 0
+    while at + 8 <= len(data):
+        size = int.from_bytes(data[at:at + 4], "big")
+        kind = data[at + 4:at + 8].decode("latin-1")
+        if size == 1 and at + 16 <= len(data):
+            size = int.from_bytes(data[at + 8:at + 16], "big")
+        out.append((kind, size))
+        if size < 8:
+            break
+        at += size
+    return out
+
+
+def _packets(av, path) -> dict[str, list[tuple]]:
+    """Each stream's packets as (pts, dts, size, a hash of the bytes)."""
+    import hashlib
+
+    with av.open(str(path)) as c:
+        got: dict[str, list[tuple]] = {}
+        for p in c.demux():
+            if p.size:
+                got.setdefault(p.stream.type, []).append((p.pts, p.dts, p.size, hashlib.sha1(bytes(p)).hexdigest()[:8]))
+        return got
+
+
+def assert_same_video(av, got, want) -> None:
+    """``got`` and ``want`` are the same bytes; if not, say where they part: top-level boxes, then
+    each stream's first differing packet (the two files are kept beside the test's tmp files)."""
+    a, b = got.read_bytes(), want.read_bytes()
+    if a == b:
+        return
+    where = [f"{got.name}: {len(a)} B, {want.name}: {len(b)} B; boxes {_boxes(a)} vs {_boxes(b)}"]
+    pa, pb = _packets(av, got), _packets(av, want)
+    for kind in sorted(set(pa) | set(pb)):
+        x, y = pa.get(kind, []), pb.get(kind, [])
+        first = next((i for i, (p, q) in enumerate(zip(x, y)) if p != q), None)
+        where.append(f"{kind}: {len(x)} vs {len(y)} packets; first difference at "
+                     f"{first if first is not None else 'none in the common part'}"
+                     + (f": {x[first]} vs {y[first]}" if first is not None else ""))
+    raise AssertionError("the videos differ -- " + "; ".join(where))

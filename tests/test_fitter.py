@@ -97,6 +97,22 @@ def test_a_chunk_in_several_submissions_fits_the_same(gpu_engine):
         assert other.triangles.tobytes() == scenes[0].triangles.tobytes() and other.sigma == scenes[0].sigma
 
 
+@pytest.mark.gpu
+def test_iterations_encoded_through_the_c_entry_points_fit_the_same(gpu_engine, monkeypatch):
+    import trifit.gpu.encode as encode
+
+    scenes = []
+    for native in (False, True):
+        monkeypatch.setattr(encode, "NATIVE", native)
+        f = Fitter(_target(), triangles=12, size=40, seed=2, engine=gpu_engine, chunk=25, first_submission=3)
+        f.step(60)
+        assert f._loop._iteration_dispatches().native == native
+        scenes.append(f.scene)
+        f.close()
+    assert scenes[1].triangles.tobytes() == scenes[0].triangles.tobytes() and scenes[1].sigma == scenes[0].sigma
+    assert encode.Repeats([], native=True).native  # the pinned wgpu-py has the entry points
+
+
 @pytest.mark.parametrize("backend", ["gpu", "reference"])
 def test_live_changes_between_steps(backend, request):
     eng = request.getfixturevalue("gpu_engine" if backend == "gpu" else "ref_engine")

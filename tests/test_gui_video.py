@@ -17,7 +17,7 @@ import pytest
 pytest.importorskip("PySide6")
 pytest.importorskip("pytestqt")
 
-from clips import av_or_fail, moving_disc, read_video, write_video  # noqa: E402
+from clips import assert_same_video, av_or_fail, moving_disc, read_video, write_video  # noqa: E402
 from conftest import GUI_SIZE, GUI_TRIANGLES, open_window  # noqa: E402
 
 import trifit.app  # noqa: E402,F401  (installs the PySide6 refcount guard first)
@@ -109,7 +109,7 @@ def test_a_clip_is_fitted_frame_by_frame_and_exported_as_the_command_writes_it(q
     assert main(["video", str(clip / "clip.mp4"), "-o", str(folder / "cli.mp4"), "--tris", str(GUI_TRIANGLES),
                  "--size", str(GUI_SIZE), "--first-frame-iters", str(FIRST), "--iters-per-frame", str(EACH),
                  "--backend", "gpu", "--quiet"]) == 0
-    assert out.read_bytes() == (folder / "cli.mp4").read_bytes()
+    assert_same_video(av, out, folder / "cli.mp4")
 
 
 @pytest.mark.parametrize("name, says", [("junk.mp4", "not a readable video"), ("empty.mkv", "no video frames")])

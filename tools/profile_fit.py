@@ -3,6 +3,7 @@ cumulative time, plus the iteration count. For finding what a 1 s H200 fit spend
 iterations.
 
     python tools/profile_fit.py [--time-limit 1] [--image astronaut.png] [--size 176] [--tris 150] [--top 40]
+        [--sort cumulative,tottime]
 """
 
 import argparse
@@ -25,6 +26,7 @@ def main():
     p.add_argument("--top", type=int, default=40)
     p.add_argument("--size", type=int, default=176)
     p.add_argument("--tris", type=int, default=150)
+    p.add_argument("--sort", default="cumulative", help="pstats order(s), comma-separated: cumulative, tottime, ...")
     a = p.parse_args()
     eng = Engine("gpu")
     target = load_image(sample_path(a.image), a.size)
@@ -35,7 +37,8 @@ def main():
     prof.runcall(f.run, StopConditions(time_limit=a.time_limit))
     print(f"# {eng.description}: {f.iteration} iterations in {time.perf_counter() - t0:.3f} s "
           f"(planned {f.settings.planned_iterations})", flush=True)
-    pstats.Stats(prof).sort_stats("cumulative").print_stats(a.top)
+    for order in a.sort.split(","):
+        pstats.Stats(prof).sort_stats(order).print_stats(a.top)
 
 
 if __name__ == "__main__":

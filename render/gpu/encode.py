@@ -10,10 +10,10 @@ def submission_sizes(k: int, first: int) -> list[int]:
     """Iterations per submission of a k-iteration chunk: ``first``, then twice as many each time
     (the last part takes the rest), or all k at once when ``first`` is 0 or the chunk is short.
 
-    Why: the GPU idles until a submission arrives. Encoding an iteration costs the host about a
-    third of what running it costs an H200 (30 vs 80-100 us at 176 px, 150 triangles), so the
-    next part, twice as long as the one running, is ready before the GPU runs out of work. A
-    chunk in two parts (8 iterations, then the rest) left the GPU waiting ~2 ms for the rest."""
+    Why: the GPU idles until a submission arrives, and encoding an iteration costs the host a
+    share of what running it costs the GPU at small sizes; so the next part, twice as long as
+    the one running, is ready before the GPU runs out of work (one submission a chunk left the
+    GPU waiting for all of it, two parts for the rest)."""
     if first <= 0 or 2 * first >= k:
         return [k]
     sizes, left, size = [first], k - first, 2 * first
@@ -25,13 +25,65 @@ def submission_sizes(k: int, first: int) -> list[int]:
     return sizes
 
 
-def encode_repeats(cpass, dispatches: list[tuple], n: int) -> None:
-    """``n`` untimed iterations from the pre-resolved dispatch list: three wgpu calls a dispatch."""
-    for _ in range(n):
-        for pl, bg, groups in dispatches:
-            cpass.set_pipeline(pl)
-            cpass.set_bind_group(0, bg)
-            cpass.dispatch_workgroups(*groups)
+#: encode untimed iterations through wgpu-native's C entry points where available (:class:`Repeats`)
+NATIVE = True
+
+
+class Repeats:
+    """Untimed iterations encoded from one iteration's pre-resolved dispatch list.
+
+    Through wgpu-py's public methods each dispatch is three calls that each capture and release
+    wgpu-py's error slot and (set_bind_group) allocate an offsets array: about 30 us an iteration
+    on an H200's host, which made encoding most of a long fit's host CPU. The same three C entry
+    points of wgpu-native are called directly when this wgpu-py exposes them (the version is
+    pinned in pyproject.toml): compute-pass commands report their errors at the pass's ``end`` and
+    the encoder's ``finish``, which still go through wgpu-py, so no error goes unseen. The two
+    ways encode the same commands (tests/test_gpu_engine.py checks the bytes of a fit both ways);
+    ``native=False`` is the public API's."""
+
+    def __init__(self, dispatches: list[tuple], native: bool | None = None):
+        self.dispatches = dispatches
+        self._c = _native_entry_points() if (NATIVE if native is None else native) else None
+        if self._c is not None:
+            try:
+                self._calls = [(pl._internal, bg._internal, *(tuple(groups) + (1, 1))[:3])
+                               for pl, bg, groups in dispatches]
+            except AttributeError:
+                self._c = None
+
+    @property
+    def native(self) -> bool:
+        return self._c is not None
+
+    def encode(self, cpass, n: int) -> None:
+        """``n`` iterations into the compute pass ``cpass``."""
+        handle = getattr(cpass, "_internal", None) if self._c is not None else None
+        if handle is None:
+            for _ in range(n):
+                for pl, bg, groups in self.dispatches:
+                    cpass.set_pipeline(pl)
+                    cpass.set_bind_group(0, bg)
+                    cpass.dispatch_workgroups(*groups)
+            return
+        set_pipeline, set_bind_group, dispatch, null = self._c
+        calls = self._calls
+        for _ in range(n):
+            for pl, bg, x, y, z in calls:
+                set_pipeline(handle, pl)
+                set_bind_group(handle, 0, bg, 0, null)
+                dispatch(handle, x, y, z)
+
+
+def _native_entry_points():
+    """wgpu-native's SetPipeline, SetBindGroup and DispatchWorkgroups for compute passes (and cffi's
+    NULL), or None where this wgpu-py has another layout."""
+    try:
+        from wgpu.backends.wgpu_native._ffi import ffi, lib
+
+        return (lib.wgpuComputePassEncoderSetPipeline, lib.wgpuComputePassEncoderSetBindGroup,
+                lib.wgpuComputePassEncoderDispatchWorkgroups, ffi.NULL)
+    except (ImportError, AttributeError):
+        return None
 
 
 def per_image(a, B: int, n: int) -> np.ndarray:

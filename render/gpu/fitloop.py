@@ -29,7 +29,7 @@ from .. import focus
 from ..errors import DeviceLostError, NumericalFault
 from ..fitloop import FitSettings, Schedule, values_from_raw
 from .backend import GpuBackend
-from .encode import Recorder, encode_repeats, per_image, submission_sizes
+from .encode import Recorder, Repeats, per_image, submission_sizes
 from .layouts import OPTIM, SCENE, SCHEDULE, STATE
 from .workspace import COPY_DST, COPY_SRC, MAP_READ, PARAMS_PER_GROUP, STORAGE, UNIFORM, Shape, Workspace
 
@@ -471,13 +471,13 @@ class GpuFitLoop:
         self.snaps = []
 
     # ------------------------------------------------------------------ the loop
-    def _iteration_dispatches(self) -> list[tuple]:
-        """(pipeline, bind group, workgroups) of one iteration, resolved once: untimed iterations
-        are encoded from this list with three wgpu calls per dispatch and no other Python work."""
+    def _iteration_dispatches(self) -> Repeats:
+        """One iteration's (pipeline, bind group, workgroups), resolved once: untimed iterations
+        are encoded from this list with three calls per dispatch and no other Python work."""
         if self._dispatches is None:
             recorder = Recorder()
             self._encode_iteration(recorder, timed=False)
-            self._dispatches = recorder.calls
+            self._dispatches = Repeats(recorder.calls)
         return self._dispatches
 
     def _encode_iteration(self, cpass, timed: bool) -> None:
@@ -529,7 +529,7 @@ class GpuFitLoop:
                 self._encode_snapshot(enc, slot)
                 cpass = enc.begin_compute_pass()
                 self._encode_iteration(cpass, timed=True)
-                encode_repeats(cpass, fast, parts[0] - 1)
+                fast.encode(cpass, parts[0] - 1)
                 cpass.end()
                 ts_bytes = self.backend.timer.resolve(enc, self._out, self._out_at["timestamps"])
             for part in parts[1:]:  # the GPU runs what was submitted while the next part is encoded
@@ -539,7 +539,7 @@ class GpuFitLoop:
                 with host.phase("encode"):
                     enc = self.device.create_command_encoder()
                     cpass = enc.begin_compute_pass()
-                    encode_repeats(cpass, fast, part)
+                    fast.encode(cpass, part)
                     cpass.end()
             with host.phase("encode"):
                 last = done + k >= n
