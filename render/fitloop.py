@@ -271,9 +271,10 @@ class ReferenceFitLoop:
             return self.raw.copy(), self.m.copy(), self.v.copy()
         return self.raw[0].copy(), self.m[0].copy(), self.v[0].copy()
 
-    def run(self, n: int, read_state: bool = False, read_image: bool = False, state_kind: str = "state") -> np.ndarray:
+    def run(self, n: int, read_state: bool = False, read_image: bool = False, state_kind: str = "state",
+            flags=None) -> np.ndarray:
         """Run n iterations in chunks of settings.chunk, with the GPU loop's rollback semantics
-        (``read_state`` and ``read_image`` are the GPU loop's hints; the state is on the host here
+        (``read_state``, ``read_image`` and ``flags`` are the GPU loop's hints; the state is on the host here
         anyway, and growth renders the scene itself: ``last_image`` is None)."""
         out = []
         done = 0

@@ -219,12 +219,14 @@ class Fitter(FitState):
             # only a due crash-recovery snapshot brings it, counted apart)
             for_event = event and self.strategy.needs_state(start + k)
             read_state = for_event or self._snapshot_due(start + k)
+            rule = self.strategy.respawn_rule(start + k) if event else None
             self._cached = None
             try:
                 losses = self._loop.run(k, read_state=read_state,
                                         read_image=event and not self.places_on_device
                                         and self.strategy.wants_image(start + k),
-                                        state_kind="state" if for_event else "snapshot")
+                                        state_kind="state" if for_event else "snapshot",
+                                        flags=None if rule is None else (rule, self.width, self.height))
             except NumericalFault as fault:
                 consecutive += 1
                 self._on_numerical_fault(fault, consecutive)

@@ -101,6 +101,12 @@ class FixedStrategy:
         back with its losses; a wrong answer costs a round trip, never a different fit)."""
         return True
 
+    def respawn_rule(self, iteration: int) -> float | None:
+        """The opacity bound of the respawn check the event at ``iteration`` makes on the device
+        with the loop that ran up to it (the chunk brings its flags back; a wrong answer costs
+        a round trip, never a different fit), or None."""
+        return None
+
     def on_event(self, iteration: int) -> None:
         pass
 
@@ -343,6 +349,13 @@ class DefaultStrategy(FixedStrategy):
             return False  # placement renders at full size
         change = self._count_change(iteration)
         return self._respawn_due(iteration) or (change is not None and change[0] == "grow")
+
+    def respawn_rule(self, iteration: int) -> float | None:
+        fit = self.fit
+        if not fit.places_on_device or not self._respawn_due(iteration) or self._count_change(iteration) is not None \
+                or (fit.coarse and iteration >= self.coarse_until()):
+            return None  # (no check, or one after the count or the size changed: another loop)
+        return self.settings.respawn_alpha
 
     def needs_state(self, iteration: int) -> bool:
         """With events on the device a respawn alone reads no state: its flags, placement and

@@ -244,6 +244,46 @@ def test_respawn_flags_on_the_device_are_the_strategys_rule(gpu_engine):
 
 
 @pytest.mark.gpu
+def test_respawn_checks_come_back_with_the_chunk_and_fit_the_same(gpu_engine, monkeypatch):
+    from trifit.strategy import DefaultStrategy
+
+    runs = []
+    for folded in (True, False):
+        if not folded:  # every check its own submission and readback, as before
+            monkeypatch.setattr(DefaultStrategy, "respawn_rule", lambda self, iteration: None)
+        before = gpu_engine.counters()
+        f = _eventful_fitter(gpu_engine, placement="device")
+        f.step(150)
+        got = {k: v - before[k] for k, v in gpu_engine.counters().items()}
+        runs.append((f.scene.triangles.tobytes(), f.respawned, got["submissions"], got["readback_events_bytes"]))
+        f.close()
+    (scene_a, respawned_a, subs_a, events_a), (scene_b, respawned_b, subs_b, events_b) = runs
+    assert scene_a == scene_b and respawned_a == respawned_b > 0
+    assert subs_a < subs_b and events_a == events_b  # the same flags, fewer round trips
+
+
+@pytest.mark.gpu
+def test_flags_brought_back_are_dropped_when_the_records_change(gpu_engine):
+    f = _eventful_fitter(gpu_engine, placement="device", respawn_alpha=0.3)
+    f.step(60)
+    loop = f._loop
+    rule = (0.3, f.width, f.height)
+    loop.run(5, flags=rule)
+    kept = loop.stopped_contributing(*rule)
+    subs = gpu_engine.counters()["submissions"]
+    assert np.array_equal(loop.stopped_contributing(*rule), kept)
+    assert gpu_engine.counters()["submissions"] == subs  # the chunk's flags: no round trip
+    raw, m, v = loop.get_state()
+    raw = raw.reshape(-1, raw.shape[-1])  # (images, parameters)
+    raw[0, 9:120:10] = -20.0  # the first 12 triangles all but transparent
+    loop.set_state(raw, m, v)
+    fresh = loop.stopped_contributing(*rule)
+    assert gpu_engine.counters()["submissions"] > subs and fresh[0, :12].all() and not np.array_equal(fresh, kept)
+    assert np.array_equal(loop.stopped_contributing(0.3, f.width, f.height), fresh)
+    f.close()
+
+
+@pytest.mark.gpu
 def test_a_respawn_on_the_device_is_the_hosts_reordering(gpu_engine):
     fits = [_eventful_fitter(gpu_engine) for _ in range(2)]
     for f in fits:

@@ -72,13 +72,15 @@ class GpuFitLoop:
         # is a round trip through the driver, while the GPU waits for the next chunk)
         self._out_size = {"ring": B * RING * 4, "timestamps": backend.timer.capacity * 8,
                           "params": B * n_params * 4, "moments": B * n_params * 8,
-                          "image": B * H * W * 12}
+                          "image": B * H * W * 12, "flags": B * n_tris * 4}
         self._out_at, end = {}, 0
         for name, size in self._out_size.items():
             self._out_at[name], end = end, end + (size + 7) // 8 * 8
         self._out = pool.acquire(MAP_READ | COPY_DST, end, "read:chunk")
         self._dispatches = None
         self._image_iter = None  # the iteration whose forward the image buffer holds (None: stale)
+        self._read_flags = None   # (iteration, (alpha, width, height), flags) from the last run's end
+        self._flags_pass = None   # the respawn rule's (args, flags, bind group, args written), made once
         backend.counters.upload_bytes += self.ws.set_frame(settings.loss) + self.ws.write(
             "target", np.ascontiguousarray(targets, dtype=np.float32))
         if weights is not None:
@@ -183,7 +185,7 @@ class GpuFitLoop:
 
     def inject_fault(self) -> None:
         """Testing aid: put a NaN into the first vertex on the device, as a diverged step would."""
-        self._read_state = self._read_image = None
+        self._read_state = self._read_image = self._read_flags = None
         nan = np.array([np.nan], dtype=np.float32)
         self.device.queue.write_buffer(self.extra["params"], 0, nan)
         self.device.queue.write_buffer(self.ws.buffers["scene"], 0, nan)
@@ -208,7 +210,7 @@ class GpuFitLoop:
                 queue.write_buffer(self.extra["moments"], b * n * 8, np.ascontiguousarray(mv[b]))
                 up += n * 12 + self.ws.write("scene", np.ascontiguousarray(records[b]), offset=b * stride * 4)
         self.backend.counters.upload_bytes += up
-        self._read_state = self._read_image = self._image_iter = None
+        self._read_state = self._read_image = self._image_iter = self._read_flags = None
 
     def _records_of(self, raw: np.ndarray) -> np.ndarray:
         """(B, stride) float32 scene records of float32 raw parameters (B, n_params) as
@@ -238,6 +240,7 @@ class GpuFitLoop:
                        for i, v in zip(locked, values)]
         flags = np.zeros((B, T), dtype=np.uint32)
         stride = self.shape.scene_stride
+        self._read_flags = None
         up = 0
         for b, (idx, vals) in enumerate(self._locks):
             flags[b, idx] = 1
@@ -343,7 +346,8 @@ class GpuFitLoop:
                                        dtype=np.uint8) for name in names}
         finally:
             self._out.unmap()
-        kinds = {"ring": "losses", "timestamps": "losses", "params": state_kind, "moments": state_kind, "image": "image"}
+        kinds = {"ring": "losses", "timestamps": "losses", "params": state_kind, "moments": state_kind, "image": "image",
+                 "flags": "events"}
         for name in names:
             self.backend.counters.read(kinds[name], sizes[name])
         return got
@@ -373,38 +377,50 @@ class GpuFitLoop:
     def put_records(self, records) -> None:
         """Write back what :meth:`records` read (after ``set_state`` of the same parameters)."""
         rec = np.ascontiguousarray(records, dtype=np.float32).reshape(self.batch, self.shape.scene_stride)
+        self._read_flags = None
         self.backend.counters.upload_bytes += self.ws.write("scene", rec)
 
     # ------------------------------------------------------------------ events on the device
     def stopped_contributing(self, alpha_min: float, width: int, height: int) -> np.ndarray:
         """(B, T) bool: the respawn rule (render/strategy.py stopped_contributing) on the scene
         records as the device holds them, for a frame of width x height px; 4 bytes a triangle
-        come back (shaders/respawn_flags.wgsl)."""
+        come back (shaders/respawn_flags.wgsl) -- with the last chunk's losses when its
+        ``run(..., flags=...)`` asked for the same rule and nothing changed since, else now."""
+        rule = (float(alpha_min), int(width), int(height))
+        if self._read_flags is not None and self._read_flags[:2] == (self.iter, rule):
+            return self._read_flags[2]
         B, T = self.batch, self.n_tris
-        pool = self.backend.pool
-        args = pool.acquire(STORAGE | COPY_DST, 16, "respawn-args")
-        flags = pool.acquire(STORAGE | COPY_SRC, max(16, B * T * 4), "respawn-flags")
-        try:
-            self.device.queue.write_buffer(args, 0, np.array([alpha_min, width, height, 0], np.float32))
+        enc = self.device.create_command_encoder()
+        flags = self._encode_flags(enc, rule)
+        st, size = self.ws.copy_out(enc, "respawn-flags", B * T * 4, source=flags)
+        self.device.queue.submit([enc.finish()])
+        self.backend.counters.submissions += 1
+        self.backend.counters.read("events", size)
+        return Workspace.read(st, size, dtype=np.uint32).reshape(B, T) != 0
+
+    def _encode_flags(self, enc, rule: tuple[float, int, int]):
+        """The respawn rule's pass into ``enc``; returns the (B, T) uint32 flags buffer. Its
+        buffers and bind group are made at the first check and kept with the loop."""
+        if self._flags_pass is None:
+            B, T = self.batch, self.n_tris
+            pool = self.backend.pool
+            args = pool.acquire(STORAGE | COPY_DST, 16, "respawn-args")
+            flags = pool.acquire(STORAGE | COPY_SRC, max(16, B * T * 4), "respawn-flags")
             pl = self.ws.pipeline("respawn_flags.wgsl")
             bg = self.device.create_bind_group(layout=pl.get_bind_group_layout(0), entries=[
                 {"binding": i, "resource": {"buffer": buf}}
                 for i, buf in enumerate((self.ws.buffers["frame"], self.ws.buffers["scene"], args, flags))])
-            enc = self.device.create_command_encoder()
-            cpass = enc.begin_compute_pass()
-            cpass.set_pipeline(pl)
-            cpass.set_bind_group(0, bg)
-            cpass.dispatch_workgroups(-(-T // 64), B, 1)
-            cpass.end()
-            st, size = self.ws.copy_out(enc, "respawn-flags", B * T * 4, source=flags)
-            self.device.queue.submit([enc.finish()])
-            self.backend.counters.submissions += 1
-            self.backend.counters.read("events", size)
-            out = Workspace.read(st, size, dtype=np.uint32).reshape(B, T)
-        finally:
-            pool.release(args)
-            pool.release(flags)
-        return out != 0
+            self._flags_pass = [args, flags, (pl, bg), None]
+        args, flags, (pl, bg), written = self._flags_pass
+        if written != rule:
+            self.device.queue.write_buffer(args, 0, np.array([rule[0], rule[1], rule[2], 0], np.float32))
+            self._flags_pass[3] = rule
+        cpass = enc.begin_compute_pass()
+        cpass.set_pipeline(pl)
+        cpass.set_bind_group(0, bg)
+        cpass.dispatch_workgroups(-(-self.n_tris // 64), self.batch, 1)
+        cpass.end()
+        return flags
 
     def permute(self, source: np.ndarray, fresh: np.ndarray) -> None:
         """Reorder every image's triangles on the device: new slot t of image b takes old slot
@@ -444,7 +460,7 @@ class GpuFitLoop:
         finally:
             for buf in (*old, src_buf, fresh_buf):
                 pool.release(buf)
-        self._read_state = self._read_image = self._image_iter = None
+        self._read_state = self._read_image = self._image_iter = self._read_flags = None
 
     def render_on_device(self, width: int, height: int):
         """The current scene records rendered at width x height into a device buffer ((B, H, W, 3)
@@ -465,8 +481,10 @@ class GpuFitLoop:
 
     def release(self) -> None:
         self.ws.release()
-        for buf in list(self.extra.values()) + [b for snap in self.snaps for b in snap.values()] + [self._out]:
+        held = list(self.extra.values()) + [b for snap in self.snaps for b in snap.values()] + [self._out]
+        for buf in held + (self._flags_pass[:2] if self._flags_pass else []):
             self.backend.pool.release(buf)
+        self._flags_pass = None
         self.extra = {}
         self.snaps = []
 
@@ -496,26 +514,29 @@ class GpuFitLoop:
                               "loss_partial", "ring", "sched", "sigma_end", "locked", "anchor"],
                              ((n_params + PARAMS_PER_GROUP - 1) // PARAMS_PER_GROUP, B, 1), self.extra)
 
-    def run(self, n: int, read_state: bool = False, read_image: bool = False, state_kind: str = "state") -> np.ndarray:
+    def run(self, n: int, read_state: bool = False, read_image: bool = False, state_kind: str = "state",
+            flags: tuple[float, int, int] | None = None) -> np.ndarray:
         """Run ``n`` iterations; returns their losses, (n,) or (n, B) for a stack (read from the
         ring once per submission). ``read_state``: the last submission also copies the parameters
         and moments back, so a ``get_state`` right after costs no round trip of its own (the
         fitter's events and snapshots follow a chunk); ``read_image`` likewise brings back the
         last forward's image (``last_image``). ``state_kind``: what the state is read for, as the
         readback counters name it ("state" for an event, "snapshot" for a crash-recovery copy).
+        ``flags``: (alpha_min, width, height), the respawn rule the event after these iterations
+        checks -- its flags come back with the losses, so that check is no round trip of its own.
 
         A non-finite loss rolls the device back to the last good parameters and raises
         NumericalFault; a lost device raises DeviceLostError."""
         try:
-            return self._run(n, read_state, read_image, state_kind)
+            return self._run(n, read_state, read_image, state_kind, flags)
         except wgpu.GPUError as exc:
             if "lost" in str(exc).lower():
                 raise DeviceLostError(f"the GPU device was lost: {str(exc).splitlines()[-1].strip()}") from None
             raise
 
-    def _run(self, n: int, read_state: bool, read_image: bool, state_kind: str) -> np.ndarray:
+    def _run(self, n: int, read_state: bool, read_image: bool, state_kind: str, flags) -> np.ndarray:
         out = []
-        self._read_state = self._read_image = None
+        self._read_state = self._read_image = self._read_flags = None
         H, W = self.shape.height, self.shape.width
         host = self.backend.host
         done = 0
@@ -544,8 +565,10 @@ class GpuFitLoop:
             with host.phase("encode"):
                 last = done + k >= n
                 wanted = ["ring"] + (["params", "moments"] if read_state and last else []) + \
-                    (["image"] if read_image and last else [])
+                    (["image"] if read_image and last else []) + (["flags"] if flags and last else [])
                 sources = {"image": self.ws.buffers["image"], **self.extra}
+                if "flags" in wanted:  # (a pass after the iterations': the last iteration's records)
+                    sources["flags"] = self._encode_flags(enc, flags)
                 self._copy_ring(enc, k)
                 for name in wanted[1:]:
                     enc.copy_buffer_to_buffer(sources[name], 0, self._out, self._out_at[name], self._out_size[name])
@@ -557,6 +580,7 @@ class GpuFitLoop:
                 losses = got["ring"].view(np.float32).reshape(self.batch, k).T.astype(np.float64)  # (k, B)
                 state = self._parse_state(got["params"], got["moments"]) if "params" in got else None
                 image = got["image"].view(np.float32).reshape(self.batch, H, W, 3) if "image" in got else None
+                dead = got["flags"].view(np.uint32).reshape(self.batch, self.n_tris) != 0 if "flags" in got else None
                 self.backend.timer.collect(got.get("timestamps"))
             self.snap_iter[slot] = self.iter
             if not np.all(np.isfinite(losses)):
@@ -572,6 +596,8 @@ class GpuFitLoop:
                 self._read_state = (self.iter, *state)
             if image is not None:
                 self._read_image = (self.iter, image)
+            if dead is not None:
+                self._read_flags = (self.iter, tuple(flags), dead)
         self.sigmas = self.schedule.sigmas(self.iter, self.batch)
         losses = np.concatenate(out) if out else np.empty((0, self.batch))
         return losses if self.batched else losses[:, 0]
