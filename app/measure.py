@@ -81,6 +81,55 @@ class StallMeter:
         return max(self.lateness_ms, default=float("nan"))
 
 
+class Session:
+    """A window fitting one sample for a measurement: opened with the size and count asked for,
+    run for a warm-up and then ``seconds``, described for the record, closed at the end. Shared by
+    this tool and app/measure_edit.py."""
+
+    def __init__(self, prog: str, argv: list[str] | None, size: int, triangles: int):
+        self.prog, self.argv = prog, argv if argv is not None else sys.argv[1:]
+        self.app = ensure_application()
+        settings = QtCore.QSettings(tempfile.mktemp(suffix=".ini"), QtCore.QSettings.Format.IniFormat)
+        settings.setValue("params/size", size)
+        settings.setValue("params/triangles", triangles)
+        self.window = create_window(start=True, settings=settings)
+        self.window.resize(1280, 760)
+        self.stalls = StallMeter().start()
+
+    def iteration(self) -> int:
+        stats = self.window.last_stats
+        return stats.iteration if stats else 0
+
+    def describe(self) -> dict[str, str]:
+        """When, how and where it was measured."""
+        win = self.window
+        return {
+            "date": datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
+            "command": " ".join([f"python -m {self.prog}"] + self.argv),
+            "platform": f"{platform.platform()}, Qt platform '{QtGui.QGuiApplication.platformName()}', canvas "
+                        f"present '{getattr(win.canvas, 'present_method', 'qpainter')}'",
+            "adapter": f"{win.engine.description} (backend {win.engine.backend})",
+        }
+
+    def run(self, warmup: float, seconds: float, begin, finish, halfway=None) -> int:
+        """``begin`` after the warm-up, ``halfway`` half-way through, ``finish`` at the end; then
+        the window closes."""
+        def end():
+            finish()
+            self.stalls.stop()
+            self.window.close()
+            self.app.quit()
+
+        warm_ms = int(warmup * 1000)
+        QtCore.QTimer.singleShot(warm_ms, begin)
+        if halfway is not None:
+            QtCore.QTimer.singleShot(warm_ms + int(seconds * 500), halfway)
+        QtCore.QTimer.singleShot(warm_ms + int(seconds * 1000), end)
+        run_event_loop()
+        self.window.shutdown()
+        return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m trifit.app.measure", description=__doc__.splitlines()[0])
     parser.add_argument("--seconds", type=float, default=10.0)
@@ -90,28 +139,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--hide-plots", action="store_true", help="close the plots dock (to see its share)")
     args = parser.parse_args(argv)
 
-    app = ensure_application()
-    settings = QtCore.QSettings(tempfile.mktemp(suffix=".ini"), QtCore.QSettings.Format.IniFormat)
-    settings.setValue("params/size", args.size)
-    settings.setValue("params/triangles", args.triangles)
-    window = create_window(start=True, settings=settings)
-    window.resize(1280, 760)
+    session = Session("trifit.app.measure", argv, args.size, args.triangles)
+    window, stalls = session.window, session.stalls
     if args.hide_plots:
         window.plots_dock.hide()
-
     latencies: dict[str, float] = {}
     state = {"t0": None, "frames0": 0, "iter0": 0}
     window.worker.signals.applied.connect(lambda kind, s: latencies.setdefault(kind, s))
-    stalls = StallMeter().start()
-
-    def iteration() -> int:
-        return window.last_stats.iteration if window.last_stats else 0
 
     def begin():
         state["t0"] = time.perf_counter()
         stalls.begin()
         state["frames0"] = window.canvas.clock.count
-        state["iter0"] = iteration()
+        state["iter0"] = session.iteration()
 
     def change():
         window.controls.triangles.setValue(args.triangles + 20)
@@ -120,14 +160,8 @@ def main(argv: list[str] | None = None) -> int:
     def finish():
         elapsed = time.perf_counter() - state["t0"]
         frames = window.canvas.clock.count - state["frames0"]
-        iters = iteration() - state["iter0"]
-        engine = window.engine
-        lines = [
-            f"date: {datetime.datetime.now().astimezone().isoformat(timespec='seconds')}",
-            f"command: {' '.join(['python -m trifit.app.measure'] + (argv if argv is not None else sys.argv[1:]))}",
-            f"platform: {platform.platform()}, Qt platform '{QtGui.QGuiApplication.platformName()}', "
-            f"canvas present '{getattr(window.canvas, 'present_method', 'qpainter')}'",
-            f"adapter: {engine.description} (backend {engine.backend})",
+        iters = session.iteration() - state["iter0"]
+        lines = [f"{k}: {v}" for k, v in session.describe().items()] + [
             f"fit: {window.fit_info.width}x{window.fit_info.height} px, {args.triangles} triangles "
             f"(+20 halfway), measured {elapsed:.1f} s after {args.warmup:.0f} s warm-up"
             + (", plots dock hidden" if args.hide_plots else ""),
@@ -140,17 +174,8 @@ def main(argv: list[str] | None = None) -> int:
                                              or "(not applied)"),
         ]
         print("\n".join(lines), flush=True)
-        stalls.stop()
-        window.close()
-        app.quit()
 
-    warm_ms = int(args.warmup * 1000)
-    QtCore.QTimer.singleShot(warm_ms, begin)
-    QtCore.QTimer.singleShot(warm_ms + int(args.seconds * 500), change)
-    QtCore.QTimer.singleShot(warm_ms + int(args.seconds * 1000), finish)
-    run_event_loop()
-    window.shutdown()
-    return 0
+    return session.run(args.warmup, args.seconds, begin, finish, halfway=change)
 
 
 if __name__ == "__main__":

@@ -12,11 +12,8 @@ part only; the summary says how many of each interaction ran and how many edits 
 from __future__ import annotations
 
 import argparse
-import datetime
 import json
-import platform
 import sys
-import tempfile
 import time
 
 import numpy as np
@@ -24,8 +21,7 @@ from PySide6 import QtCore, QtGui, QtWidgets
 
 from trifit.edits import pick
 
-from .main import create_window, ensure_application, run_event_loop
-from .measure import StallMeter
+from .measure import Session
 
 EVENT_MS = 16  # a pointer's event spacing
 
@@ -121,45 +117,32 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", help="also write the numbers here")
     args = parser.parse_args(argv)
 
-    app = ensure_application()
-    settings = QtCore.QSettings(tempfile.mktemp(suffix=".ini"), QtCore.QSettings.Format.IniFormat)
-    settings.setValue("params/size", args.size)
-    settings.setValue("params/triangles", args.triangles)
-    window = create_window(start=True, settings=settings)
-    window.resize(1280, 760)
+    session = Session("trifit.app.measure_edit", argv, args.size, args.triangles)
+    window, stalls = session.window, session.stalls
     rng = np.random.default_rng(args.seed)
     counts: dict[str, int] = {}
     applied: list[float] = []
     window.worker.signals.applied.connect(lambda kind, s: applied.append(s) if kind in ("edit", "weights") else None)
-    stalls = StallMeter().start()
     state: dict = {}
     steps = script(window, rng, counts, [a for a in args.actions.split(",") if a])
     ticker = QtCore.QTimer()
     ticker.setInterval(EVENT_MS)
     ticker.timeout.connect(lambda: next(steps))
 
-    def iteration() -> int:
-        return window.last_stats.iteration if window.last_stats else 0
-
     def begin():
         window.edit_tool.set_active(True)
-        state.update(t0=time.perf_counter(), iter0=iteration(), frames0=window.canvas.clock.count)
+        state.update(t0=time.perf_counter(), iter0=session.iteration(), frames0=window.canvas.clock.count)
         stalls.begin()
         ticker.start()
 
     def finish():
         ticker.stop()
         elapsed = time.perf_counter() - state["t0"]
-        engine = window.engine
         result = {
-            "date": datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
-            "command": " ".join(["python -m trifit.app.measure_edit"] + (argv if argv is not None else sys.argv[1:])),
-            "platform": f"{platform.platform()}, Qt platform '{QtGui.QGuiApplication.platformName()}', canvas "
-                        f"present '{getattr(window.canvas, 'present_method', 'qpainter')}'",
-            "adapter": f"{engine.description} (backend {engine.backend})",
+            **session.describe(),
             "fit": f"{window.fit_info.width}x{window.fit_info.height} px, {args.triangles} triangles",
             "seconds": round(elapsed, 2),
-            "iterations_per_s": round((iteration() - state["iter0"]) / elapsed, 1),
+            "iterations_per_s": round((session.iteration() - state["iter0"]) / elapsed, 1),
             "preview_fps": round((window.canvas.clock.count - state["frames0"]) / elapsed, 1),
             "interactions": counts,
             "edits_applied": len(applied),
@@ -171,16 +154,8 @@ def main(argv: list[str] | None = None) -> int:
         if args.json:
             with open(args.json, "w", encoding="utf-8") as f:
                 json.dump(result, f, indent=1)
-        stalls.stop()
-        window.close()
-        app.quit()
 
-    warm_ms = int(args.warmup * 1000)
-    QtCore.QTimer.singleShot(warm_ms, begin)
-    QtCore.QTimer.singleShot(warm_ms + int(args.seconds * 1000), finish)
-    run_event_loop()
-    window.shutdown()
-    return 0
+    return session.run(args.warmup, args.seconds, begin, finish)
 
 
 if __name__ == "__main__":

@@ -164,18 +164,18 @@ class FitState:
             return np.concatenate([self._mse(tris[:h], bg[:h], sigmas[:h], targets[:h], w[0]),
                                    self._mse(tris[h:], bg[h:], sigmas[h:], targets[h:], w[1])])
 
-    def most_costly(self, n: int, transient: bool = False, current: bool = False) -> np.ndarray:
+    def most_costly(self, n: int, transient: bool = False) -> np.ndarray:
         """(B, n) indices, in painting order, of each image's n triangles whose removal would
         cost most against the full-size target (a forward and backward on the GPU)."""
-        costs = self.pruning_costs(transient, current)
+        costs = self.pruning_costs(transient)
         return np.sort(np.argsort(-costs, kind="stable", axis=1)[:, :n], axis=1)
 
-    def removal_costs(self, transient: bool = False, current: bool = False) -> np.ndarray:
+    def removal_costs(self, transient: bool = False, weights: np.ndarray | None = None) -> np.ndarray:
         """(B, T) how much each triangle's removal alone would grow the squared error against the
-        full-size target (``current``: the values the device holds now, else the state's)."""
-        tris, bg, sigmas = self._loop_values() if current else self.values()
-        return np.asarray(self.engine.impl.removal_costs_batch(tris, np.clip(bg, 0, 1), sigmas,
-                                                               self.targets.astype(np.float64), transient=transient))
+        full-size target (each pixel's term times ``weights`` (B, H, W), where given)."""
+        tris, bg, sigmas = self.values()
+        return np.asarray(self.engine.impl.removal_costs_batch(tris, np.clip(bg, 0, 1), sigmas, self.targets.astype(np.float64),
+                                                               transient=transient, weights=weights))
 
     # ------------------------------------------------------------------ operations
     def add(self, new: list[np.ndarray]) -> None:
@@ -374,15 +374,10 @@ class FitState:
             tris[b, idx] = vals
         return tris
 
-    def pruning_costs(self, transient: bool = False, current: bool = False) -> np.ndarray:
+    def pruning_costs(self, transient: bool = False) -> np.ndarray:
         """(B, T) what pruning ranks by: :meth:`removal_costs`, weighted by the focus map where
         there is one, and infinite for a locked triangle (pruning keeps it)."""
-        if self.focus is None:
-            costs = self.removal_costs(transient, current)
-        else:
-            tris, bg, sigmas = self._loop_values() if current else self.values()
-            costs = np.asarray(self.engine.impl.removal_costs_batch(
-                tris, np.clip(bg, 0, 1), sigmas, self.targets.astype(np.float64), transient=transient, weights=self.focus))
+        costs = self.removal_costs(transient, self.focus)
         for b, idx in enumerate(self.locks):
             costs[b, idx] = np.inf
         return costs

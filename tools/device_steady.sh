@@ -14,17 +14,7 @@ export PYTHONUNBUFFERED=1
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
 python3 tools/video_measure.py --size 176 --tris 150 --iters 100 --first 600 --frames 48 \
   --steady "${STEADY_GRID:-0,0.3,1,3,10}" --clip-seeds 0,1,2 --json "$OUT/h200-steady.json"
-python3 - <<'PY'
-import sys
-sys.path.insert(0, "tools")
-from pathlib import Path
-from PIL import Image
-from video_measure import make_clip
-frames, _ = make_clip("still", 120, 352, 264, 2.0)
-Path("/tmp/clip").mkdir(exist_ok=True)
-for k, f in enumerate(frames):
-    Image.fromarray(f).save(f"/tmp/clip/f{k:03d}.png")
-PY
+python3 tools/video_measure.py --write-frames /tmp/clip --frames 120
 for steady in 0 1 0 1; do
   rm -rf /tmp/out /tmp/.out.trifit-video
   echo "--steady $steady"

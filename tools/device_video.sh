@@ -13,17 +13,7 @@ export PYTHONUNBUFFERED=1
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
 python3 tools/video_measure.py --size 176 --tris 150 --iters 100 --first 600 --frames 48 ${SWEEP:+--sweep "$SWEEP"} \
   --json "$OUT/h200-video.json"
-python3 - <<'PY'
-import sys
-sys.path.insert(0, "tools")
-from pathlib import Path
-from PIL import Image
-from video_measure import make_clip
-frames, _ = make_clip("still", 120, 352, 264, 2.0)
-Path("/tmp/clip").mkdir(exist_ok=True)
-for k, f in enumerate(frames):
-    Image.fromarray(f).save(f"/tmp/clip/f{k:03d}.png")
-PY
+python3 tools/video_measure.py --write-frames /tmp/clip --frames 120
 for run in 1 2; do
   rm -rf /tmp/out /tmp/.out.trifit-video
   python3 -m trifit.cli video /tmp/clip -o /tmp/out --tris 150 --size 176 --iters-per-frame 100 --first-frame-iters 600 2>&1 | tr "\r" "\n" | tail -n 2

@@ -13,6 +13,7 @@ photograph with the same disc. Output frames are rendered at the clip's size wit
       --sweep "lr_start=0.2,0.5,1 renew=0,0.02,0.05 sigma_boost=1,1.5"
   .venv/bin/python tools/video_measure.py --size 80 --tris 30 --iters 30 --first 300 --frames 24 \
       --steady 0,1,3,10 --no-cold      # the temporal term (`trifit video --steady W`)
+  .venv/bin/python tools/video_measure.py --write-frames /tmp/clip --frames 120   # a clip for `trifit video`
 """
 
 from __future__ import annotations
@@ -127,7 +128,17 @@ def main(argv=None) -> int:
                    help="each warm variant with each of these temporal-term weights (FramePolicy.steady)")
     p.add_argument("--no-cold", action="store_true", help="leave out the cold per-frame fits")
     p.add_argument("--json", default=None)
+    p.add_argument("--write-frames", default=None, metavar="DIR",
+                   help="only write the still clip (--frames frames, 352x264) to DIR as PNGs, for `trifit video`")
     a = p.parse_args(argv)
+    if a.write_frames:
+        from pathlib import Path
+
+        frames, _ = make_clip("still", a.frames, 352, 264, a.noise)
+        Path(a.write_frames).mkdir(parents=True, exist_ok=True)
+        for k, f in enumerate(frames):
+            Image.fromarray(f).save(Path(a.write_frames) / f"f{k:03d}.png")
+        return 0
     engine = trifit.Engine("auto")
     print(f"# {engine.description}", file=sys.stderr)
     W, H = a.size, round(a.size * 3 / 4)
