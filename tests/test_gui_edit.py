@@ -320,10 +320,10 @@ def test_the_mask_is_saved_with_the_session_and_restored(qtbot, warm_engine, gui
         mask = tool.mask.mask.copy()
         folder = [None]
 
-        def saved():
+        def saved():  # (session.json comes last, after the focus file: the first save may be half-way)
             folder[0] = win.session.folder
             return folder[0] is not None and (folder[0] / FOCUS_FILE).exists() and \
-                '"focus_file"' in (folder[0] / SESSION_FILE).read_text()
+                (folder[0] / SESSION_FILE).exists() and '"focus_file"' in (folder[0] / SESSION_FILE).read_text()
         qtbot.waitUntil(saved, timeout=WAIT_MS)
         # a crash: the folder as the dead window left it (its lock stale)
         shutil.copytree(folder[0], tmp_path / "left" / folder[0].name, ignore=shutil.ignore_patterns(LOCK_FILE))
