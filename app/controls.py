@@ -88,6 +88,7 @@ class ControlsPanel(QtWidgets.QWidget):
         video = VideoParams()
         self.first_frame_iters = _spin(1, 1_000_000, video.first_frame_iters, step=100)
         self.iters_per_frame = _spin(1, 100_000, video.iters_per_frame, step=10)
+        self.steady = _dspin(0.0, 100.0, video.steady, step=0.5, off_text="off")
 
         self.triangles.setToolTip("Grows (new triangles where the error is largest) or shrinks "
                                   "(keeps the triangles that matter most to the picture) the running fit.")
@@ -102,6 +103,10 @@ class ControlsPanel(QtWidgets.QWidget):
         self.first_frame_iters.setToolTip("Iterations of the first frame's full fit; applies on Reset or a new clip.")
         self.iters_per_frame.setToolTip("Iterations of every later frame, each starting from the previous frame's "
                                         "triangles; applies on Reset or a new clip.")
+        self.steady.setToolTip("The temporal term (trifit video --steady W): pulls each triangle towards where the "
+                               "previous frame left it, W times how still the picture is around it -- still regions "
+                               "stop flickering, moving content stays free, at some PSNR. 1 is a good start; "
+                               "applies on Reset or a new clip.")
 
         live = QtWidgets.QGroupBox("Live")
         form = QtWidgets.QFormLayout(live)
@@ -118,6 +123,7 @@ class ControlsPanel(QtWidgets.QWidget):
         form = QtWidgets.QFormLayout(self.video_group)
         form.addRow("First frame", self.first_frame_iters)
         form.addRow("Each frame", self.iters_per_frame)
+        form.addRow("Steady", self.steady)
         self.video_group.setToolTip("A clip is fitted frame by frame; the Stop rules do not apply to it.")
         self.video_group.hide()  # shown while a clip is open
 
@@ -175,11 +181,12 @@ class ControlsPanel(QtWidgets.QWidget):
 
     def video_params(self) -> VideoParams:
         return VideoParams(iters_per_frame=self.iters_per_frame.value(),
-                           first_frame_iters=self.first_frame_iters.value())
+                           first_frame_iters=self.first_frame_iters.value(), steady=self.steady.value())
 
     def set_video_params(self, v: VideoParams) -> None:
         self.iters_per_frame.setValue(v.iters_per_frame)
         self.first_frame_iters.setValue(v.first_frame_iters)
+        self.steady.setValue(v.steady)
 
     def set_triangles_quietly(self, n: int) -> None:
         with QtCore.QSignalBlocker(self.triangles):

@@ -31,6 +31,7 @@ class VideoParams:
 
     iters_per_frame: int = 100
     first_frame_iters: int = 600
+    steady: float = 0.0      # the temporal term's W (`trifit video --steady W`); 0: off
 
 
 @dataclass

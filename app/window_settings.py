@@ -34,6 +34,7 @@ class WindowSettings:
         self.controls.set_video_params(VideoParams(
             iters_per_frame=s.value("video/iters_per_frame", video.iters_per_frame, type=int),
             first_frame_iters=s.value("video/first_frame_iters", video.first_frame_iters, type=int),
+            steady=s.value("video/steady", video.steady, type=float),
         ))
         self.controls.set_stop_conditions(StopConditions(
             iterations=s.value("stop/iterations", 0, type=int) or None,
@@ -62,6 +63,7 @@ class WindowSettings:
         video = self.controls.video_params()
         s.setValue("video/iters_per_frame", video.iters_per_frame)
         s.setValue("video/first_frame_iters", video.first_frame_iters)
+        s.setValue("video/steady", video.steady)
         stop = self.controls.stop_conditions()
         s.setValue("stop/iterations", stop.iterations or 0)
         s.setValue("stop/time_limit", stop.time_limit or 0.0)

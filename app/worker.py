@@ -470,12 +470,14 @@ class FitWorker:
         if cmd.error is not None:
             self.signals.failed.emit("Cannot open video", cmd.error)
             return
+        from trifit.videofit import FramePolicy
         from trifit.videorun import FrameLoop
 
         p, v, loop = cmd.params, cmd.video, None
         try:
             loop = FrameLoop.start(cmd.clip, size=p.size, triangles=p.triangles, seed=p.seed, engine=self.engine,
-                                   first_iters=v.first_frame_iters, frame_iters=v.iters_per_frame, source=cmd.path)
+                                   first_iters=v.first_frame_iters, frame_iters=v.iters_per_frame, source=cmd.path,
+                                   policy=FramePolicy(steady=v.steady))
             run = loop.begin(chunk_s=CHUNK_TARGET_S, first_chunk=1)  # the first frame's fit: built, not run
             if p.sigma_px is not None:
                 loop.fitter.set_sigma(p.sigma_px)

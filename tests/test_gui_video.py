@@ -140,3 +140,33 @@ def test_live_changes_reach_a_running_clip_and_reset_starts_it_over(qtbot, windo
     qtbot.waitUntil(lambda: len(win.clip_scenes) >= 2, timeout=WAIT_MS)
     assert win.clip_scenes[1].extra["meta"]["video"]["iters_per_frame"] == EACH + 3
     assert win.clip_scenes[1].extra["meta"]["iterations"] == FIRST + EACH + 3
+
+
+def test_the_steady_control_fits_the_clip_as_the_command_does(qtbot, window, clip, tmp_path, monkeypatch):
+    from tqdm import tqdm
+
+    from trifit import Scene
+
+    monkeypatch.setattr(tqdm, "monitor_interval", 0)  # (no tqdm monitor thread for the leak check)
+
+    win: MainWindow = window
+    win.controls.first_frame_iters.setValue(FIRST)
+    win.controls.iters_per_frame.setValue(EACH)
+    win.controls.steady.setValue(1.0)
+    assert win.controls.video_params().steady == 1.0
+    win.open_file(clip / "clip.mp4", start=True)
+    qtbot.waitUntil(lambda: len(win.clip_scenes) == N and not win.running, timeout=WAIT_MS)
+    assert all(s.extra["meta"]["video"].get("steady") == 1.0 for s in win.clip_scenes[1:])
+
+    def command(steady: str) -> list:
+        scenes = tmp_path / f"scenes-{steady}"
+        assert main(["video", str(clip / "clip.mp4"), "-o", str(tmp_path / f"out-{steady}"), "--tris",
+                     str(GUI_TRIANGLES), "--size", str(GUI_SIZE), "--first-frame-iters", str(FIRST),
+                     "--iters-per-frame", str(EACH), "--steady", steady, "--scenes", str(scenes),
+                     "--backend", "gpu", "--quiet"]) == 0
+        return [Scene.load(scenes / f"frame_{k:04d}.trifit.json") for k in range(N)]
+
+    steady, free = command("1"), command("0")
+    for got, want in zip(win.clip_scenes, steady):  # the window's fit is the command's, to the bit
+        assert got.triangles.tobytes() == want.triangles.tobytes() and got.sigma == want.sigma
+    assert steady[-1].triangles.tobytes() != free[-1].triangles.tobytes()  # (the term changed the fit)
