@@ -26,7 +26,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterator
 
-from .cluster import IN_FLIGHT_PER_SLOT, RETRIES, ClusterError, gpu_slots, parse_target, ready_engine, session, task_failure
+from .cluster import IN_FLIGHT_PER_SLOT, RETRIES, ClusterError, gpu_slots, ready_engine, task_failure
 
 #: seconds between looks at the tasks out (and at a Ctrl+C)
 POLL_S = 0.05
@@ -47,49 +47,49 @@ def segment_task(start: int, targets, scenes, options: dict) -> dict:
     return {"frames": list(fit_segment(targets, start, options, engine))}
 
 
-def fit_on_cluster(jobs: Iterator[tuple], options: dict, deliver: Callable, control, backlog: Callable[[], int], *,
-                   dask: str, backend: str, note: Callable[[str], None]) -> None:
+def fit_on_cluster(client, jobs: Iterator[tuple], options: dict, deliver: Callable, control,
+                   backlog: Callable[[], int], *, backend: str) -> None:
     """Run ``jobs`` (render/videoseg.py's: ``(start, end, targets, scenes)`` in the clip's order)
-    as tasks; ``deliver(frames)`` each one's frames as it completes, on this thread, until all
-    are done or ``control`` is cancelled. ``backlog()``: segments delivered but not yet written."""
+    as tasks of ``client``'s cluster; ``deliver(frames)`` each one's frames as it completes, on
+    this thread, until all are done or ``control`` is cancelled. ``backlog()``: segments delivered
+    but not yet written."""
     from . import __version__
 
     options = {**options, "backend": backend, "version": __version__}
-    with session(parse_target(dask), backend, note) as client:
-        run = uuid.uuid4().hex[:8]
-        out: dict = {}  # future -> (start, end)
+    run = uuid.uuid4().hex[:8]
+    out: dict = {}  # future -> (start, end)
 
-        def refill() -> None:
-            window = max(2, IN_FLIGHT_PER_SLOT * gpu_slots(client))
-            while len(out) + backlog() < window:
-                job = next(jobs, None)
-                if job is None:
+    def refill() -> None:
+        window = max(2, IN_FLIGHT_PER_SLOT * gpu_slots(client))
+        while len(out) + backlog() < window:
+            job = next(jobs, None)
+            if job is None:
+                return
+            start, end, targets, scenes = job
+            future = client.submit(segment_task, start, targets, scenes, options, key=f"trifit-video-{run}-{start}",
+                                   resources={"GPU": 1}, retries=RETRIES, pure=False)
+            out[future] = (start, end)
+
+    try:
+        refill()
+        while out and not control.cancelled:
+            finished = [f for f in out if f.done()]
+            if not finished:
+                time.sleep(POLL_S)
+                continue
+            for future in finished:
+                start, end = out.pop(future)
+                try:
+                    reply = _reply(future, start, end)
+                finally:
+                    future.release()  # held, a result lost with its worker would be fitted again for nothing
+                deliver(reply["frames"])
+                if control.cancelled:
                     return
-                start, end, targets, scenes = job
-                future = client.submit(segment_task, start, targets, scenes, options, key=f"trifit-video-{run}-{start}",
-                                       resources={"GPU": 1}, retries=RETRIES, pure=False)
-                out[future] = (start, end)
-
-        try:
             refill()
-            while out and not control.cancelled:
-                finished = [f for f in out if f.done()]
-                if not finished:
-                    time.sleep(POLL_S)
-                    continue
-                for future in finished:
-                    start, end = out.pop(future)
-                    try:
-                        reply = _reply(future, start, end)
-                    finally:
-                        future.release()  # held, a result lost with its worker would be fitted again for nothing
-                    deliver(reply["frames"])
-                    if control.cancelled:
-                        return
-                refill()
-        finally:
-            if out:
-                client.cancel(list(out))
+    finally:
+        if out:
+            client.cancel(list(out))
 
 
 def _reply(future, start: int, end: int) -> dict:

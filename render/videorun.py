@@ -192,17 +192,18 @@ def run_video(input_path, output, *, triangles: int = 150, size: int = 176, iter
                 "policy": policy.as_dict(), "output": str(spec.path.resolve()), "frame_size": [out_w, out_h],
                 "edges": edges}
     if segment:
-        from .videoseg import plan_segments, run_segments
+        from .videoseg import connected, plan_segments, run_segments
 
         settings["segment"] = int(segment)  # (absent: one fit through the clip, the record as before segments)
-        plan = plan_segments(clip, work, settings, note)  # (the output is opened after: an error here leaves none)
-        frames = _Frames(work, ClipOutput(spec, clip, (out_w, out_h), note), clip.size, scenes_dir, svg_dir)
-        try:
-            result = run_segments(plan, clip, frames, settings, engine=engine, backend=backend, dask=dask,
-                                  on_frame=on_frame, on_clip=on_clip, note=note)
-        except BaseException:
-            frames.output.discard()
-            raise
+        with connected(dask, backend, note) as client:  # (a cluster first: a bad address is said before any work)
+            plan = plan_segments(clip, work, settings, note)  # (the output is opened after: an error here leaves none)
+            frames = _Frames(work, ClipOutput(spec, clip, (out_w, out_h), note), clip.size, scenes_dir, svg_dir)
+            try:
+                result = run_segments(plan, clip, frames, settings, engine=engine, client=client, backend=backend,
+                                      on_frame=on_frame, on_clip=on_clip)
+            except BaseException:
+                frames.output.discard()
+                raise
         complete = result.written == clip.count
     else:
         done = _progress(work, settings, note)

@@ -40,6 +40,7 @@ frames of a segment finished early wait for those before them.
 
 from __future__ import annotations
 
+import contextlib
 import shutil
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -232,11 +233,24 @@ def _jobs(plan: SegmentPlan, clip, work, size: int, out: _InOrder) -> Iterator[J
         frames.close()
 
 
-def run_segments(plan: SegmentPlan, clip, frames, settings: dict, *, engine, backend: str, dask: str | None,
-                 on_frame: Callable | None, on_clip: Callable | None, note) -> VideoResult:
-    """Fit the segments the plan has left (here on ``engine``, or with ``dask`` on a cluster) and
-    write every frame (``frames``: render/videorun.py's writer): scenes as they come, output frames
-    in order. ``result.written``: the output's frames from the first on."""
+@contextlib.contextmanager
+def connected(dask: str | None, backend: str, note):
+    """With ``dask`` (``local[:N]`` or an address), a client of that cluster for the ``with``
+    (render/cluster.py's connection, the dashboard told through ``note``); without, None."""
+    if dask is None:
+        yield None
+        return
+    from .cluster import parse_target, session
+
+    with session(parse_target(dask), backend, note) as client:
+        yield client
+
+
+def run_segments(plan: SegmentPlan, clip, frames, settings: dict, *, engine, client, backend: str,
+                 on_frame: Callable | None, on_clip: Callable | None) -> VideoResult:
+    """Fit the segments the plan has left (here on ``engine``, or with a cluster's ``client`` as
+    its tasks) and write every frame (``frames``: render/videorun.py's writer): scenes as they come,
+    output frames in order. ``result.written``: the output's frames from the first on."""
     kept = sum(e - s for (s, e), done in zip(plan.segments, plan.done) if done)
     result = VideoResult(clip.count, kept, kept, 0.0, None)
     options = fit_options(clip, settings)
@@ -263,11 +277,10 @@ def run_segments(plan: SegmentPlan, clip, frames, settings: dict, *, engine, bac
     if on_clip is not None:
         on_clip(control)
     try:
-        if dask is not None:
+        if client is not None:
             from .videocluster import fit_on_cluster
 
-            fit_on_cluster(jobs, options, deliver, control, lambda: len(out.held), dask=dask, backend=backend,
-                           note=note)
+            fit_on_cluster(client, jobs, options, deliver, control, lambda: len(out.held), backend=backend)
         else:
             for s, e, targets, scenes in jobs:
                 if control.cancelled:
@@ -285,5 +298,5 @@ def run_segments(plan: SegmentPlan, clip, frames, settings: dict, *, engine, bac
     return result
 
 
-__all__ = ["CUT_MIN_CHANGE", "CUT_RATIO", "CUT_WINDOW", "Control", "SegmentPlan", "find_cuts", "fit_segment",
+__all__ = ["CUT_MIN_CHANGE", "CUT_RATIO", "CUT_WINDOW", "Control", "SegmentPlan", "connected", "find_cuts", "fit_segment",
            "frame_changes", "plan_segments", "render_segment", "run_segments", "segment_seed", "split"]

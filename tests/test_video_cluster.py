@@ -134,6 +134,27 @@ def test_the_first_segment_is_the_whole_clip_runs_start(clip, local, tmp_path):
     assert json.loads(local["scenes"][later])["meta"]["iterations"] != json.loads(whole[later])["meta"]["iterations"]
 
 
+def test_a_local_segmented_run_stops_and_resumes(clip, local, tmp_path):
+    """Without a cluster, cancelled as Ctrl+C does, inside a segment: the re-run keeps the whole
+    segments whose scenes are all there and refits the rest from their first frame, to the same bytes."""
+    from trifit.videorun import run_video, work_folder
+
+    out, controls = tmp_path / "out", []
+
+    def stop_at_frame_7(k, scene, stats):  # the second frame of segment (6, 10)
+        if k == 7:
+            controls[0].cancel()
+
+    first = run_video(clip / "frames", out, on_clip=controls.append, on_frame=stop_at_frame_7, **API)
+    assert first.interrupted and first.done == first.written == 8 and len(first.psnr) == 8
+    assert list(_files(out, ".png")) == _names(".png")[:8]
+    assert len(list((work_folder(out) / "scenes").iterdir())) == 8
+    fitted = []
+    again = run_video(clip / "frames", out, on_frame=lambda k, s, t: fitted.append(k), **API)
+    assert again.resumed_from == 6 and fitted == list(range(6, N)) and again.written == N
+    assert _files(out, ".png") == local["frames"]
+
+
 # ---------------------------------------------------------------------- on a cluster
 def test_a_cluster_writes_the_local_bytes(clip, local, cluster, tmp_path, capfd):
     out = tmp_path / "out"
@@ -307,7 +328,18 @@ def test_no_scheduler_at_the_address_is_exit_2(clip, tmp_path, capsys, monkeypat
     assert main(["video", str(clip / "frames"), "-o", str(out), *FIT, "--segment", str(K), "--dask", address]) == 2
     err = capsys.readouterr().err
     assert f"--dask {address}: no scheduler answers there" in err and len(err.strip().splitlines()) == 1, err
-    assert not list(out.glob("*.png"))
+    assert not list(out.glob("*.png")) and not (tmp_path / ".out.trifit-video").exists()  # said before any work
+
+
+def test_a_worker_with_another_trifit_version_ends_the_run(clip, cluster, tmp_path, capsys, monkeypatch):
+    import trifit
+
+    monkeypatch.setattr(trifit, "__version__", "0.0.0-other")
+    out = tmp_path / "out"
+    assert main(["video", str(clip / "frames"), "-o", str(out), *FIT, "--segment", str(K), "--dask", cluster[0]]) == 2
+    err = capsys.readouterr().err
+    assert "trifit: error: a worker runs trifit" in err and "install the same version everywhere" in err, err
+    assert "Traceback" not in err and not list(out.glob("*.png"))
 
 
 def test_the_cli_loads_dask_only_for_dask(clip, tmp_path, gpu_ctx):
