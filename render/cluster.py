@@ -25,6 +25,10 @@ fit at all (no adapter, another trifit version) ends the batch with one line (ex
 Ctrl+C (KeyboardInterrupt) cancels the tasks still out and keeps every scene already written (a
 local cluster's workers are closed with it; a remote worker finishes the fit it is in, and the
 result is dropped: Dask does not stop a running task).
+
+The connection (:func:`session`), a worker's engine and checks (:func:`ready_engine`) and why a
+task has no result (:func:`task_failure`) serve ``trifit video --segment K --dask`` too
+(render/videocluster.py: a task per segment of a clip).
 """
 
 from __future__ import annotations
