@@ -280,7 +280,9 @@ def run_segments(plan: SegmentPlan, clip, frames, settings: dict, *, engine, cli
         if client is not None:
             from .videocluster import fit_on_cluster
 
-            fit_on_cluster(client, jobs, options, deliver, control, lambda: len(out.held), backend=backend)
+            segment_of = {k: s for s, e in plan.segments for k in range(s, e)}
+            fit_on_cluster(client, jobs, options, deliver, control, lambda: len({segment_of[k] for k in out.held}),
+                           backend=backend)
         else:
             for s, e, targets, scenes in jobs:
                 if control.cancelled:

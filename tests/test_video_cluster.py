@@ -166,6 +166,24 @@ def test_a_cluster_writes_the_local_bytes(clip, local, cluster, tmp_path, capfd)
     assert "dashboard: " in capfd.readouterr().err
 
 
+def test_many_segments_through_a_small_window(clip, cluster, tmp_path, monkeypatch):
+    """Two frames a segment (seven segments, with the cut) and two tasks out at a time, counting
+    the segments that came back early and wait: all of them flow through, to the local bytes."""
+    import trifit.videocluster
+    from trifit.videorun import run_video
+
+    monkeypatch.setattr(trifit.videocluster, "IN_FLIGHT_PER_SLOT", 1)
+    small = {**API, "segment": 2}
+    run_video(clip / "frames", tmp_path / "here", scenes_dir=tmp_path / "here-scenes", **small)
+    result = run_video(clip / "frames", tmp_path / "there", dask=cluster[0], scenes_dir=tmp_path / "there-scenes",
+                       **small)
+    assert (result.done, result.written) == (N, N)
+    starts = sorted({json.loads(b)["meta"]["video"]["segment"] for b in _files(tmp_path / "there-scenes", ".json").values()})
+    assert starts == [0, 2, 4, 6, 8, 10]  # (the cut at 6 falls on a boundary of two)
+    assert _files(tmp_path / "there", ".png") == _files(tmp_path / "here", ".png")
+    assert _files(tmp_path / "there-scenes", ".json") == _files(tmp_path / "here-scenes", ".json")
+
+
 def _count_scene_writes(monkeypatch) -> dict[str, int]:
     import trifit.videorun
 
