@@ -164,7 +164,8 @@ def run_video(input_path, output, *, triangles: int = 150, size: int = 176, iter
     finished frame (on the calling thread; its files may still be being written). ``segment``:
     independent segments of at most that many frames, split at scene cuts too, fitted one after
     another here or, with ``dask`` (``local[:N]`` or a scheduler's address), as tasks on a Dask
-    cluster (render/videoseg.py: there ``on_clip`` gets the run's control, ``stats`` has the psnr only)."""
+    cluster (render/videoseg.py: there ``on_clip`` gets the run's control, and ``on_frame`` no scene (None)
+    and stats with the psnr only)."""
     from .export import picture_size
     from .scene import Scene
     from .videofit import FramePolicy

@@ -60,10 +60,10 @@ def local(clip, gpu_ctx):
     """The local segmented run (`--segment 4`, no cluster): output frames and scenes."""
     d = clip
     assert main(["video", str(d / "frames"), "-o", str(d / "local"), *FIT, "--segment", str(K),
-                 "--scenes", str(d / "local-scenes")]) == 0
+                 "--scenes", str(d / "local-scenes"), "--svg-dir", str(d / "local-svg")]) == 0
     frames, scenes = _files(d / "local", ".png"), _files(d / "local-scenes", ".trifit.json")
     assert list(frames) == _names(".png") and list(scenes) == _names(".trifit.json")
-    return {"frames": frames, "scenes": scenes}
+    return {"frames": frames, "scenes": scenes, "svg": _files(d / "local-svg", ".svg")}
 
 
 # ---------------------------------------------------------------------- where segments start
@@ -159,9 +159,10 @@ def test_a_local_segmented_run_stops_and_resumes(clip, local, tmp_path):
 def test_a_cluster_writes_the_local_bytes(clip, local, cluster, tmp_path, capfd):
     out = tmp_path / "out"
     assert main(["video", str(clip / "frames"), "-o", str(out), *FIT, "--segment", str(K), "--dask", cluster[0],
-                 "--scenes", str(tmp_path / "scenes")]) == 0
+                 "--scenes", str(tmp_path / "scenes"), "--svg-dir", str(tmp_path / "svg")]) == 0
     assert _files(out, ".png") == local["frames"]
     assert _files(tmp_path / "scenes", ".trifit.json") == local["scenes"]
+    assert _files(tmp_path / "svg", ".svg") == local["svg"] and len(local["svg"]) == N
     assert not (tmp_path / ".out.trifit-video").exists() and not list(tmp_path.rglob(".*.part"))
     assert "dashboard: " in capfd.readouterr().err
 
