@@ -156,7 +156,14 @@ def test_a_local_segmented_run_stops_and_resumes(clip, local, tmp_path):
 
 
 # ---------------------------------------------------------------------- on a cluster
-def test_a_cluster_writes_the_local_bytes(clip, local, cluster, tmp_path, capfd):
+def test_a_cluster_writes_the_local_bytes(clip, local, cluster, tmp_path, capfd, monkeypatch):
+    """Scenes, output frames and SVGs, byte for byte; the driver makes no engine (it needs no GPU)."""
+    import trifit.engine
+
+    def no_engine(*args, **kwargs):
+        raise AssertionError("the driver made an engine")
+
+    monkeypatch.setattr(trifit.engine, "Engine", no_engine)
     out = tmp_path / "out"
     assert main(["video", str(clip / "frames"), "-o", str(out), *FIT, "--segment", str(K), "--dask", cluster[0],
                  "--scenes", str(tmp_path / "scenes"), "--svg-dir", str(tmp_path / "svg")]) == 0
