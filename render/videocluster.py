@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import time
 import uuid
+import warnings
 from collections.abc import Callable, Iterator
 
 from .cluster import IN_FLIGHT_PER_SLOT, RETRIES, ClusterError, gpu_slots, ready_engine, task_failure
@@ -66,8 +67,12 @@ def fit_on_cluster(client, jobs: Iterator[tuple], options: dict, deliver: Callab
             if job is None:
                 return
             start, end, targets, scenes = job
-            future = client.submit(segment_task, start, targets, scenes, options, key=f"trifit-video-{run}-{start}",
-                                   resources={"GPU": 1}, retries=RETRIES, pure=False)
+            with warnings.catch_warnings():
+                # a segment's frames travel in its task, not scattered ahead: scattered data dies with the
+                # worker holding it, and a task must survive its worker. (Dask calls a task over 10 MiB large.)
+                warnings.filterwarnings("ignore", "Sending large graph", UserWarning)
+                future = client.submit(segment_task, start, targets, scenes, options, key=f"trifit-video-{run}-{start}",
+                                       resources={"GPU": 1}, retries=RETRIES, pure=False)
             out[future] = (start, end)
 
     try:
