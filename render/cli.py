@@ -180,6 +180,12 @@ def build_parser() -> argparse.ArgumentParser:
     v.add_argument("--scenes", default=None, metavar="DIR", help="also write each frame's scene (frame_0000.trifit.json)")
     v.add_argument("--svg-dir", default=None, metavar="DIR", help="also write each frame as SVG (frame_0000.svg)")
     _picture_options(v)
+    v.add_argument("--segment", type=_positive_int, default=None, metavar="K",
+                   help="fit independent segments of at most K frames, also split at scene cuts, each cold at its "
+                        "first frame and warm after it, and join them in order (README, 'Video')")
+    v.add_argument("--dask", default=None, metavar="local[:N]|tcp://HOST:PORT",
+                   help="with --segment: fit the segments in parallel on a Dask cluster (pip install "
+                        "'trifit[cluster]'), as batch --dask; the output is what --segment K writes here")
     v.add_argument("--backend", choices=["auto", "gpu", "reference"], default="auto")
     v.add_argument("--quiet", action="store_true", help="no progress bar")
 
@@ -533,6 +539,12 @@ def cmd_video(args) -> int:
 
     if args.scale is not None and args.width is not None:
         raise UsageError("trifit video: give one of --scale and --width")
+    if args.dask is not None:  # before anything is read: a segment length is the user's (it changes the result)
+        if args.segment is None:
+            raise UsageError("trifit video: --dask needs --segment K (a task fits one segment of at most K frames)")
+        from .cluster import check_target
+
+        check_target(args.dask)
     spec = output_kind(args.output)        # an encoder for the output, before anything is read
     clip = open_clip(args.input, args.fps)  # every frame checked, before any fit
     bar = tqdm(total=clip.count, unit="frame", disable=args.quiet, desc="video", dynamic_ncols=True,
@@ -557,7 +569,8 @@ def cmd_video(args) -> int:
                            iters_per_frame=args.iters_per_frame, first_frame_iters=args.first_frame_iters,
                            seed=args.seed, scale=args.scale, width=args.width, edges=args.edges,
                            scenes_dir=args.scenes, svg_dir=args.svg_dir, backend=args.backend, clip=clip, spec=spec,
-                           policy=FramePolicy(steady=args.steady), on_frame=frame_done, on_clip=started, note=note)
+                           policy=FramePolicy(steady=args.steady), segment=args.segment, dask=args.dask,
+                           on_frame=frame_done, on_clip=started, note=note)
     finally:
         if interrupted is not None:
             interrupted.restore()

@@ -25,10 +25,15 @@ fit at all (no adapter, another trifit version) ends the batch with one line (ex
 Ctrl+C (KeyboardInterrupt) cancels the tasks still out and keeps every scene already written (a
 local cluster's workers are closed with it; a remote worker finishes the fit it is in, and the
 result is dropped: Dask does not stop a running task).
+
+The connection (:func:`session`), a worker's engine and checks (:func:`ready_engine`) and why a
+task has no result (:func:`task_failure`) serve ``trifit video --segment K --dask`` too
+(render/videocluster.py: a task per segment of a clip).
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 import tempfile
@@ -129,13 +134,29 @@ def connect(target: tuple[str, int | str | None], backend: str):
     except (OSError, TimeoutError, ValueError) as exc:
         raise ClusterError(f"--dask {where}: no scheduler answers there ({_one_line(exc)})") from None
     deadline = time.monotonic() + WORKER_WAIT_S
-    while _gpu_slots(client) == 0:
+    while gpu_slots(client) == 0:
         if time.monotonic() > deadline:
             client.close()
             raise ClusterError(f"--dask {where}: no worker with the GPU resource joined in {WORKER_WAIT_S} s; start "
                                f"them with: dask worker {where} --nthreads 1 --resources GPU=1")
         time.sleep(0.5)
     return client, None
+
+
+@contextlib.contextmanager
+def session(target: tuple[str, int | str | None], backend: str, note: Callable[[str], None]):
+    """A client of the cluster (:func:`connect`) for the duration of a ``with``, the dashboard's
+    address told through ``note``; the client, and a local cluster, closed after it."""
+    client, cluster = connect(target, backend)
+    try:
+        link = _dashboard(client)
+        note(f"dashboard: {link}" + ("" if _has_bokeh() else " (its plots need: pip install bokeh)") if link else
+             "the scheduler has no dashboard")
+        yield client
+    finally:
+        client.close()
+        if cluster is not None:
+            cluster.close()
 
 
 def _local_worker_plugin(adapters: int):
@@ -167,7 +188,7 @@ def _gpu_adapters() -> list:
     return gpu_adapters()
 
 
-def _gpu_slots(client) -> int:
+def gpu_slots(client) -> int:
     try:
         info = client.scheduler_info(n_workers=-1)  # newer versions list only a few workers by default
     except TypeError:
@@ -198,20 +219,29 @@ def worker_engine(backend: str):
         return engine
 
 
+def ready_engine(options: dict) -> tuple[object, str | None]:
+    """(the worker's engine, None), or (None, why this worker cannot fit at all): another trifit
+    version than the driver's (``options["version"]``: the scenes would differ), or no adapter."""
+    from . import __version__
+
+    if options["version"] != __version__:
+        return None, (f"a worker runs trifit {__version__}, this machine {options['version']}: "
+                      f"the scenes would differ; install the same version everywhere")
+    try:
+        return worker_engine(options["backend"]), None
+    except TrifitError as exc:
+        return None, f"a worker cannot fit: {exc}"
+
+
 def fit_image(source: str, name: str, data: bytes, options: dict) -> dict:
     """A Dask task: fit one image from its bytes as ``trifit batch --sequential`` does; returns
     ``{"result": ImageResult as a dict, "files": {suffix: bytes}}`` or ``{"fatal": message}``
     when this worker cannot fit at all."""
-    from . import __version__
     from .batch import _fit_sequential
 
-    if options["version"] != __version__:
-        return {"fatal": f"a worker runs trifit {__version__}, this machine {options['version']}: "
-                         f"the scenes would differ; install the same version everywhere"}
-    try:
-        engine = worker_engine(options["backend"])
-    except TrifitError as exc:
-        return {"fatal": f"a worker cannot fit: {exc}"}
+    engine, fatal = ready_engine(options)
+    if fatal:
+        return {"fatal": fatal}
     with tempfile.TemporaryDirectory(prefix="trifit-worker-") as tmp:
         local = Path(tmp) / Path(source).name  # the name kept: Pillow tells some formats by it
         local.write_bytes(data)
@@ -273,16 +303,12 @@ def run_cluster_batch(inputs: Iterable[str] | Iterable[Path], outdir, *, dask: s
             record(ImageResult(str(img_path), str(scene_path), "skipped"))
         else:
             pending.append(img_path)
-    client = cluster = None
     try:
         if pending:
-            client, cluster = connect(target, backend)
-            link = _dashboard(client)
-            note(f"dashboard: {link}" + ("" if _has_bokeh() else " (its plots need: pip install bokeh)") if link else
-                 "the scheduler has no dashboard")
-            options = dict(triangles=triangles, size=size, stop=stop, seed=seed, loss=loss, strategy=strategy,
-                           render=render, reports=reports, backend=backend, version=__version__)
-            _drive(client, pending, names, outdir, options, record, bar)
+            with session(target, backend, note) as client:
+                options = dict(triangles=triangles, size=size, stop=stop, seed=seed, loss=loss, strategy=strategy,
+                               render=render, reports=reports, backend=backend, version=__version__)
+                _drive(client, pending, names, outdir, options, record, bar)
     except KeyboardInterrupt:
         result.interrupted = True
         raise
@@ -290,10 +316,6 @@ def run_cluster_batch(inputs: Iterable[str] | Iterable[Path], outdir, *, dask: s
         bar.close()
         result.results.sort(key=lambda r: order.get(r.image, len(order)))
         _write_summary(outdir / SUMMARY_NAME, result)
-        if client is not None:
-            client.close()
-        if cluster is not None:
-            cluster.close()
     return result
 
 
@@ -307,7 +329,7 @@ def _drive(client, pending: list[Path], names, outdir: Path, options: dict, reco
     done = as_completed()
 
     def refill() -> None:
-        slots = _gpu_slots(client)
+        slots = gpu_slots(client)
         bar.set_description_str(f"batch on {slots} GPU(s)")
         window = max(2, IN_FLIGHT_PER_SLOT * slots)
         while len(out) < window:
@@ -341,22 +363,28 @@ def _drive(client, pending: list[Path], names, outdir: Path, options: dict, reco
             client.cancel(list(out))
 
 
-def _collect(future, img_path: Path, scene_path: Path, outdir: Path, name: str, record) -> None:
-    """A finished task: its files written (scene first, each atomically) and its result recorded."""
+def task_failure(future, what: str) -> str | None:
+    """Why a done task has no result (None: it has one); ``what`` names its work in the message."""
     from distributed import KilledWorker
 
+    if future.status == "finished":
+        return None
+    exc = future.exception() if future.status == "error" else None
+    if exc is None:
+        return f"its task was {future.status}"
+    if isinstance(exc, KilledWorker):
+        return (f"the workers holding {what} died more often than the scheduler's allowed-failures "
+                f"(a re-run fits {what} again)")
+    return f"{type(exc).__name__}: {_one_line(exc)}"
+
+
+def _collect(future, img_path: Path, scene_path: Path, outdir: Path, name: str, record) -> None:
+    """A finished task: its files written (scene first, each atomically) and its result recorded."""
     from .fileutil import atomic_write_bytes
 
-    if future.status != "finished":
-        exc = future.exception() if future.status == "error" else None
-        if exc is None:
-            error = f"{img_path}: its task was {future.status}"
-        elif isinstance(exc, KilledWorker):
-            error = (f"{img_path}: the workers holding it died more often than the scheduler's allowed-failures "
-                     "(a re-run fits it again)")
-        else:
-            error = f"{img_path}: {type(exc).__name__}: {_one_line(exc)}"
-        record(ImageResult(str(img_path), str(scene_path), "failed", error=error))
+    error = task_failure(future, "it")
+    if error is not None:
+        record(ImageResult(str(img_path), str(scene_path), "failed", error=f"{img_path}: {error}"))
         return
     reply = future.result()
     if "fatal" in reply:

@@ -98,12 +98,7 @@ class FrameLoop:
         scene = self.fit.end_frame()
         if scene is None:
             return None
-        s = self.fit
-        video = {"frame": self.next, "frames": self.clip.count, "rate": str(self.clip.rate),
-                 "first_frame_iters": s.first_iters, "iters_per_frame": s.frame_iters}
-        if s.policy.steady > 0:  # (absent: off, and the scene as it was before the term existed)
-            video["steady"] = s.policy.steady
-        scene.extra["meta"]["video"] = video
+        scene.extra["meta"]["video"] = video_meta(self.fit, self.next, self.clip.count, self.clip.rate)
         self.next += 1
         return scene
 
@@ -111,6 +106,18 @@ class FrameLoop:
         """Stop decoding and release the fit."""
         self._frames.close()
         self.fit.close()
+
+
+def video_meta(fit, frame: int, frames: int, rate, segment: int | None = None) -> dict:
+    """A frame's ``meta.video``: where it is in the clip and how it was fitted (``fit``: its
+    ClipFit); ``segment``: the first frame of its segment, in a segmented run (render/videoseg.py)."""
+    video = {"frame": frame, "frames": frames, "rate": str(rate), "first_frame_iters": fit.first_iters,
+             "iters_per_frame": fit.frame_iters}
+    if segment is not None:
+        video["segment"] = segment
+    if fit.policy.steady > 0:  # (absent: off, and the scene as it was before the term existed)
+        video["steady"] = fit.policy.steady
+    return video
 
 
 def _targets(clip: Clip, size: int, start: int, overlap: bool) -> Prefetch:
@@ -136,6 +143,7 @@ class VideoResult:
     output: Path | None         # None when no frame was finished
     psnr: list[float] = field(default_factory=list)  # this run's frames, at the working size
     interrupted: bool = False
+    written: int = 0            # a segmented run's output frames written, from the first on (render/videoseg.py)
 
 
 def work_folder(output) -> Path:
@@ -148,21 +156,28 @@ def run_video(input_path, output, *, triangles: int = 150, size: int = 176, iter
               first_frame_iters: int = 600, seed: int = 0, fps: float | None = None, scale: float | None = None,
               width: int | None = None, edges: str = "crisp", scenes_dir=None, svg_dir=None, engine=None,
               backend: str = "auto", policy=None, clip: Clip | None = None, spec: OutputSpec | None = None,
+              segment: int | None = None, dask: str | None = None,
               on_frame: Callable | None = None, on_clip: Callable | None = None,
               note: Callable[[str], None] = log.warning, overlap: bool = True) -> VideoResult:
     """Fit ``input_path`` frame by frame into ``output``; see the module doc. ``on_clip(clip_fit)``
     once the fit exists (a Ctrl+C handler cancels it); ``on_frame(k, scene, stats)`` after each
-    finished frame (on the calling thread; its files may still be being written)."""
+    finished frame (on the calling thread; its files may still be being written). ``segment``:
+    independent segments of at most that many frames, split at scene cuts too, fitted one after
+    another here or, with ``dask`` (``local[:N]`` or a scheduler's address), as tasks on a Dask
+    cluster (render/videoseg.py: there ``on_clip`` gets the run's control, and ``on_frame`` no scene (None)
+    and stats with the psnr only)."""
     from .export import picture_size
     from .scene import Scene
     from .videofit import FramePolicy
 
     t0 = time.perf_counter()
+    if dask is not None and not segment:
+        raise TrifitError("--dask needs --segment K: a task fits one segment of at most K frames")
     spec = spec or output_kind(output)
     clip = clip or open_clip(input_path, fps)
     policy = policy or FramePolicy()
     out_w, out_h = spec.frame_size(*picture_size(clip.size, scale=scale, width=width))
-    if engine is None:  # (no adapter: said before anything is written)
+    if engine is None and dask is None:  # (no adapter: said before anything is written; a cluster's driver needs none)
         from .engine import Engine
 
         engine = Engine(backend)
@@ -177,22 +192,38 @@ def run_video(input_path, output, *, triangles: int = 150, size: int = 176, iter
                 "iters_per_frame": iters_per_frame, "first_frame_iters": first_frame_iters, "seed": seed,
                 "policy": policy.as_dict(), "output": str(spec.path.resolve()), "frame_size": [out_w, out_h],
                 "edges": edges}
-    done = _progress(work, settings, note)
-    result = VideoResult(clip.count, done, done, 0.0, None)
-    pictures = FramePictures(engine, out_w, out_h, edges)
-    frames = _Frames(work, ClipOutput(spec, clip, (out_w, out_h), note), clip.size, scenes_dir, svg_dir)
-    behind = Behind(WRITE_BEHIND, threaded=overlap, name="trifit-video-write")
-    try:
-        for k in range(done):  # an earlier run's frames again, from their scenes (a folder: those missing)
-            if not frames.output.has(k):
-                behind.call(frames.output.write, k, pictures.of(Scene.load(_scene_path(work, k))))
-        _fit_frames(clip, frames, behind, settings, result, pictures, policy, engine, overlap, on_frame, on_clip)
-        behind.close()  # every frame finished is written
-    except BaseException:
-        behind.close(abort=True)
-        frames.output.discard()
-        raise
-    if frames.output.close(complete=result.done == clip.count):
+    if segment:
+        from .videoseg import connected, plan_segments, run_segments
+
+        settings["segment"] = int(segment)  # (absent: one fit through the clip, the record as before segments)
+        with connected(dask, backend, note) as client:  # (a cluster first: a bad address is said before any work)
+            plan = plan_segments(clip, work, settings, note)  # (the output is opened after: an error here leaves none)
+            frames = _Frames(work, ClipOutput(spec, clip, (out_w, out_h), note), clip.size, scenes_dir, svg_dir)
+            try:
+                result = run_segments(plan, clip, frames, settings, engine=engine, client=client, backend=backend,
+                                      on_frame=on_frame, on_clip=on_clip)
+            except BaseException:
+                frames.output.discard()
+                raise
+        complete = result.written == clip.count
+    else:
+        done = _progress(work, settings, note)
+        result = VideoResult(clip.count, done, done, 0.0, None)
+        pictures = FramePictures(engine, out_w, out_h, edges)
+        frames = _Frames(work, ClipOutput(spec, clip, (out_w, out_h), note), clip.size, scenes_dir, svg_dir)
+        behind = Behind(WRITE_BEHIND, threaded=overlap, name="trifit-video-write")
+        try:
+            for k in range(done):  # an earlier run's frames again, from their scenes (a folder: those missing)
+                if not frames.output.has(k):
+                    behind.call(frames.output.write, k, pictures.of(Scene.load(_scene_path(work, k))))
+            _fit_frames(clip, frames, behind, settings, result, pictures, policy, engine, overlap, on_frame, on_clip)
+            behind.close()  # every frame finished is written
+        except BaseException:
+            behind.close(abort=True)
+            frames.output.discard()
+            raise
+        complete = result.done == clip.count
+    if frames.output.close(complete=complete):
         result.output = spec.path
     if result.done in (0, clip.count):
         shutil.rmtree(work, ignore_errors=True)  # the clip is done, or nothing was: nothing to resume
@@ -212,17 +243,25 @@ class _Frames:
 
     def write(self, k: int, scene, pixels, checkpoint) -> None:
         from .checkpoint import save_checkpoint
-        from .export import save_svg
 
-        name, data = f"frame_{k:04d}", scene.to_json().encode("utf-8")
+        self.scene(k, scene.to_json().encode("utf-8"), scene)
+        self.output.write(k, pixels)
+        if checkpoint is not None:  # from here on, frames up to k are done
+            save_checkpoint(checkpoint, self.work / "checkpoint.npz")
+
+    def scene(self, k: int, data: bytes, scene=None) -> None:
+        """Frame ``k``'s scene (``data``: its JSON) in the work folder, and as a scene and an SVG
+        where asked for (``scene``: the same, loaded; read from ``data`` when needed)."""
+        from .export import save_svg
+        from .scene import Scene
+
+        name = f"frame_{k:04d}"
         atomic_write_bytes(_scene_path(self.work, k), data, sync=False)
         if self.scenes_dir:
             atomic_write_bytes(self.scenes_dir / f"{name}.trifit.json", data)
         if self.svg_dir:
-            save_svg(scene, self.svg_dir / f"{name}.svg", *self.svg_size)
-        self.output.write(k, pixels)
-        if checkpoint is not None:  # from here on, frames up to k are done
-            save_checkpoint(checkpoint, self.work / "checkpoint.npz")
+            save_svg(scene if scene is not None else Scene.from_json(data), self.svg_dir / f"{name}.svg",
+                     *self.svg_size)
 
 
 def _fit_frames(clip: Clip, frames: _Frames, behind: Behind, settings: dict, result: VideoResult,
@@ -273,38 +312,56 @@ def _progress(work: Path, settings: dict, note) -> int:
     """Frames an earlier run with these settings finished (0: none, or other settings -- then
     its progress is removed); the work folder is ready for this run."""
     from .checkpoint import CheckpointError, load_checkpoint
+
+    done = 0
+    if _kept(work, settings, note) and (work / "checkpoint.npz").is_file():
+        try:
+            it = load_checkpoint(work / "checkpoint.npz").iteration
+            first, per = settings["first_frame_iters"], settings["iters_per_frame"]
+            done = 1 + (it - first) // per if it >= first and (it - first) % per == 0 else 0
+            done = min(done, settings["frames"])
+        except CheckpointError as exc:
+            note(f"cannot resume ({exc}); starting over")
+        if not all(_has_scene(work, k) for k in range(done)):
+            note(f"{work} misses scenes of finished frames; starting over")
+            done = 0
+    if not done:
+        shutil.rmtree(work, ignore_errors=True)
+    _start_work(work, settings)
+    return done
+
+
+def _kept(work: Path, settings: dict, note) -> bool:
+    """Whether ``work`` holds the progress of an earlier run with these settings (said through
+    ``note`` when it holds another run's)."""
+    record = work / "clip.json"
+    if not record.is_file():
+        return False
+    try:
+        same = json.loads(record.read_text()) == settings
+    except (OSError, ValueError):
+        same = False
+    if not same:
+        note(f"{work} holds the progress of a run with other settings or input; starting over")
+    return same
+
+
+def _start_work(work: Path, settings: dict) -> None:
+    """The work folder ready for a run with ``settings`` (what it holds already is kept)."""
+    _make_folder(work / "scenes")
+    atomic_write_bytes(work / "clip.json", json.dumps(settings, indent=1).encode("utf-8"), sync=False)
+
+
+def _has_scene(work: Path, k: int) -> bool:
+    """Whether frame ``k``'s scene is in the work folder and loads (written without an fsync:
+    after a crash of the machine one may be empty)."""
     from .scene import Scene
 
-    record = work / "clip.json"
-    done = 0
-    if record.is_file():
-        try:
-            same = json.loads(record.read_text()) == settings
-        except (OSError, ValueError):
-            same = False
-        if not same:
-            note(f"{work} holds the progress of a run with other settings or input; starting over")
-        elif (work / "checkpoint.npz").is_file():
-            try:
-                it = load_checkpoint(work / "checkpoint.npz").iteration
-                first, per = settings["first_frame_iters"], settings["iters_per_frame"]
-                done = 1 + (it - first) // per if it >= first and (it - first) % per == 0 else 0
-                done = min(done, settings["frames"])
-            except CheckpointError as exc:
-                note(f"cannot resume ({exc}); starting over")
-            try:  # (written without an fsync: after a crash of the machine one may be empty)
-                for k in range(done):
-                    Scene.load(_scene_path(work, k))
-            except (OSError, SceneError):
-                note(f"{work} misses scenes of finished frames; starting over")
-                done = 0
-        if not done:
-            shutil.rmtree(work, ignore_errors=True)
-    elif work.exists():
-        shutil.rmtree(work, ignore_errors=True)
-    _make_folder(work / "scenes")
-    atomic_write_bytes(record, json.dumps(settings, indent=1).encode("utf-8"), sync=False)
-    return done
+    try:
+        Scene.load(_scene_path(work, k))
+    except (OSError, SceneError):
+        return False
+    return True
 
 
 def _make_folder(d: Path) -> None:

@@ -4,21 +4,13 @@ with PyAV. Tests that need PyAV fail under CI=true when it is missing."""
 
 from __future__ import annotations
 
-import os
-
 import numpy as np
-import pytest
+from conftest import import_or_fail
 from PIL import Image
 
 
 def av_or_fail():
-    try:
-        import av
-    except ImportError as exc:
-        if os.environ.get("CI", "").lower() == "true":
-            pytest.fail(f"CI=true but PyAV is missing ({exc}); pip install '.[video]'")
-        pytest.skip(f"PyAV is missing: {exc}")
-    return av
+    return import_or_fail("av", "video")
 
 
 def moving_disc(n: int, w: int, h: int, seed: int = 0):

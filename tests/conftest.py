@@ -39,6 +39,55 @@ def ref_engine():
     return Engine("reference")
 
 
+# ---------------------------------------------------------------------- Dask (tests/test_cluster.py, test_video_cluster.py)
+def import_or_fail(module: str, extra: str):
+    """An optional dependency (``extra``: the pip extra that brings it); under CI=true its
+    absence is a failure, never a skip."""
+    import importlib
+
+    try:
+        return importlib.import_module(module)
+    except ImportError as exc:
+        if os.environ.get("CI", "").lower() == "true":
+            pytest.fail(f"CI=true but {module} is missing ({exc}); pip install '.[{extra}]'")
+        pytest.skip(f"{module} is missing: {exc}")
+
+
+def distributed_or_fail():
+    return import_or_fail("distributed", "cluster")
+
+
+def interrupt_when(cmd: list[str], ready, timeout: float = 120) -> tuple[int, str]:
+    """Run ``cmd`` and press Ctrl+C once ``ready()`` (or the command ended, or the timeout):
+    SIGINT to its whole process group, as a terminal sends it. (exit status, stderr)."""
+    import signal
+    import subprocess
+    import time
+
+    p = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    deadline = time.monotonic() + timeout
+    while not ready() and p.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    os.killpg(p.pid, signal.SIGINT)
+    _, err = p.communicate(timeout=timeout)
+    return p.returncode, err
+
+
+@pytest.fixture(scope="module")
+def cluster(gpu_ctx):
+    """One 2-worker local cluster (processes, one thread and GPU=1 each) for the module:
+    (its scheduler's address, a client)."""
+    import logging
+
+    distributed = distributed_or_fail()
+    cluster = distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, resources={"GPU": 1},
+                                       dashboard_address=":0", silence_logs=logging.CRITICAL)
+    client = distributed.Client(cluster)
+    yield cluster.scheduler_address, client
+    client.close()
+    cluster.close()
+
+
 # ---------------------------------------------------------------------- GUI tests (Qt imported lazily)
 GUI_SIZE = 48        # working size: lavapipe runs ~100 iterations/s at this size
 GUI_TRIANGLES = 20

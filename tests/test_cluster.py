@@ -17,6 +17,7 @@ from types import SimpleNamespace
 
 import numpy as np
 import pytest
+from conftest import distributed_or_fail, interrupt_when
 from PIL import Image
 
 from trifit.batch import SUMMARY_NAME, run_batch
@@ -24,16 +25,6 @@ from trifit.cli import main
 from trifit.run import StopConditions
 
 pytestmark = pytest.mark.gpu
-
-
-def _distributed_or_fail():
-    try:
-        import distributed
-    except ImportError as exc:
-        if os.environ.get("CI", "").lower() == "true":
-            pytest.fail(f"CI=true but Dask's distributed is missing ({exc}); pip install '.[cluster]'")
-        pytest.skip(f"distributed is missing: {exc}")
-    return distributed
 
 
 SETTINGS = dict(triangles=10, size=24, seed=3, backend="gpu")
@@ -66,20 +57,6 @@ def sequential(images, tmp_path_factory, gpu_engine):
     return SimpleNamespace(scenes=_scenes(out), error=result.failed[0].error,
                            pictures={p.name: p.read_bytes() for p in out.glob("*.trifit.png")},
                            reports=sorted(p.name for p in out.glob("*.trifit-report.json")))
-
-
-@pytest.fixture(scope="module")
-def cluster(gpu_ctx):
-    """One 2-worker local cluster (processes, one thread and GPU=1 each) for the module."""
-    import logging
-
-    distributed = _distributed_or_fail()
-    cluster = distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, resources={"GPU": 1},
-                                       dashboard_address=":0", silence_logs=logging.CRITICAL)
-    client = distributed.Client(cluster)
-    yield cluster.scheduler_address, client
-    client.close()
-    cluster.close()
 
 
 def _run(images, out, address, **kw):
@@ -177,7 +154,7 @@ def test_an_image_that_kills_every_worker_is_a_failure_not_a_hang(images, sequen
 
     import dask
 
-    distributed = _distributed_or_fail()
+    distributed = distributed_or_fail()
     with dask.config.set({"distributed.scheduler.allowed-failures": 0}), \
             distributed.LocalCluster(n_workers=1, threads_per_worker=1, processes=True, resources={"GPU": 1},
                                      dashboard_address=":0", silence_logs=logging.CRITICAL) as cluster, \
@@ -216,16 +193,11 @@ def test_cli_local_cluster_and_ctrl_c(images, sequential, tmp_path):
     """`--dask local:2` from the command line: Ctrl+C (to the whole process group, as a terminal
     sends it) ends the batch with status 130, no worker traceback, the finished scenes kept (the
     resumption after it: test_an_interrupted_run_keeps_its_scenes_and_resumes)."""
-    _distributed_or_fail()
+    distributed_or_fail()
     out = tmp_path / "out"
     cmd = [sys.executable, "-P", "-m", "trifit.cli", "batch", str(images), "-o", str(out), "--dask", "local:2", *CLI_FIT]
-    p = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True, start_new_session=True)
-    deadline = time.monotonic() + 120
-    while not list(out.glob("*.trifit.json")) and p.poll() is None and time.monotonic() < deadline:
-        time.sleep(0.05)
-    os.killpg(p.pid, signal.SIGINT)
-    _, err = p.communicate(timeout=120)
-    assert p.returncode == 130, err[-2000:]
+    status, err = interrupt_when(cmd, lambda: list(out.glob("*.trifit.json")))
+    assert status == 130, err[-2000:]
     assert "Traceback" not in err and "trifit: interrupted" in err and "dashboard: http" in err, err[-2000:]
     kept = _scenes(out)
     assert 1 <= len(kept) < 6 and all(sequential.scenes[n] == b for n, b in kept.items())
@@ -260,7 +232,7 @@ def test_without_distributed_dask_is_one_line_and_exit_2(images, tmp_path):
 
 
 def test_no_scheduler_at_the_address_is_exit_2(images, tmp_path, capsys, monkeypatch):
-    _distributed_or_fail()
+    distributed_or_fail()
     import trifit.cluster
 
     monkeypatch.setattr(trifit.cluster, "CONNECT_TIMEOUT_S", 1)
@@ -272,7 +244,7 @@ def test_no_scheduler_at_the_address_is_exit_2(images, tmp_path, capsys, monkeyp
 
 
 def test_a_scheduler_without_gpu_workers_is_exit_2(images, tmp_path, capsys, monkeypatch):
-    distributed = _distributed_or_fail()
+    distributed = distributed_or_fail()
     import trifit.cluster
 
     monkeypatch.setattr(trifit.cluster, "WORKER_WAIT_S", 1)
@@ -284,7 +256,7 @@ def test_a_scheduler_without_gpu_workers_is_exit_2(images, tmp_path, capsys, mon
 
 
 def test_the_local_worker_plugin_pins_adapters_and_ignores_ctrl_c(monkeypatch):
-    _distributed_or_fail()
+    distributed_or_fail()
     from trifit.cluster import _local_worker_plugin
     from trifit.gpu.device import ADAPTER_ENV
 
