@@ -30,6 +30,7 @@
 @group(0) @binding(11) var<storage, read> sigma_end: array<f32>;  // each image's final sigma
 @group(0) @binding(12) var<storage, read> locked: array<u32>;  // [b, triangle]: 1 = locked
 @group(0) @binding(13) var<storage, read> anchor: array<vec2f>;  // [b, triangle, k]: (value, weight)
+@group(0) @binding(14) var<storage, read> tri_tiles: array<vec2u>;  // binning's tile ranges
 
 @compute @workgroup_size(256)
 fn main(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_index) li: u32) {

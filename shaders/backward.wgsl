@@ -252,7 +252,7 @@ fn main(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_index) li: 
             var g = entry_grad(&s0, t, h0, w);
             if (PPT > 1u) { g = add_grad(g, entry_grad(&s1, t, h1, w)); }
             if (PPT > 2u) { g = add_grad(g, add_grad(entry_grad(&s2, t, h2, w), entry_grad(&s3, t, h3, w))); }
-            stash10(g, li, sg, j);
+            stash10(g, li, sg, j, h0.hit || h1.hit || h2.hit || h3.hit);
             j += 1u;
             if (j == KB || k == 1u) {  // uniform: flush the stashed slots
                 workgroupBarrier();
@@ -280,7 +280,7 @@ fn main(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_index) li: 
     var v = s0.trans * s0.G * f32(frame.removal_costs == 0u);  // (no cost for the background)
     if (PPT > 1u) { v += s1.trans * s1.G; }
     if (PPT > 2u) { v += s2.trans * s2.G + s3.trans * s3.G; }
-    stash10(Grad10(vec4f(v, 0.0), vec4f(0.0), vec2f(0.0)), li, sg, 0u);
+    stash10(Grad10(vec4f(v, 0.0), vec4f(0.0), vec2f(0.0)), li, sg, 0u, true);
     workgroupBarrier();
     if (li < 10u) { partial[part_base + frame.n_tris * 10u + li] = gather(li, sg); }
 }

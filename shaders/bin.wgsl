@@ -4,6 +4,10 @@
 // Each of the THREADS = WG / PPT threads tests PPT consecutive triangles of a round, so the prefix
 // sum runs over THREADS counts: on CPU adapters (PPT 4) a barrier then wakes a quarter of the SIMD
 // batches (docs/PERFORMANCE.md, round 10).
+// The first tile's workgroup of each image also writes every triangle's tile range: the tiles
+// its cull-expanded bounding box can touch, one tile wider on each side than the exact test (a
+// superset of the tiles that list it), so the gradient reduction (reduce_param.wgsl) walks those
+// tiles and not the whole frame.
 // Dispatch: (tiles_x, tiles_y, batch). The fit loop dispatches fit_main, which also starts the
 // iteration (schedule.wgsl).
 
@@ -12,6 +16,7 @@
 @group(0) @binding(2) var<storage, read_write> tile_count: array<u32>;
 @group(0) @binding(3) var<storage, read_write> tile_list: array<u32>;
 @group(0) @binding(4) var<storage, read_write> tile_mask: array<u32>;
+@group(0) @binding(5) var<storage, read_write> tri_tiles: array<vec2u>;  // [b, triangle]: (x0 | y0 << 16, x1 | y1 << 16)
 
 var<workgroup> scan: array<u32, THREADS>;
 var<workgroup> words: array<atomic<u32>, 8>;
@@ -23,8 +28,8 @@ fn main(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_index) li: 
 }
 
 // Only fit_main uses these (layout "auto" leaves them out of main's).
-@group(0) @binding(5) var<storage, read_write> state: State;
-@group(0) @binding(6) var<uniform> sched: Schedule;
+@group(0) @binding(6) var<storage, read_write> state: State;
+@group(0) @binding(7) var<uniform> sched: Schedule;
 
 // The fit loop's binning, which also starts the iteration: the counter and its learning-rate
 // scale, written by one thread. No other workgroup of this dispatch reads the state (binning
@@ -38,6 +43,20 @@ fn fit_main(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_index) 
         state.iter = it;
         state.lr_scale = schedule_lr(it);
     }
+}
+
+// The tiles (x0, y0)-(x1, y1), packed, that triangle t's bounding box expanded by `reach` may
+// touch, widened by a tile each side (float rounding at a tile edge cannot leave one out); a
+// triangle with a non-finite vertex gets some range inside the frame (its loss is not finite:
+// the fit rolls back).
+fn tile_range(t: TriPx, reach: f32) -> vec2u {
+    let lo = min(t.p0, min(t.p1, t.p2)) - vec2f(reach);
+    let hi = max(t.p0, max(t.p1, t.p2)) + vec2f(reach);
+    let last = vec2f(f32(frame.tiles_x - 1u), f32(frame.tiles_y - 1u));
+    let top = vec2u(frame.tiles_x - 1u, frame.tiles_y - 1u);
+    let a = min(vec2u(clamp(floor(lo / f32(TILE)) - 1.0, vec2f(0.0), last)), top);
+    let z = min(vec2u(clamp(floor(hi / f32(TILE)) + 1.0, vec2f(0.0), last)), top);
+    return vec2u(a.x | (a.y << 16u), z.x | (z.y << 16u));
 }
 
 fn bin_tile(wid: vec3u, li: u32) {
@@ -57,9 +76,12 @@ fn bin_tile(wid: vec3u, li: u32) {
         var hits = 0u;  // bit q: triangle first + q touches the tile
         for (var q = 0u; q < PPT; q++) {
             let i = first + q;
-            if (i < frame.n_tris && touches_tile(load_tri(sbase + i * TRI_FLOATS, frame), ext[0], ext[1], reach)) {
+            if (i >= frame.n_tris) { continue; }
+            let t = load_tri(sbase + i * TRI_FLOATS, frame);
+            if (touches_tile(t, ext[0], ext[1], reach)) {
                 hits |= 1u << q;
             }
+            if (tile_index == 0u) { tri_tiles[b * frame.n_tris + i] = tile_range(t, reach); }
         }
         let mine = countOneBits(hits);
         scan[li] = mine;

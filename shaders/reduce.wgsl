@@ -5,6 +5,7 @@
 @group(0) @binding(1) var<storage, read> partial: array<f32>;
 @group(0) @binding(2) var<storage, read> tile_mask: array<u32>;
 @group(0) @binding(3) var<storage, read_write> grad: array<f32>;
+@group(0) @binding(4) var<storage, read> tri_tiles: array<vec2u>;  // binning's tile ranges
 
 // Dispatch: (ceil((n_tris + 1) * 10 / 32), batch).
 @compute @workgroup_size(256)

@@ -2,6 +2,9 @@
 // (subgroup adds, for adapters with the `subgroup` feature) and parks the subgroup totals in
 // workgroup memory under slot j; after a barrier, gather() lets thread li < 10 * slots add one
 // (slot, value) pair over the subgroups in a fixed order. One barrier pair serves KB triangles.
+// A subgroup none of whose threads has a value (`live` false on every lane: the entry's triangle
+// is out of reach of all its pixels, whose values are then zeros) parks zeros without the adds --
+// the same bits, since the adds of zeros give zero.
 
 struct SgIn {
     @builtin(subgroup_invocation_id) lane: u32,
@@ -13,10 +16,15 @@ struct SgIn {
 // Layout: [slot, quarter (values 0-3, 4-7, 8-9), subgroup].
 var<workgroup> red: array<vec4f, KB * 3u * MAX_SUBGROUPS>;
 
-fn stash10(g: Grad10, li: u32, sg: SgIn, j: u32) {
-    let a = subgroupAdd(g.a);
-    let b = subgroupAdd(g.b);
-    let c = subgroupAdd(g.c);
+fn stash10(g: Grad10, li: u32, sg: SgIn, j: u32, live: bool) {
+    var a = vec4f(0.0);
+    var b = vec4f(0.0);
+    var c = vec2f(0.0);
+    if (subgroupAny(live)) {
+        a = subgroupAdd(g.a);
+        b = subgroupAdd(g.b);
+        c = subgroupAdd(g.c);
+    }
     if (sg.lane == 0u) {
         let o = j * 3u * MAX_SUBGROUPS + sg.id;
         red[o] = a;

@@ -511,7 +511,7 @@ class GpuFitLoop:
         with span(cpass, "reduce+adam", timed):  # (+ the loss into the ring: loss_record.wgsl)
             ws.encode_custom(cpass, "adam.wgsl",
                              ["frame", "opt", "partial", "tile_mask", "state", "params", "moments", "scene",
-                              "loss_partial", "ring", "sched", "sigma_end", "locked", "anchor"],
+                              "loss_partial", "ring", "sched", "sigma_end", "locked", "anchor", "tri_tiles"],
                              ((n_params + PARAMS_PER_GROUP - 1) // PARAMS_PER_GROUP, B, 1), self.extra)
 
     def run(self, n: int, read_state: bool = False, read_image: bool = False, state_kind: str = "state",

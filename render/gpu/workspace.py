@@ -109,6 +109,7 @@ class Shape:
             "tile_count": B * nt * 4,
             "tile_list": B * nt * max(T, 1) * 4,
             "tile_mask": B * nt * self.mask_words * 4,
+            "tri_tiles": B * max(T, 1) * 8,
             "image": pixels,
             "target": pixels,
             "dldc": pixels,
@@ -241,7 +242,7 @@ class Workspace:
     def encode_bin(self, cpass, fit: dict | None = None) -> None:
         """``fit``: the fit loop's buffers (its ``sched``); binning then also starts the iteration
         (bin.wgsl's fit_main)."""
-        names = ["frame", "scene", "tile_count", "tile_list", "tile_mask"]
+        names = ["frame", "scene", "tile_count", "tile_list", "tile_mask", "tri_tiles"]
         if fit is None:
             self._dispatch(cpass, "bin.wgsl", names, self.tile_groups)
         else:
@@ -278,7 +279,7 @@ class Workspace:
 
     def encode_reduce(self, cpass) -> None:
         n = (self.shape.n_tris + 1) * 10
-        self._dispatch(cpass, "reduce.wgsl", ["frame", "partial", "tile_mask", "grad"],
+        self._dispatch(cpass, "reduce.wgsl", ["frame", "partial", "tile_mask", "grad", "tri_tiles"],
                        ((n + PARAMS_PER_GROUP - 1) // PARAMS_PER_GROUP, self.shape.batch, 1), entry="reduce_grad")
 
     def encode_costs(self, cpass) -> None:
