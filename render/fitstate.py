@@ -172,17 +172,31 @@ class FitState:
 
     def removal_costs(self, transient: bool = False, weights: np.ndarray | None = None) -> np.ndarray:
         """(B, T) how much each triangle's removal alone would grow the squared error against the
-        full-size target (each pixel's term times ``weights`` (B, H, W), where given)."""
+        full-size target (each pixel's term times ``weights`` (B, H, W), where given) -- from the
+        scene records on the device where the fit places there (no state comes back)."""
+        if self.places_on_device:
+            return np.asarray(self.engine.impl.removal_costs_records(
+                self._loop.records_buffer(), self.n_triangles, np.asarray(self._loop.sigmas, float),
+                self.targets.astype(np.float64), transient=transient, weights=weights))
         tris, bg, sigmas = self.values()
         return np.asarray(self.engine.impl.removal_costs_batch(tris, np.clip(bg, 0, 1), sigmas, self.targets.astype(np.float64),
                                                                transient=transient, weights=weights))
 
     # ------------------------------------------------------------------ operations
     def add(self, new: list[np.ndarray]) -> None:
-        """Put each image's new triangles (values, (k, 10)) on top, with zero moments."""
+        """Put each image's new triangles (values, (k, 10)) on top, with zero moments (gathered on
+        the device where the fit places there: no state comes back)."""
         fresh = raw_triangles(np.stack(new))
         T, k = self.n_triangles, fresh.shape[1]
         self.tri_ids = [np.concatenate([ids, self._new_ids(k)]) for ids in self.triangle_ids_all()]
+        if self.places_on_device:
+            rows = fresh.reshape(-1, 10).astype(np.float32)
+            values = rows.astype(np.float64)
+            values[:, 6:10] = sigmoid(values[:, 6:10])  # the records set_state would write
+            source = np.concatenate([np.tile(np.arange(T), (self.batch, 1)),
+                                     -1 - np.arange(self.batch * k).reshape(self.batch, k)], axis=1)
+            self._take_on_device(source, np.concatenate([rows, values.astype(np.float32)], axis=1), T + k)
+            return
         self._join([(np.concatenate([tri, fresh if j == 0 else np.zeros_like(fresh)], axis=1), rest)
                     for j, (tri, rest) in enumerate(self._split())], T + k)
 
@@ -193,6 +207,9 @@ class FitState:
         for b, order in enumerate(idx):
             self._reindex_locks(b, order)
         self.tri_ids = [i[order] for i, order in zip(ids, idx)]
+        if self.places_on_device:
+            self._take_on_device(idx, np.zeros((0, 20), np.float32), idx.shape[1])
+            return
         self._join([(np.take_along_axis(tri, idx[:, :, None], axis=1), rest) for tri, rest in self._split()],
                    idx.shape[1])
 
@@ -224,7 +241,14 @@ class FitState:
         self._loop.set_schedule(schedule)
 
     def to_full_size(self) -> None:
-        """End the half-size stage: the fit goes on at the working size."""
+        """End the half-size stage: the fit goes on at the working size (the state gathered on the
+        device where the fit places there)."""
+        if self.places_on_device:
+            self.coarse = False
+            self.full_from = self.iteration
+            T = self.n_triangles
+            self._take_on_device(np.tile(np.arange(T), (self.batch, 1)), np.zeros((0, 20), np.float32), T)
+            return
         raw, m, v = self._state()
         self.coarse = False
         self.full_from = self.iteration
@@ -269,6 +293,36 @@ class FitState:
         self._anchor = None  # (its rows were the triangles before the operation)
         raw, m, v = (np.concatenate([tri.reshape(self.batch, -1), rest], axis=1) for tri, rest in parts)
         self._set(raw, m, v, n, self.iteration, images)
+
+    def _take_on_device(self, source: np.ndarray, fresh: np.ndarray, n: int) -> None:
+        """Continue with n triangles at the current working size, gathered on the device from the
+        current loop: triangle t of image b is the current loop's ``source[b, t]``, or fresh row
+        ``-1 - source[b, t]`` (rows, 20: raw parameters and the record values they materialise to),
+        with zero moments; the background comes along (GpuFitLoop.take). Nothing is read back.
+        The loop of that count and size is reset without a state, or made."""
+        old = self._loop
+        self._anchor = None  # (its rows were the triangles before the operation)
+        self.n_triangles = n
+        target = self.working_targets()
+        key = (n, target.shape)
+        if self._loops.get(key) is old:  # the same count and size: a reordering in place
+            self._lock_loop(old)
+            old.permute(source, fresh)
+            self._cached = None
+            return
+        loop = self._loops.pop(key, None)
+        if loop is None:
+            loop = self.engine.impl.fit_loop(target, None, n, self._optim(), self.schedule, self.iteration,
+                                             weights=self.working_focus())
+        else:
+            loop.reset(None, None, None, self.iteration, self.schedule, self._optim())
+        self._lock_loop(loop)
+        loop.take(old, source, fresh)
+        self._loops[key] = loop
+        while len(self._loops) > MAX_CACHED_LOOPS:  # the current loop is the newest: never evicted
+            release_loop(self._loops.pop(next(iter(self._loops))))
+        self._loop = loop
+        self._cached = None
 
     def _set(self, raw, m, v, n: int, iteration: int, images=None, exact: bool = False) -> None:
         """Continue from this state with n triangles: a kept loop of that count and working size

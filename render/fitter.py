@@ -488,13 +488,15 @@ class Fitter(FitState):
     def scenes_now(self) -> list[Scene]:
         """Each image's scene at the working size, with ``meta``: the count asked for -- while
         over-grown, what stopping now gives (:meth:`finish`: the triangles that would cost most to
-        remove, kept by the strategy, their state set afresh), to the bit: a fit paused over-grown
-        (the GUI's) and its replay, which ends with finish(), write the same bytes."""
+        remove, kept by the strategy -- gathered on the device, or their state set afresh on the
+        host), to the bit: a fit paused over-grown (the GUI's) and its replay, which ends with
+        finish(), write the same bytes."""
         tris, bg, sigmas = self._loop_values()
         kept = None
         if self.n_triangles > self.settings.triangles:
             kept = self.most_costly(self.settings.triangles)  # as the strategy's finish() ranks them
-            tris, bg = self._values_as_set()  # (the device's own records are an ulp from these)
+            if not self.places_on_device:  # (a set state's records are an ulp from the device's own)
+                tris, bg = self._values_as_set()
         tris = self.with_locked_values(tris)
         if kept is not None:
             tris = np.take_along_axis(tris, kept[:, :, None], axis=1)

@@ -358,11 +358,11 @@ class DefaultStrategy(FixedStrategy):
         return self.settings.respawn_alpha
 
     def needs_state(self, iteration: int) -> bool:
-        """With events on the device a respawn alone reads no state: its flags, placement and
-        reordering are done there; the half-size stage's end, count changes and probes read it."""
-        if not self.fit.places_on_device or (self.fit.coarse and iteration >= self.coarse_until()):
+        """With events on the device only the sigma probes read the state: respawns, count changes
+        (growth, pruning's removal costs) and the half-size stage's end are done there."""
+        if not self.fit.places_on_device:
             return True
-        return self._count_change(iteration) is not None or (self._probing() and iteration >= self.probe_at(self.probes_done))
+        return self._probing() and iteration >= self.probe_at(self.probes_done)
 
     def on_event(self, iteration: int) -> None:
         fit = self.fit

@@ -284,6 +284,22 @@ def test_flags_brought_back_are_dropped_when_the_records_change(gpu_engine):
 
 
 @pytest.mark.gpu
+def test_removal_costs_from_the_records_are_the_hosts(gpu_engine, monkeypatch):
+    from trifit.fitstate import FitState
+
+    f = _eventful_fitter(gpu_engine, placement="device")
+    f.step(40)
+    before = gpu_engine.counters()["readback_state_bytes"]
+    device = f.removal_costs()
+    assert gpu_engine.counters()["readback_state_bytes"] == before  # from the records: no state back
+    monkeypatch.setattr(FitState, "places_on_device", property(lambda self: False))
+    host = f.removal_costs()
+    assert device.shape == host.shape == (1, f.n_triangles) and np.all(host > 0)
+    np.testing.assert_allclose(device, host, rtol=1e-3, atol=1e-6 * host.max())
+    f.close()
+
+
+@pytest.mark.gpu
 def test_a_respawn_on_the_device_is_the_hosts_reordering(gpu_engine):
     fits = [_eventful_fitter(gpu_engine) for _ in range(2)]
     for f in fits:

@@ -258,7 +258,7 @@ def _cycling_fitter(engine, **settings):
     """8 triangles over-grown to 12, pruned in three cycles of 6 iterations from iteration 6 of 30."""
     f = Fitter(_target(24, 18), triangles=8, size=24, seed=0, engine=engine, growth_stages=1,
                growth_until=0.2, prune_until=0.8, overgrow=1.5, prune_stages=2, overgrow_cycles=3,
-               prune_cycle_min=6, coarse_fraction=0, **{"respawn_every": 0, **settings})
+               prune_cycle_min=6, **{"respawn_every": 0, "coarse_fraction": 0, **settings})
     f.plan(30)
     return f
 
@@ -312,15 +312,16 @@ def test_a_count_returned_to_reuses_its_loop_and_fits_the_same(gpu_engine, monke
 
 @pytest.mark.gpu
 def test_events_read_the_state_that_came_back_with_the_losses(gpu_engine, monkeypatch):
-    # growth, pruning, respawn checks, sigma probes and host snapshots after a chunk take the state
-    # the chunk's submission copied back with its losses: same fit, fewer round trips
+    # placed on the host, growth, pruning, respawn checks, sigma probes and host snapshots after a
+    # chunk take the state the chunk's submission copied back with its losses: same fit, fewer
+    # round trips (placed on the device, only probes and snapshots read the state: the next test)
     scenes, subs = [], []
     for ride in (True, False):
         if not ride:
             from trifit.gpu.fitloop import GpuFitLoop
             run = GpuFitLoop.run
             monkeypatch.setattr(GpuFitLoop, "run", lambda self, n, read_state=False, _run=run, **kw: _run(self, n, **kw))
-        f = _cycling_fitter(gpu_engine, respawn_every=3, sigma_probes=3, host_snapshot_every=5)
+        f = _cycling_fitter(gpu_engine, respawn_every=3, sigma_probes=3, host_snapshot_every=5, placement="host")
         c0 = gpu_engine.counters()["submissions"]
         f.step(30)
         subs.append(gpu_engine.counters()["submissions"] - c0)
@@ -329,6 +330,56 @@ def test_events_read_the_state_that_came_back_with_the_losses(gpu_engine, monkey
         f.close()
     assert scenes[0] == scenes[1]
     assert subs[0] <= subs[1] - 8  # 10 of 33 round trips saved when written
+
+
+@pytest.mark.gpu
+def test_count_changes_on_the_device_read_no_state(gpu_engine):
+    # growth, pruning (removal costs from the records) and the half-size stage's end gather on the
+    # device; only sigma probes (off here) and crash-recovery snapshots read the state
+    before = gpu_engine.counters()
+    f = _cycling_fitter(gpu_engine, placement="device", coarse_fraction=0.2, sigma_probes=0)
+    counts = set()
+    for _ in range(30):
+        f.step(1)
+        counts.add(f.n_triangles)
+    assert not f.coarse and counts == {8, 10, 12} and f.n_triangles == 8
+    got = {k: v - before[k] for k, v in gpu_engine.counters().items()}
+    assert got["readback_state_bytes"] == 0 and got["readback_image_bytes"] == 0
+    f.close()
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("operation", ["add", "keep", "to_full_size"])
+def test_a_count_change_on_the_device_is_the_hosts(gpu_engine, monkeypatch, operation):
+    from trifit.fitstate import FitState
+
+    states = []
+    for on_device in (True, False):
+        big = operation == "to_full_size"  # (a half-size stage needs a half size of 64 px or more)
+        f = Fitter(_target(128, 96) if big else _target(), triangles=12, size=128 if big else 40, seed=3,
+                   engine=gpu_engine, coarse_fraction=0.5, placement="device", **({} if big else {"strategy": "fixed"}))
+        f.plan(100)
+        f.step(7)
+        with monkeypatch.context() as m:
+            if not on_device:
+                m.setattr(FitState, "places_on_device", property(lambda self: False))
+            if operation == "add":
+                new = np.random.default_rng(4).uniform(0.1, 0.9, (1, 3, 10))
+                f.add(list(new))
+            elif operation == "keep":
+                f.keep(np.array([[0, 2, 3, 5, 8, 9, 11]]))
+            else:
+                assert f.coarse
+                f.to_full_size()
+        raw, mom, var = f._loop.get_state()
+        states.append((raw, mom, var, f._loop.records(), f.n_triangles, f.triangle_ids_all()[0].tolist()))
+        f.step(3)  # and the loop runs on from there
+        f.close()
+    (raw_d, m_d, v_d, rec_d, n_d, ids_d), (raw_h, m_h, v_h, rec_h, n_h, ids_h) = states
+    assert n_d == n_h and ids_d == ids_h
+    assert np.array_equal(raw_d, raw_h) and np.array_equal(m_d, m_h) and np.array_equal(v_d, v_h)
+    # the records: the device's own sigmoids where the host's rounding of them is written
+    np.testing.assert_allclose(rec_d, rec_h, rtol=1e-6, atol=1e-7)
 
 
 @pytest.mark.gpu

@@ -20,7 +20,7 @@ from .device import GpuContext, get_context
 from .layouts import SCENE, STATE
 from .pool import BufferPool
 from .timing import Counters, GpuTimer, HostPhases
-from .workspace import Shape, Workspace
+from .workspace import COPY_DST, COPY_SRC, STORAGE, Shape, Workspace
 
 _MAX_CACHED_WORKSPACES = 4
 #: backward pixels per thread on CPU adapters (docs/PERFORMANCE.md, round 7)
@@ -147,6 +147,16 @@ class GpuBackend:
                                    weights=weights)
         return costs
 
+    def removal_costs_records(self, records, n_tris: int, sigma, targets, transient: bool = False,
+                              weights=None) -> np.ndarray:
+        """:meth:`removal_costs_batch` of the B scene records in the device buffer ``records`` (a
+        fit loop's: the values it renders), with these sigmas (B,) in place of the records' own;
+        nothing but the costs leaves the device."""
+        sigma = np.asarray(sigma, dtype=np.float64).reshape(-1)
+        _, costs = self._loss_pass(None, None, sigma, targets, "mse", removal_costs=True, transient=transient,
+                                   weights=weights, records=(records, n_tris))
+        return costs
+
     def mse_batch(self, tris, bg, sigma, targets, transient: bool = False, weights=None) -> np.ndarray:
         """(B,) each scene's mean squared error against its target, the focus-weighted mean with
         ``weights`` (B, H, W) -- the fit's "mse" loss, summed on the device in a fixed order:
@@ -166,13 +176,17 @@ class GpuBackend:
         return self.workspace(shape), False
 
     def _loss_pass(self, tris, bg, sigma, targets, loss: str, removal_costs: bool, transient: bool = False,
-                   weights=None, backward: bool = True):
+                   weights=None, backward: bool = True, records=None):
         """bin -> forward (+ loss) -> backward -> reduce in one submission: losses (B,) and the
         per-slot sums (B, T + 1, 10) -- gradients -- or with ``removal_costs`` the costs alone
         (B, T) (``backward`` False: the losses alone, and None). ``weights`` (B, H, W): what the focus variant
-        multiplies each pixel's loss term by."""
-        tris, bg, sigma = _check_batch(tris, bg, sigma)
-        B, T = tris.shape[:2]
+        multiplies each pixel's loss term by. ``records``: (device buffer, T) scene records to copy
+        in on the device instead of ``tris`` and ``bg`` (None), with ``sigma`` (B,) written over theirs."""
+        if records is None:
+            tris, bg, sigma = _check_batch(tris, bg, sigma)
+            B, T = tris.shape[:2]
+        else:
+            B, T = len(sigma), records[1]
         targets = np.asarray(targets, dtype=np.float32)
         if targets.ndim != 4 or targets.shape[0] != B or targets.shape[3] != 3:
             raise BatchError(f"targets must be (B={B}, H, W, 3), got {targets.shape}")
@@ -181,14 +195,25 @@ class GpuBackend:
         with self.host.phase("alloc"):
             ws, transient = self._workspace_for(shape, transient)
         with self.host.phase("pack"):
-            packed = SCENE.pack(tris, bg, sigma)
+            packed = SCENE.pack(tris, bg, sigma) if records is None else None
             tgt = np.ascontiguousarray(targets)
+        enc, held = self.device.create_command_encoder(), []
         with self.host.phase("upload"):
-            self.counters.upload_bytes += (ws.set_frame(loss, removal_costs) + ws.write("scene", packed)
-                                           + ws.write("target", tgt))
+            self.counters.upload_bytes += ws.set_frame(loss, removal_costs) + ws.write("target", tgt)
+            if records is None:
+                self.counters.upload_bytes += ws.write("scene", packed)
+            else:  # the records, then each image's sigma over theirs -- copied from a staging buffer
+                # in the same command stream (a write_buffer to the scene would land before the copy)
+                stride, slot = SCENE.stride(T), SCENE.at("sigma", T)
+                sigmas = self.pool.acquire(STORAGE | COPY_DST | COPY_SRC, max(16, B * 4), "record-sigmas")
+                held.append(sigmas)
+                self.device.queue.write_buffer(sigmas, 0, np.asarray(sigma, np.float32))
+                self.counters.upload_bytes += B * 4
+                enc.copy_buffer_to_buffer(records[0], 0, ws.buffers["scene"], 0, B * stride * 4)
+                for b in range(B):
+                    enc.copy_buffer_to_buffer(sigmas, b * 4, ws.buffers["scene"], (b * stride + slot) * 4, 4)
             if weights is not None:
                 self.counters.upload_bytes += ws.write("weights", np.ascontiguousarray(weights, dtype=np.float32))
-        enc = self.device.create_command_encoder()
         cpass = enc.begin_compute_pass()
         with self.timer.span(cpass, "bin"):
             ws.encode_bin(cpass)
@@ -201,6 +226,8 @@ class GpuBackend:
             l_staging, _ = ws.copy_out(enc, "ring", B * 4)
             self.timer.resolve(enc)
             losses = self._submit_and_read(enc, [(l_staging, B * 4)], "events")[0]
+            for buf in held:
+                self.pool.release(buf)
             if transient:
                 ws.release()
             return losses.astype(np.float64), None
@@ -216,6 +243,8 @@ class GpuBackend:
         l_staging, _ = ws.copy_out(enc, "ring", B * 4)
         self.timer.resolve(enc)
         grads, losses = self._submit_and_read(enc, [(g_staging, gsize), (l_staging, B * 4)], "sums")
+        for buf in held:
+            self.pool.release(buf)
         if transient:
             ws.release()
         if removal_costs:

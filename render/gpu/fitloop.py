@@ -88,7 +88,7 @@ class GpuFitLoop:
         self._locks: list[tuple[np.ndarray, np.ndarray]] = []
         self.set_locked([np.zeros(0, int)] * B, [np.zeros((0, 10))] * B, records=False)
         zeros = np.zeros((B, n_params))
-        self.reset(per_image(raw, B, n_params), zeros, zeros, iteration, schedule, settings)
+        self.reset(None if raw is None else per_image(raw, B, n_params), zeros, zeros, iteration, schedule, settings)
         # Build every pipeline a fit uses now, not inside its steps: the iteration's, the render
         # (growth, respawn, sigma probes) and the loss-and-gradient call's (pruning's removal costs:
         # binning's plain entry, the loss sum, the gradient reduction). A driver compiling shaders
@@ -110,7 +110,7 @@ class GpuFitLoop:
     def reset(self, raw, m, v, iteration: int, schedule: Schedule, settings: FitSettings) -> None:
         """Start over from this state at ``iteration``: what a new loop of the same shape would be
         (the fitter keeps loops per triangle count, so a count it returns to costs no new buffers,
-        bind groups or pipelines)."""
+        bind groups or pipelines). ``raw`` None: no state yet -- :meth:`take` gathers it."""
         self.iter = iteration
         self.schedule = schedule
         self.set_optim(settings)
@@ -120,7 +120,11 @@ class GpuFitLoop:
         up += self._write_extra("sched", SCHEDULE.pack(schedule.pack()))
         up += self._write_extra("sigma_end", schedule.ends(self.batch).astype(np.float32))
         self.backend.counters.upload_bytes += up
-        self.set_state(raw, m, v)  # (with the next iteration's sigma in the scene records)
+        if raw is not None:
+            self.set_state(raw, m, v)  # (with the next iteration's sigma in the scene records)
+        else:  # the state comes from take(), on the device; the records need this iteration's sigma
+            self._write_next_sigma()
+            self._read_state = self._read_image = self._image_iter = self._read_flags = None
         # Two device-side snapshots of (params, moments), taken alternately at the start of each
         # submission, so a NaN can be rolled back without any per-iteration readback: the newest
         # one whose chunk began with a finite loss is good. Slot 1 starts as this state.
@@ -427,38 +431,59 @@ class GpuFitLoop:
         ``source[b, t]`` (parameters, moments and scene record), or fresh row ``-1 - source[b, t]``
         of ``fresh`` (rows, 20): raw parameters, then the record values they materialise to, with
         zero moments (shaders/permute.wgsl). Nothing comes back."""
+        B, n = self.batch, self.n_tris * 10 + 3
+        live = (self.extra["params"], self.extra["moments"], self.ws.buffers["scene"])
+        sizes = (B * n * 4, B * n * 8, B * self.shape.scene_stride * 4)
+        old = [self.backend.pool.acquire(STORAGE | COPY_DST, size, "permute-old") for size in sizes]
+        try:
+            self._gather(old, self.n_tris, source, fresh, copies=list(zip(live, old, sizes)))
+        finally:
+            for buf in old:
+                self.backend.pool.release(buf)
+
+    def take(self, other: GpuFitLoop, source: np.ndarray, fresh: np.ndarray) -> None:
+        """This loop's state gathered from ``other``'s, a loop of another triangle count over the
+        same images (a count change on the device): as :meth:`permute`, with ``source[b, t]``
+        indexing ``other``'s triangles; the background comes along, and the rollback snapshot is
+        taken of the result. Nothing comes back; call after :meth:`reset` without a state."""
+        old = (other.extra["params"], other.extra["moments"], other.ws.buffers["scene"])
+        self._gather(old, other.n_tris, source, fresh, snapshot=True)
+
+    def _gather(self, old, old_tris: int, source, fresh, copies=(), snapshot: bool = False) -> None:
         B, T = self.batch, self.n_tris
-        n = T * 10 + 3
         pool = self.backend.pool
         source = np.ascontiguousarray(source, dtype=np.int32).reshape(B, T)
         fresh = np.ascontiguousarray(fresh, dtype=np.float32).reshape(-1, 20)
         live = (self.extra["params"], self.extra["moments"], self.ws.buffers["scene"])
-        sizes = (B * n * 4, B * n * 8, B * self.shape.scene_stride * 4)
-        old = [pool.acquire(STORAGE | COPY_DST, size, "permute-old") for size in sizes]
         src_buf = pool.acquire(STORAGE | COPY_DST, max(16, source.nbytes), "permute-source")
         fresh_buf = pool.acquire(STORAGE | COPY_DST, max(80, fresh.nbytes), "permute-fresh")
+        shape_buf = pool.acquire(STORAGE | COPY_DST, 16, "permute-old-tris")
         try:
             queue = self.device.queue
             queue.write_buffer(src_buf, 0, source)
+            queue.write_buffer(shape_buf, 0, np.array([old_tris, 0, 0, 0], np.uint32))
             if len(fresh):
                 queue.write_buffer(fresh_buf, 0, fresh)
-            self.backend.counters.upload_bytes += source.nbytes + fresh.nbytes
+            self.backend.counters.upload_bytes += source.nbytes + fresh.nbytes + 16
             pl = self.ws.pipeline("permute.wgsl")
-            bufs = (self.ws.buffers["frame"], *live, *old, src_buf, fresh_buf)
+            bufs = (self.ws.buffers["frame"], *live, *old, src_buf, fresh_buf, shape_buf)
             bg = self.device.create_bind_group(layout=pl.get_bind_group_layout(0), entries=[
                 {"binding": i, "resource": {"buffer": buf}} for i, buf in enumerate(bufs)])
             enc = self.device.create_command_encoder()
-            for buf, copy, size in zip(live, old, sizes):
+            for buf, copy, size in copies:
                 enc.copy_buffer_to_buffer(buf, 0, copy, 0, size)
             cpass = enc.begin_compute_pass()
             cpass.set_pipeline(pl)
             cpass.set_bind_group(0, bg)
-            cpass.dispatch_workgroups(-(-T * 10 // 64), B, 1)
+            cpass.dispatch_workgroups(-(-(T * 10 + 3) // 64), B, 1)
             cpass.end()
+            if snapshot:
+                self._encode_snapshot(enc, 1)
+                self.snap_iter, self.snap_turn = [self.iter, self.iter], 0
             queue.submit([enc.finish()])
             self.backend.counters.submissions += 1
         finally:
-            for buf in (*old, src_buf, fresh_buf):
+            for buf in (src_buf, fresh_buf, shape_buf):
                 pool.release(buf)
         self._read_state = self._read_image = self._image_iter = self._read_flags = None
 
@@ -466,6 +491,11 @@ class GpuFitLoop:
         """The current scene records rendered at width x height into a device buffer ((B, H, W, 3)
         float32; the backend's render workspace of that shape), nothing read back."""
         return self.backend.render_records_on_device(self.ws.buffers["scene"], self.batch, self.n_tris, width, height)
+
+    def records_buffer(self):
+        """The device buffer of the scene records ((B, stride) float32, the next iteration's sigma
+        in each: :meth:`records`)."""
+        return self.ws.buffers["scene"]
 
     def image_buffer(self):
         """The device buffer holding the last forward's image of the current state ((B, H, W, 3)
