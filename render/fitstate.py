@@ -153,6 +153,26 @@ class FitState:
         weights = None if focus is None else np.repeat(focus, K, axis=0)
         return self._mse(tris, np.clip(bg, 0, 1), sigmas, targets, weights).reshape(self.batch, K)
 
+    def sigma_errors(self, factors) -> np.ndarray:
+        """(B, K): each image's error (as :meth:`scene_errors`) at its current sigma times each of
+        the K ``factors`` -- what the sigma probes compare. From the loop's scene records on the
+        device where the fit places there (no state comes back), else from the state's values."""
+        factors = np.asarray(factors, dtype=np.float64)
+        K, sigmas = len(factors), np.asarray(self._loop.sigmas, float)
+        probes = (sigmas[:, None] * factors[None]).ravel()
+        if self.places_on_device:
+            focus = self.working_focus()
+            try:
+                return np.asarray(self.engine.impl.mse_records(
+                    self._loop.records_buffer(), self.n_triangles, K, probes,
+                    np.repeat(self.working_targets(), K, axis=0), transient=True,
+                    weights=None if focus is None else np.repeat(focus, K, axis=0))).reshape(self.batch, K)
+            except AdapterError as exc:  # (too large for one buffer: the host's values, in halves)
+                if isinstance(exc, DeviceLostError):
+                    raise
+        tris, bg, _ = self.values()
+        return self.scene_errors(np.repeat(tris, K, axis=0), np.repeat(bg, K, axis=0), probes, K)
+
     def _mse(self, tris, bg, sigmas, targets, weights) -> np.ndarray:
         try:
             return np.asarray(self.engine.impl.mse_batch(tris, bg, sigmas, targets, transient=True, weights=weights))

@@ -358,11 +358,9 @@ class DefaultStrategy(FixedStrategy):
         return self.settings.respawn_alpha
 
     def needs_state(self, iteration: int) -> bool:
-        """With events on the device only the sigma probes read the state: respawns, count changes
-        (growth, pruning's removal costs) and the half-size stage's end are done there."""
-        if not self.fit.places_on_device:
-            return True
-        return self._probing() and iteration >= self.probe_at(self.probes_done)
+        """With events on the device no event reads the state: respawns, count changes (growth,
+        pruning's removal costs), the half-size stage's end and the sigma probes are done there."""
+        return not self.fit.places_on_device
 
     def on_event(self, iteration: int) -> None:
         fit = self.fit
@@ -425,10 +423,7 @@ class DefaultStrategy(FixedStrategy):
         fit, s = self.fit, self.settings
         self.probes_done += 1
         eps = s.sigma_probe_eps
-        tris, bg, sigmas = fit.values()
-        factors = np.exp(np.array([-eps, 0.0, eps]))
-        err = fit.scene_errors(np.repeat(tris, 3, axis=0), np.repeat(bg, 3, axis=0),
-                               (sigmas[:, None] * factors[None]).ravel(), 3)
+        err = fit.sigma_errors(np.exp(np.array([-eps, 0.0, eps])))
         for b, (lm, l0, lp) in enumerate(err.astype(np.float64)):
             curv, slope = (lp + lm - 2 * l0) / eps ** 2, (lp - lm) / (2 * eps)
             step = -slope / curv if curv > 0 else -math.copysign(eps, slope)

@@ -198,12 +198,14 @@ def test_what_an_eventful_fit_reads_back(gpu_engine, placement):
     assert f.respawned > 0 and f.strategy.probes_done == 3
     kinds = [k for k in got if k.startswith("readback_") and k != "readback_bytes"]
     assert sum(got[k] for k in kinds) == got["readback_bytes"]
-    assert got["readback_snapshot_bytes"] > 0 and got["readback_state_bytes"] > 0
-    if placement == "device":  # no image, no render: the probes' errors are summed on the device too
-        assert got["readback_image_bytes"] == got["readback_render_bytes"] == 0 and got["readback_events_bytes"] > 0
+    assert got["readback_snapshot_bytes"] > 0
+    if placement == "device":  # no state, image or render: every event's work is on the device
+        assert got["readback_state_bytes"] == got["readback_image_bytes"] == got["readback_render_bytes"] == 0
+        assert got["readback_events_bytes"] > 0
         assert got["readback_bytes"] / 150 < 1024
-    else:  # the last forward's image; the half-size stage's growth renders at full size
-        assert got["readback_image_bytes"] >= 64 * 48 * 12 and got["readback_render_bytes"] >= 64 * 48 * 12
+    else:  # the state; the last forward's image; the half-size stage's growth renders at full size
+        assert got["readback_state_bytes"] > 0 and got["readback_image_bytes"] >= 64 * 48 * 12
+        assert got["readback_render_bytes"] >= 64 * 48 * 12
     f.close()
 
 
@@ -296,6 +298,25 @@ def test_removal_costs_from_the_records_are_the_hosts(gpu_engine, monkeypatch):
     host = f.removal_costs()
     assert device.shape == host.shape == (1, f.n_triangles) and np.all(host > 0)
     np.testing.assert_allclose(device, host, rtol=1e-3, atol=1e-6 * host.max())
+    f.close()
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("weighted", [False, True])
+def test_sigma_probes_from_the_records_are_the_hosts(gpu_engine, monkeypatch, weighted):
+    from trifit.fitstate import FitState
+
+    weights = np.linspace(0.2, 1.0, 64 * 48).reshape(48, 64) if weighted else None
+    f = _eventful_fitter(gpu_engine, placement="device", weights=weights)
+    f.step(40)
+    factors = np.exp([-0.2, 0.0, 0.2])
+    before = gpu_engine.counters()["readback_state_bytes"]
+    device = f.sigma_errors(factors)
+    assert gpu_engine.counters()["readback_state_bytes"] == before
+    monkeypatch.setattr(FitState, "places_on_device", property(lambda self: False))
+    host = f.sigma_errors(factors)
+    assert device.shape == host.shape == (1, 3) and len(set(device[0].tolist())) == 3
+    np.testing.assert_allclose(device, host, rtol=1e-4)
     f.close()
 
 

@@ -154,8 +154,19 @@ class GpuBackend:
         nothing but the costs leaves the device."""
         sigma = np.asarray(sigma, dtype=np.float64).reshape(-1)
         _, costs = self._loss_pass(None, None, sigma, targets, "mse", removal_costs=True, transient=transient,
-                                   weights=weights, records=(records, n_tris))
+                                   weights=weights, records=(records, n_tris, 1))
         return costs
+
+    def mse_records(self, records, n_tris: int, per_record: int, sigma, targets, transient: bool = False,
+                    weights=None) -> np.ndarray:
+        """:meth:`mse_batch` of each of the scene records in the device buffer ``records`` (a fit
+        loop's) ``per_record`` times over, copy k of record b with sigma ``sigma[b * per_record + k]``
+        against ``targets[b * per_record + k]`` (the sigma probes): B x per_record floats come back."""
+        sigma = np.asarray(sigma, dtype=np.float64).reshape(-1)
+        scaled = None if weights is None else focus.scaled(weights)
+        losses, _ = self._loss_pass(None, None, sigma, targets, "mse", removal_costs=False, transient=transient,
+                                    weights=scaled, backward=False, records=(records, n_tris, per_record))
+        return losses
 
     def mse_batch(self, tris, bg, sigma, targets, transient: bool = False, weights=None) -> np.ndarray:
         """(B,) each scene's mean squared error against its target, the focus-weighted mean with
@@ -180,8 +191,9 @@ class GpuBackend:
         """bin -> forward (+ loss) -> backward -> reduce in one submission: losses (B,) and the
         per-slot sums (B, T + 1, 10) -- gradients -- or with ``removal_costs`` the costs alone
         (B, T) (``backward`` False: the losses alone, and None). ``weights`` (B, H, W): what the focus variant
-        multiplies each pixel's loss term by. ``records``: (device buffer, T) scene records to copy
-        in on the device instead of ``tris`` and ``bg`` (None), with ``sigma`` (B,) written over theirs."""
+        multiplies each pixel's loss term by. ``records``: (device buffer, T, K) scene records to copy
+        in on the device instead of ``tris`` and ``bg`` (None), each K times over (scene i is record
+        i // K), with ``sigma`` (one per scene) written over theirs."""
         if records is None:
             tris, bg, sigma = _check_batch(tris, bg, sigma)
             B, T = tris.shape[:2]
@@ -209,7 +221,13 @@ class GpuBackend:
                 held.append(sigmas)
                 self.device.queue.write_buffer(sigmas, 0, np.asarray(sigma, np.float32))
                 self.counters.upload_bytes += B * 4
-                enc.copy_buffer_to_buffer(records[0], 0, ws.buffers["scene"], 0, B * stride * 4)
+                source, _, K = records
+                if K == 1:
+                    enc.copy_buffer_to_buffer(source, 0, ws.buffers["scene"], 0, B * stride * 4)
+                else:
+                    for b in range(B):
+                        enc.copy_buffer_to_buffer(source, (b // K) * stride * 4, ws.buffers["scene"], b * stride * 4,
+                                                  stride * 4)
                 for b in range(B):
                     enc.copy_buffer_to_buffer(sigmas, b * 4, ws.buffers["scene"], (b * stride + slot) * 4, 4)
             if weights is not None:
