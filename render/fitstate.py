@@ -160,18 +160,25 @@ class FitState:
         factors = np.asarray(factors, dtype=np.float64)
         K, sigmas = len(factors), np.asarray(self._loop.sigmas, float)
         probes = (sigmas[:, None] * factors[None]).ravel()
-        if self.places_on_device:
-            focus = self.working_focus()
+        if not self.places_on_device:
+            tris, bg, _ = self.values()
+            return self.scene_errors(np.repeat(tris, K, axis=0), np.repeat(bg, K, axis=0), probes, K)
+        focus = self.working_focus()
+        targets, weights = self.working_targets(), None if focus is None else focus
+
+        def errors(scenes: np.ndarray) -> np.ndarray:  # scene i: record i // K at probes[i]
+            which = scenes // K
             try:
                 return np.asarray(self.engine.impl.mse_records(
-                    self._loop.records_buffer(), self.n_triangles, K, probes,
-                    np.repeat(self.working_targets(), K, axis=0), transient=True,
-                    weights=None if focus is None else np.repeat(focus, K, axis=0))).reshape(self.batch, K)
-            except AdapterError as exc:  # (too large for one buffer: the host's values, in halves)
-                if isinstance(exc, DeviceLostError):
+                    self._loop.records_buffer(), self.n_triangles, which, probes[scenes], targets[which],
+                    transient=True, weights=None if weights is None else weights[which]))
+            except AdapterError as exc:  # (more than one device buffer holds: in halves, as _mse)
+                if isinstance(exc, DeviceLostError) or len(scenes) < 2:
                     raise
-        tris, bg, _ = self.values()
-        return self.scene_errors(np.repeat(tris, K, axis=0), np.repeat(bg, K, axis=0), probes, K)
+                h = len(scenes) // 2
+                return np.concatenate([errors(scenes[:h]), errors(scenes[h:])])
+
+        return errors(np.arange(self.batch * K)).reshape(self.batch, K)
 
     def _mse(self, tris, bg, sigmas, targets, weights) -> np.ndarray:
         try:

@@ -313,6 +313,20 @@ def test_sigma_probes_from_the_records_are_the_hosts(gpu_engine, monkeypatch, we
     before = gpu_engine.counters()["readback_state_bytes"]
     device = f.sigma_errors(factors)
     assert gpu_engine.counters()["readback_state_bytes"] == before
+    # a probe batch too large for a device buffer goes in halves, still from the records
+    from trifit.errors import AdapterError
+
+    whole = type(gpu_engine.impl).mse_records
+
+    def one_at_a_time(self, records, n_tris, which, *args, **kwargs):
+        if len(which) > 1:
+            raise AdapterError("(a buffer too large)")
+        return whole(self, records, n_tris, which, *args, **kwargs)
+
+    with monkeypatch.context() as m:
+        m.setattr(type(gpu_engine.impl), "mse_records", one_at_a_time)
+        assert np.array_equal(f.sigma_errors(factors), device)
+    assert gpu_engine.counters()["readback_state_bytes"] == before
     monkeypatch.setattr(FitState, "places_on_device", property(lambda self: False))
     host = f.sigma_errors(factors)
     assert device.shape == host.shape == (1, 3) and len(set(device[0].tolist())) == 3

@@ -154,18 +154,18 @@ class GpuBackend:
         nothing but the costs leaves the device."""
         sigma = np.asarray(sigma, dtype=np.float64).reshape(-1)
         _, costs = self._loss_pass(None, None, sigma, targets, "mse", removal_costs=True, transient=transient,
-                                   weights=weights, records=(records, n_tris, 1))
+                                   weights=weights, records=(records, n_tris, None))
         return costs
 
-    def mse_records(self, records, n_tris: int, per_record: int, sigma, targets, transient: bool = False,
+    def mse_records(self, records, n_tris: int, which, sigma, targets, transient: bool = False,
                     weights=None) -> np.ndarray:
-        """:meth:`mse_batch` of each of the scene records in the device buffer ``records`` (a fit
-        loop's) ``per_record`` times over, copy k of record b with sigma ``sigma[b * per_record + k]``
-        against ``targets[b * per_record + k]`` (the sigma probes): B x per_record floats come back."""
+        """:meth:`mse_batch` of scenes made of the scene records in the device buffer ``records`` (a
+        fit loop's): scene i is record ``which[i]`` with sigma ``sigma[i]``, against ``targets[i]``
+        (the sigma probes: each record under a few sigmas). One float a scene comes back."""
         sigma = np.asarray(sigma, dtype=np.float64).reshape(-1)
         scaled = None if weights is None else focus.scaled(weights)
         losses, _ = self._loss_pass(None, None, sigma, targets, "mse", removal_costs=False, transient=transient,
-                                    weights=scaled, backward=False, records=(records, n_tris, per_record))
+                                    weights=scaled, backward=False, records=(records, n_tris, list(which)))
         return losses
 
     def mse_batch(self, tris, bg, sigma, targets, transient: bool = False, weights=None) -> np.ndarray:
@@ -191,9 +191,9 @@ class GpuBackend:
         """bin -> forward (+ loss) -> backward -> reduce in one submission: losses (B,) and the
         per-slot sums (B, T + 1, 10) -- gradients -- or with ``removal_costs`` the costs alone
         (B, T) (``backward`` False: the losses alone, and None). ``weights`` (B, H, W): what the focus variant
-        multiplies each pixel's loss term by. ``records``: (device buffer, T, K) scene records to copy
-        in on the device instead of ``tris`` and ``bg`` (None), each K times over (scene i is record
-        i // K), with ``sigma`` (one per scene) written over theirs."""
+        multiplies each pixel's loss term by. ``records``: (device buffer, T, which) scene records to
+        copy in on the device instead of ``tris`` and ``bg`` (None) -- scene i is record which[i], or
+        record i where ``which`` is None -- with ``sigma`` (one per scene) written over theirs."""
         if records is None:
             tris, bg, sigma = _check_batch(tris, bg, sigma)
             B, T = tris.shape[:2]
@@ -221,13 +221,12 @@ class GpuBackend:
                 held.append(sigmas)
                 self.device.queue.write_buffer(sigmas, 0, np.asarray(sigma, np.float32))
                 self.counters.upload_bytes += B * 4
-                source, _, K = records
-                if K == 1:
+                source, _, which = records
+                if which is None:
                     enc.copy_buffer_to_buffer(source, 0, ws.buffers["scene"], 0, B * stride * 4)
                 else:
-                    for b in range(B):
-                        enc.copy_buffer_to_buffer(source, (b // K) * stride * 4, ws.buffers["scene"], b * stride * 4,
-                                                  stride * 4)
+                    for b, r in enumerate(which):
+                        enc.copy_buffer_to_buffer(source, r * stride * 4, ws.buffers["scene"], b * stride * 4, stride * 4)
                 for b in range(B):
                     enc.copy_buffer_to_buffer(sigmas, b * 4, ws.buffers["scene"], (b * stride + slot) * 4, 4)
             if weights is not None:
