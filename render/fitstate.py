@@ -337,18 +337,9 @@ class FitState:
             old.permute(source, fresh)
             self._cached = None
             return
-        loop = self._loops.pop(key, None)
-        if loop is None:
-            loop = self.engine.impl.fit_loop(target, None, n, self._optim(), self.schedule, self.iteration,
-                                             weights=self.working_focus())
-        else:
-            loop.reset(None, None, None, self.iteration, self.schedule, self._optim())
-        self._lock_loop(loop)
-        loop.take(old, source, fresh)
-        self._loops[key] = loop
-        while len(self._loops) > MAX_CACHED_LOOPS:  # the current loop is the newest: never evicted
-            release_loop(self._loops.pop(next(iter(self._loops))))
-        self._loop = loop
+        loop = self._prepared_loop(key, self.iteration)
+        loop.take(old, source, fresh)  # (before any loop is released: the old one may be)
+        self._make_current(key, loop)
         self._cached = None
 
     def _set(self, raw, m, v, n: int, iteration: int, images=None, exact: bool = False) -> None:
@@ -370,20 +361,32 @@ class FitState:
             self._loop.set_state(raw, m, v, images=images)
             self._cached = (self._loop, iteration, raw, m, v)
             return
+        loop = self._prepared_loop(key, iteration, raw, m, v)
+        self._make_current(key, loop)
+        self._cached = (loop, iteration, raw, m, v)
+
+    def _prepared_loop(self, key, iteration: int, raw=None, m=None, v=None):
+        """The loop for ``key`` (count, working target shape) -- the kept one reset, or a new one --
+        told the locks, in the state (raw, m, v), or without one where ``raw`` is None (a gather on
+        the device fills it: GpuFitLoop.take). Not yet the current loop; nothing released."""
+        n, target = key[0], self.working_targets()
         loop = self._loops.pop(key, None)
         if loop is None:
             loop = self.engine.impl.fit_loop(target, raw, n, self._optim(), self.schedule, iteration,
                                              weights=self.working_focus())
             self._lock_loop(loop)
-            loop.set_state(raw, m, v)
+            if raw is not None:
+                loop.set_state(raw, m, v)
         else:
             self._lock_loop(loop)
             loop.reset(raw, m, v, iteration, self.schedule, self._optim())
+        return loop
+
+    def _make_current(self, key, loop) -> None:
         self._loops[key] = loop
         while len(self._loops) > MAX_CACHED_LOOPS:  # the current loop is the newest: never evicted
             release_loop(self._loops.pop(next(iter(self._loops))))
         self._loop = loop
-        self._cached = (loop, iteration, raw, m, v)
 
     def _optim(self) -> FitSettings:
         """The settings with the learning rates in force: as set x the live scale x fault halvings,
