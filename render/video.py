@@ -234,12 +234,12 @@ def x264_cpu() -> str | None:
 
     Why: the same frames must give the same bytes (a resumed run, the window's export and the
     command are compared to the byte), and with x264's AVX-512 code -- its default where the CPU
-    has it -- they do not: 352x264, 120 frames, crf 18, preset medium gave 5 to 9 different files in
-    16-20 encodes in one process, with threads=1 and single-threaded swscale too; with AVX-512 left
-    out, every encode was the same. Under valgrind (no AVX-512) its default code and its SSE4.2 level
-    read uninitialised memory when a frame is an odd number of macroblocks wide (a lookahead stack
-    value reaching the MB-tree's quantiser offsets); the code up to AVX did not. Same speed, same quality (PSNR within 0.01 dB,
-    sizes within 1%); another x86 CPU can still give other bytes than this one.
+    has it -- they sometimes do not, whatever the thread counts; with AVX-512 left out they do
+    (tests/test_video.py encodes one clip again and again). Under valgrind (no AVX-512) x264's
+    default code and its SSE4.2 level read uninitialised memory when a frame is an odd number of
+    macroblocks wide (a lookahead stack value reaching the MB-tree's quantiser offsets); the code up
+    to AVX did not. The speed and quality are the same (docs/QUALITY.md, "Video"); another x86 CPU
+    can still give other bytes than this one.
     """
     import platform
 

@@ -133,6 +133,27 @@ def test_writing_behind_and_decoding_ahead_change_no_byte(clip, mp4_run, gpu_eng
         assert (d / "scenes_seq" / name).read_bytes() == (want_scenes / name).read_bytes(), name
 
 
+def test_the_same_frames_encode_to_the_same_bytes(av, tmp_path):
+    # x264's AVX-512 code gave another file now and then for the same frames (render/video.py
+    # x264_cpu): most encodes of this clip differed from the first before, none after
+    from fractions import Fraction
+
+    from trifit.video import Clip, ClipOutput, output_kind
+
+    frames = moving_disc(120, 352, 264)[0]
+    clip = Clip(tmp_path / "in.mp4", len(frames), (352, 264), Fraction(25))
+    files = []
+    for k in range(4):
+        out = tmp_path / f"again{k}.mp4"
+        writer = ClipOutput(output_kind(out), clip, (352, 264), lambda line: None)
+        for i, f in enumerate(frames):
+            writer.write(i, np.ascontiguousarray(f))
+        assert writer.close(True)
+        files.append(out)
+    for other in files[1:]:
+        assert_same_video(av, other, files[0])
+
+
 def test_background_threads_hand_errors_over_and_end():
     import threading
 
