@@ -215,7 +215,7 @@ def run_video(input_path, output, *, triangles: int = 150, size: int = 176, iter
         try:
             for k in range(done):  # an earlier run's frames again, from their scenes (a folder: those missing)
                 if not frames.output.has(k):
-                    behind.call(frames.output.write, k, pictures.of(Scene.load(_scene_path(work, k))))
+                    behind.call(frames.output.write, k, pictures.of(Scene.load(scene_path(work, k))))
             _fit_frames(clip, frames, behind, settings, result, pictures, policy, engine, overlap, on_frame, on_clip)
             behind.close()  # every frame finished is written
         except BaseException:
@@ -256,7 +256,7 @@ class _Frames:
         from .scene import Scene
 
         name = f"frame_{k:04d}"
-        atomic_write_bytes(_scene_path(self.work, k), data, sync=False)
+        atomic_write_bytes(scene_path(self.work, k), data, sync=False)
         if self.scenes_dir:
             atomic_write_bytes(self.scenes_dir / f"{name}.trifit.json", data)
         if self.svg_dir:
@@ -304,7 +304,7 @@ def _fit_frames(clip: Clip, frames: _Frames, behind: Behind, settings: dict, res
         loop.close()
 
 
-def _scene_path(work: Path, k: int) -> Path:
+def scene_path(work: Path, k: int) -> Path:
     return work / "scenes" / f"frame_{k:04d}.trifit.json"
 
 
@@ -314,7 +314,7 @@ def _progress(work: Path, settings: dict, note) -> int:
     from .checkpoint import CheckpointError, load_checkpoint
 
     done = 0
-    if _kept(work, settings, note) and (work / "checkpoint.npz").is_file():
+    if kept_work(work, settings, note) and (work / "checkpoint.npz").is_file():
         try:
             it = load_checkpoint(work / "checkpoint.npz").iteration
             first, per = settings["first_frame_iters"], settings["iters_per_frame"]
@@ -322,16 +322,16 @@ def _progress(work: Path, settings: dict, note) -> int:
             done = min(done, settings["frames"])
         except CheckpointError as exc:
             note(f"cannot resume ({exc}); starting over")
-        if not all(_has_scene(work, k) for k in range(done)):
+        if not all(has_scene(work, k) for k in range(done)):
             note(f"{work} misses scenes of finished frames; starting over")
             done = 0
     if not done:
         shutil.rmtree(work, ignore_errors=True)
-    _start_work(work, settings)
+    start_work(work, settings)
     return done
 
 
-def _kept(work: Path, settings: dict, note) -> bool:
+def kept_work(work: Path, settings: dict, note) -> bool:
     """Whether ``work`` holds the progress of an earlier run with these settings (said through
     ``note`` when it holds another run's)."""
     record = work / "clip.json"
@@ -346,19 +346,19 @@ def _kept(work: Path, settings: dict, note) -> bool:
     return same
 
 
-def _start_work(work: Path, settings: dict) -> None:
+def start_work(work: Path, settings: dict) -> None:
     """The work folder ready for a run with ``settings`` (what it holds already is kept)."""
     _make_folder(work / "scenes")
     atomic_write_bytes(work / "clip.json", json.dumps(settings, indent=1).encode("utf-8"), sync=False)
 
 
-def _has_scene(work: Path, k: int) -> bool:
+def has_scene(work: Path, k: int) -> bool:
     """Whether frame ``k``'s scene is in the work folder and loads (written without an fsync:
     after a crash of the machine one may be empty)."""
     from .scene import Scene
 
     try:
-        Scene.load(_scene_path(work, k))
+        Scene.load(scene_path(work, k))
     except (OSError, SceneError):
         return False
     return True

@@ -48,7 +48,7 @@ from types import SimpleNamespace
 
 import numpy as np
 
-from .videorun import VideoResult, _has_scene, _kept, _scene_path, _start_work, video_meta
+from .videorun import VideoResult, has_scene, kept_work, scene_path, start_work, video_meta
 
 #: a cut's change between two frames, at least (mean absolute difference, values in [0, 1])
 CUT_MIN_CHANGE = 0.1
@@ -116,11 +116,11 @@ def plan_segments(clip, work, settings: dict, note) -> SegmentPlan:
     """The clip's segments (settings' ``segment``: K) and which of them an earlier run with these
     settings finished; the work folder ready for this run (another run's progress removed)."""
     segments = split(clip.count, settings["segment"], find_cuts(frame_changes(clip, settings["size"])))
-    kept = _kept(work, settings, note)
+    kept = kept_work(work, settings, note)
     if not kept:
         shutil.rmtree(work, ignore_errors=True)
-    _start_work(work, settings)
-    return SegmentPlan(segments, [kept and all(_has_scene(work, k) for k in range(s, e)) for s, e in segments])
+    start_work(work, settings)
+    return SegmentPlan(segments, [kept and all(has_scene(work, k) for k in range(s, e)) for s, e in segments])
 
 
 # ---------------------------------------------------------------------- a segment's work (here, or a worker's)
@@ -219,7 +219,7 @@ def _jobs(plan: SegmentPlan, clip, work, size: int, out: _InOrder) -> Iterator[J
         for (s, e), done in zip(plan.segments, plan.done):
             if done:
                 if not all(k in out.present for k in range(s, e)):
-                    yield s, e, None, [_scene_path(work, k).read_bytes() for k in range(s, e)]
+                    yield s, e, None, [scene_path(work, k).read_bytes() for k in range(s, e)]
                 continue
             targets = []
             for image in frames:
