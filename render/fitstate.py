@@ -26,6 +26,22 @@ MAX_CACHED_LOOPS = 8
 _LR_NAMES = ("lr_vertex", "lr_colour", "lr_alpha", "lr_background")
 
 
+def in_halves(call, n: int) -> np.ndarray:
+    """``call(slice(0, n))`` -- n scenes in one device call -- or, where one device buffer cannot
+    hold them (an AdapterError that is not a lost device), the two halves' calls, and so on down;
+    the results joined in order. Each scene's result does not depend on the others in its call."""
+    def run(lo: int, hi: int) -> np.ndarray:
+        try:
+            return np.asarray(call(slice(lo, hi)))
+        except AdapterError as exc:
+            if isinstance(exc, DeviceLostError) or hi - lo < 2:
+                raise
+            mid = (lo + hi) // 2
+            return np.concatenate([run(lo, mid), run(mid, hi)])
+
+    return run(0, n)
+
+
 class FitState:
     """State and operations; the subclass sets engine, settings, strategy, targets, batch, width,
     height, rngs, coarse, full_from, schedule, n_triangles, _half, _loops, _loop, _cached,
@@ -132,14 +148,9 @@ class FitState:
         larger than one device buffer allows (a sigma probe renders 3 scenes an image) goes in
         halves: each scene renders alone the same as in any batch."""
         H, W = (self.targets if full else self.working_targets()).shape[1:3]
-        try:
-            out = self.engine.impl.render_batch(tris, np.clip(bg, 0, 1), sigmas, W, H, transient=transient)
-        except AdapterError as exc:
-            if isinstance(exc, DeviceLostError) or len(tris) < 2:
-                raise
-            half = len(tris) // 2
-            return np.concatenate([self.render(tris[:half], bg[:half], sigmas[:half], full=full, transient=transient),
-                                   self.render(tris[half:], bg[half:], sigmas[half:], full=full, transient=transient)])
+        bg = np.clip(bg, 0, 1)
+        out = in_halves(lambda s: self.engine.impl.render_batch(tris[s], bg[s], sigmas[s], W, H, transient=transient),
+                        len(tris))
         return np.clip(out, 0.0, 1.0).astype(np.float32)
 
     def scene_errors(self, tris, bg, sigmas, per_image: int) -> np.ndarray:
@@ -151,7 +162,10 @@ class FitState:
         targets = np.repeat(self.working_targets(), K, axis=0)
         focus = self.working_focus()
         weights = None if focus is None else np.repeat(focus, K, axis=0)
-        return self._mse(tris, np.clip(bg, 0, 1), sigmas, targets, weights).reshape(self.batch, K)
+        bg = np.clip(bg, 0, 1)
+        return in_halves(lambda s: self.engine.impl.mse_batch(tris[s], bg[s], sigmas[s], targets[s], transient=True,
+                                                              weights=None if weights is None else weights[s]),
+                         len(tris)).reshape(self.batch, K)
 
     def sigma_errors(self, factors) -> np.ndarray:
         """(B, K): each image's error (as :meth:`scene_errors`) at its current sigma times each of
@@ -163,33 +177,15 @@ class FitState:
         if not self.places_on_device:
             tris, bg, _ = self.values()
             return self.scene_errors(np.repeat(tris, K, axis=0), np.repeat(bg, K, axis=0), probes, K)
-        focus = self.working_focus()
-        targets, weights = self.working_targets(), None if focus is None else focus
+        targets, focus = self.working_targets(), self.working_focus()
 
-        def errors(scenes: np.ndarray) -> np.ndarray:  # scene i: record i // K at probes[i]
-            which = scenes // K
-            try:
-                return np.asarray(self.engine.impl.mse_records(
-                    self._loop.records_buffer(), self.n_triangles, which, probes[scenes], targets[which],
-                    transient=True, weights=None if weights is None else weights[which]))
-            except AdapterError as exc:  # (more than one device buffer holds: in halves, as _mse)
-                if isinstance(exc, DeviceLostError) or len(scenes) < 2:
-                    raise
-                h = len(scenes) // 2
-                return np.concatenate([errors(scenes[:h]), errors(scenes[h:])])
+        def errors(s: slice) -> np.ndarray:  # scene i: record i // K at probes[i]
+            which = np.arange(self.batch * K)[s] // K
+            return self.engine.impl.mse_records(self._loop.records_buffer(), self.n_triangles, which, probes[s],
+                                                targets[which], transient=True,
+                                                weights=None if focus is None else focus[which])
 
-        return errors(np.arange(self.batch * K)).reshape(self.batch, K)
-
-    def _mse(self, tris, bg, sigmas, targets, weights) -> np.ndarray:
-        try:
-            return np.asarray(self.engine.impl.mse_batch(tris, bg, sigmas, targets, transient=True, weights=weights))
-        except AdapterError as exc:
-            if isinstance(exc, DeviceLostError) or len(tris) < 2:
-                raise
-            h = len(tris) // 2
-            w = (None, None) if weights is None else (weights[:h], weights[h:])
-            return np.concatenate([self._mse(tris[:h], bg[:h], sigmas[:h], targets[:h], w[0]),
-                                   self._mse(tris[h:], bg[h:], sigmas[h:], targets[h:], w[1])])
+        return in_halves(errors, self.batch * K).reshape(self.batch, K)
 
     def most_costly(self, n: int, transient: bool = False) -> np.ndarray:
         """(B, n) indices, in painting order, of each image's n triangles whose removal would
