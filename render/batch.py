@@ -172,6 +172,20 @@ def existing_result(path: Path, triangles: int, size: int):
 BATCH_CHUNK = 16
 
 
+def still_to_fit(images: list[Path], outdir: Path, names: dict, triangles: int, size: int, force: bool,
+                 record) -> list[Path]:
+    """The images whose scene is not already in ``outdir`` for these settings (all of them with
+    ``force``); each of the others is recorded as skipped (the local batch's and the cluster's)."""
+    pending = []
+    for img_path in images:
+        scene_path = outdir / f"{names[img_path]}.trifit.json"
+        if not force and existing_result(scene_path, triangles, size) is not None:
+            record(ImageResult(str(img_path), str(scene_path), "skipped"))
+        else:
+            pending.append(img_path)
+    return pending
+
+
 def tally(n: int, progress: bool, on_result=None):
     """A batch's result, its progress bar over ``n`` images, and ``record(r)``, which every
     finished, skipped or failed image goes through (the local batch's and the cluster's alike)."""
@@ -214,13 +228,7 @@ def run_batch(inputs: Iterable[str] | Iterable[Path], outdir, *, triangles: int 
     opts = dict(triangles=triangles, size=size, seed=seed, loss=loss, strategy=strategy, render=render,
                 reports=reports, progress=progress, bar=bar, record=record, outdir=outdir, names=names)
     try:
-        pending = []
-        for img_path in images:
-            scene_path = outdir / f"{names[img_path]}.trifit.json"
-            if not force and existing_result(scene_path, triangles, size) is not None:
-                record(ImageResult(str(img_path), str(scene_path), "skipped"))
-            else:
-                pending.append(img_path)
+        pending = still_to_fit(images, outdir, names, triangles, size, force, record)
         if pending and engine is None:
             engine = Engine(backend)  # an AdapterError here ends the batch: no image could fit
         if sequential or not only_iterations or engine is None or engine.backend != "gpu":

@@ -44,7 +44,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import asdict
 from pathlib import Path
 
-from .batch import SUMMARY_NAME, BatchResult, ImageResult, existing_result, find_images, output_names, tally
+from .batch import SUMMARY_NAME, BatchResult, ImageResult, find_images, output_names, still_to_fit, tally
 from .errors import TrifitError
 
 #: worker deaths a local cluster's scheduler lets an image see (fitting it or holding it next) before
@@ -296,13 +296,7 @@ def run_cluster_batch(inputs: Iterable[str] | Iterable[Path], outdir, *, dask: s
     result, bar, record = tally(len(images), progress, on_result)
     note = note or (lambda text: bar.write(f"trifit: {text}", file=sys.stderr))
 
-    pending = []
-    for img_path in images:
-        scene_path = outdir / f"{names[img_path]}.trifit.json"
-        if not force and existing_result(scene_path, triangles, size) is not None:
-            record(ImageResult(str(img_path), str(scene_path), "skipped"))
-        else:
-            pending.append(img_path)
+    pending = still_to_fit(images, outdir, names, triangles, size, force, record)
     try:
         if pending:
             with session(target, backend, note) as client:
