@@ -11,11 +11,7 @@
 # (MarkupSafe, msgpack, psutil, pyyaml and tornado are binary: gpu-prep fetches their cp312 manylinux wheels.)
 # Results land in $OUT: h200-cluster.json and the printed log h200-cluster.txt.
 set -eo pipefail
-for f in .gl/*.deb; do dpkg -x "$f" /; done; ldconfig
-python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl
-export VK_DRIVER_FILES=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json
-export PYTHONPATH="/tmp/site:$(bash tools/stage_package.sh /tmp/trifit-pkg)"
-export PYTHONUNBUFFERED=1
+. tools/device_env.sh  # the Vulkan loader, the wheels, trifit staged (tools/device_env.sh)
 nvidia-smi --query-gpu=index,name,driver_version --format=csv,noheader
 python3 -c "import dask, distributed; print('dask', dask.__version__, 'distributed', distributed.__version__)"
 python3 tools/cluster_measure.py --workers "${WORKERS:-1,2,4}" --images "${IMAGES:-32}" --size 176 --tris 150 --iters 800 \

@@ -1,15 +1,12 @@
 #!/usr/bin/env bash
 # Events on the device (issue #19) on the lent H200: readback by kind, host CPU and quality of fits
-# with growth, pruning and respawn -- placement = "host" (the default) against placement = "device"
+# with growth, pruning and respawn -- placement = "host" against placement = "device" (the default)
 # -- side by side with the commit before this work, staged from .base/ (make it before the run:
 # `git archive --prefix=.base/ ffce880 | tar -x`; an untracked folder travels with the tree).
 # Needs .whl/ and .gl/ carried (wgpu and the Vulkan loader, as tools/device_video.sh); results
 # land in $OUT as JSON, one file per measurement.
 set -e
-for f in .gl/*.deb; do dpkg -x "$f" /; done; ldconfig
-python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl
-export VK_DRIVER_FILES=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json
-export PYTHONUNBUFFERED=1
+. tools/device_env.sh  # the Vulkan loader, the wheels, trifit staged (tools/device_env.sh)
 NEW="/tmp/site:$(bash tools/stage_package.sh /tmp/trifit-new)"
 BASE=""
 if [ -d .base/render ]; then BASE="/tmp/site:$(bash .base/tools/stage_package.sh /tmp/trifit-base)"; fi

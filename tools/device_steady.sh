@@ -6,11 +6,7 @@
 # the term's per-frame host work, stillness and one upload, against the run without it).
 # Needs .whl/ and .gl/ carried (wgpu and the Vulkan loader, as tools/device_quality.sh); results land in $OUT.
 set -e
-for f in .gl/*.deb; do dpkg -x "$f" /; done; ldconfig
-python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl
-export VK_DRIVER_FILES=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json
-export PYTHONPATH="/tmp/site:$(bash tools/stage_package.sh /tmp/trifit-pkg)"
-export PYTHONUNBUFFERED=1
+. tools/device_env.sh  # the Vulkan loader, the wheels, trifit staged (tools/device_env.sh)
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
 python3 tools/video_measure.py --size 176 --tris 150 --iters 100 --first 600 --frames 48 \
   --steady "${STEADY_GRID:-0,0.3,1,3,10}" --clip-seeds 0,1,2 --json "$OUT/h200-steady.json"
