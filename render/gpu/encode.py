@@ -33,13 +33,12 @@ class Repeats:
     """Untimed iterations encoded from one iteration's pre-resolved dispatch list.
 
     Through wgpu-py's public methods each dispatch is three calls that each capture and release
-    wgpu-py's error slot and (set_bind_group) allocate an offsets array: about 30 us an iteration
-    on an H200's host, which made encoding most of a long fit's host CPU. The same three C entry
-    points of wgpu-native are called directly when this wgpu-py exposes them (the version is
-    pinned in pyproject.toml): compute-pass commands report their errors at the pass's ``end`` and
-    the encoder's ``finish``, which still go through wgpu-py, so no error goes unseen. The two
-    ways encode the same commands (tests/test_gpu_engine.py checks the bytes of a fit both ways);
-    ``native=False`` is the public API's."""
+    wgpu-py's error slot and (set_bind_group) allocate an offsets array -- in a long fit most of
+    the encoding's host CPU (docs/PERFORMANCE.md). The same three C entry points of wgpu-native are
+    called directly when this wgpu-py exposes them (the version is pinned in pyproject.toml):
+    compute-pass commands report their errors at the pass's ``end`` and the encoder's ``finish``,
+    which still go through wgpu-py, so no error goes unseen. The two ways encode the same commands
+    (tests/test_fitter.py checks the bytes of a fit both ways); ``native=False`` is the public API's."""
 
     def __init__(self, dispatches: list[tuple], native: bool | None = None):
         self.dispatches = dispatches

@@ -124,7 +124,7 @@ class GpuFitLoop:
             self.set_state(raw, m, v)  # (with the next iteration's sigma in the scene records)
         else:  # the state comes from take(), on the device; the records need this iteration's sigma
             self._write_next_sigma()
-            self._read_state = self._read_image = self._image_iter = self._read_flags = None
+            self._forget_reads()
         # Two device-side snapshots of (params, moments), taken alternately at the start of each
         # submission, so a NaN can be rolled back without any per-iteration readback: the newest
         # one whose chunk began with a finite loss is good. Slot 1 starts as this state.
@@ -214,6 +214,11 @@ class GpuFitLoop:
                 queue.write_buffer(self.extra["moments"], b * n * 8, np.ascontiguousarray(mv[b]))
                 up += n * 12 + self.ws.write("scene", np.ascontiguousarray(records[b]), offset=b * stride * 4)
         self.backend.counters.upload_bytes += up
+        self._forget_reads()
+
+    def _forget_reads(self) -> None:
+        """The device's parameters, moments and records changed outside an iteration: what the
+        last chunk brought back (state, image, respawn flags) and the image buffer are stale."""
         self._read_state = self._read_image = self._image_iter = self._read_flags = None
 
     def _records_of(self, raw: np.ndarray) -> np.ndarray:
@@ -485,7 +490,7 @@ class GpuFitLoop:
         finally:
             for buf in (src_buf, fresh_buf, shape_buf):
                 pool.release(buf)
-        self._read_state = self._read_image = self._image_iter = self._read_flags = None
+        self._forget_reads()
 
     def render_on_device(self, width: int, height: int):
         """The current scene records rendered at width x height into a device buffer ((B, H, W, 3)
