@@ -26,6 +26,16 @@ MAX_CACHED_LOOPS = 8
 _LR_NAMES = ("lr_vertex", "lr_colour", "lr_alpha", "lr_background")
 
 
+def fresh_rows(raw: np.ndarray) -> np.ndarray:
+    """(rows, 20) float32 for new triangles gathered on the device (GpuFitLoop.permute / take):
+    their raw parameters (rows, 10) in float32, then the record values set_state would write for
+    them (the host's sigmoid of those float32 parameters)."""
+    raw = np.asarray(raw).astype(np.float32)
+    values = raw.astype(np.float64)
+    values[:, 6:10] = sigmoid(values[:, 6:10])
+    return np.concatenate([raw, values.astype(np.float32)], axis=1)
+
+
 def in_halves(call, n: int) -> np.ndarray:
     """``call(slice(0, n))`` -- n scenes in one device call -- or, where one device buffer cannot
     hold them (an AdapterError that is not a lost device), the two halves' calls, and so on down;
@@ -121,13 +131,10 @@ class FitState:
             order = np.concatenate([np.flatnonzero(alive), d])
             self._reindex_locks(b, order)
             ids[b] = np.concatenate([ids[b][alive], self._new_ids(len(d))])  # re-placed: new triangles
-            raw = raw_triangles(fresh).astype(np.float32)
-            values = raw.astype(np.float64)
-            values[:, 6:10] = sigmoid(values[:, 6:10])  # the records set_state would write
             start = sum(len(r) for r in rows)
             order[T - len(d):] = -1 - (start + np.arange(len(d)))
             source[b] = order
-            rows.append(np.concatenate([raw, values.astype(np.float32)], axis=1))
+            rows.append(fresh_rows(raw_triangles(fresh)))
             images.append(b)
             self.respawned += len(d)
         if not images:
@@ -213,12 +220,9 @@ class FitState:
         T, k = self.n_triangles, fresh.shape[1]
         self.tri_ids = [np.concatenate([ids, self._new_ids(k)]) for ids in self.triangle_ids_all()]
         if self.places_on_device:
-            rows = fresh.reshape(-1, 10).astype(np.float32)
-            values = rows.astype(np.float64)
-            values[:, 6:10] = sigmoid(values[:, 6:10])  # the records set_state would write
             source = np.concatenate([np.tile(np.arange(T), (self.batch, 1)),
                                      -1 - np.arange(self.batch * k).reshape(self.batch, k)], axis=1)
-            self._take_on_device(source, np.concatenate([rows, values.astype(np.float32)], axis=1), T + k)
+            self._take_on_device(source, fresh_rows(fresh.reshape(-1, 10)), T + k)
             return
         self._join([(np.concatenate([tri, fresh if j == 0 else np.zeros_like(fresh)], axis=1), rest)
                     for j, (tri, rest) in enumerate(self._split())], T + k)
