@@ -248,7 +248,17 @@ def main(argv: list[str] | None = None) -> int:
 
 
 # ---------------------------------------------------------------------- fit
+def _warm_up_gpu(args) -> None:
+    """Bring the GPU up in the background while the command imports the engine and reads its input
+    (the driver's start is most of a short fit's start-up: docs/PERFORMANCE.md)."""
+    if getattr(args, "backend", "auto") != "reference":
+        from .gpu.device import warm_up
+
+        warm_up()
+
+
 def cmd_fit(args) -> int:
+    _warm_up_gpu(args)
     from tqdm import tqdm
 
     from .engine import Engine
@@ -474,6 +484,7 @@ def _check_writable(path: Path) -> None:
 
 # ---------------------------------------------------------------------- render
 def cmd_render(args) -> int:
+    _warm_up_gpu(args)
     from . import export
     from .engine import Engine
     from .scene import Scene
@@ -598,6 +609,7 @@ def cmd_bench(args) -> int:
 
 
 def cmd_gui(args) -> int:
+    _warm_up_gpu(args)  # while Qt and the window's modules load
     try:
         from .app.main import run_gui
     except ImportError as exc:

@@ -63,6 +63,9 @@ def _configure_instance() -> None:
         import tempfile
 
         os.environ["XDG_RUNTIME_DIR"] = tempfile.mkdtemp(prefix="trifit-xdg-")
+    from .typecache import prime_wgpu
+
+    prime_wgpu()  # the C types a fit uses, in one parse (render/gpu/typecache.py)
     try:
         from wgpu.backends.wgpu_native import extras
 
@@ -156,6 +159,29 @@ def get_context(force_new: bool = False) -> GpuContext:
             _shared.subgroup_size = probe_subgroup_size(device)
         log.info("GPU adapter: %s (subgroup size %d)", _shared.describe(), _shared.subgroup_size)
         return _shared
+
+
+_warming: threading.Thread | None = None
+
+
+def warm_up() -> None:
+    """Start making the process's GPU context in a background thread, so the driver's instance,
+    adapter and device come up while the caller imports and reads its input; :func:`get_context`
+    then waits for it (or, when it failed, tries again and raises). Does nothing once started."""
+    global _warming
+    with _lock:
+        if _shared is not None or _warming is not None or os.environ.get("TRIFIT_NO_GPU"):
+            return
+
+        def make():
+            try:
+                get_context()
+            except Exception as exc:  # the caller's own get_context() raises it, where it is handled
+                log.debug("GPU warm-up: %s", exc)
+
+        # not a daemon: an early exit (bad input) waits for the driver rather than unloading under it
+        _warming = threading.Thread(target=make, name="trifit-gpu-warm-up")
+        _warming.start()
 
 
 def gpu_available() -> bool:

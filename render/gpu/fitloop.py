@@ -94,12 +94,13 @@ class GpuFitLoop:
         # binning's plain entry, the loss sum, the gradient reduction). A driver compiling shaders
         # into a cold cache would spend a time-limited fit's time there (a process's first fit
         # overran 1 s by ~0.2 s when the iteration's pipelines were built inside it); and events on
-        # the device's (placement, respawn flags, the reordering).
+        # the device's (placement, respawn flags, the reordering). Compiled several at once.
+        self.ws.build_pipelines((
+            ("bin.wgsl", "fit_main"), ("forward.wgsl", "main"), ("backward.wgsl", "main"), ("adam.wgsl", "main"),
+            ("render.wgsl", "main"), ("bin.wgsl", "main"), ("loss_reduce.wgsl", "main"),
+            ("reduce.wgsl", "reduce_grad"), ("costs.wgsl", "main"), ("events.wgsl", "error_tiles"),
+            ("events.wgsl", "place_new"), ("respawn_flags.wgsl", "main"), ("permute.wgsl", "main")))
         self._iteration_dispatches()
-        for kernel, entry in (("render.wgsl", "main"), ("bin.wgsl", "main"), ("loss_reduce.wgsl", "main"),
-                              ("reduce.wgsl", "reduce_grad"), ("costs.wgsl", "main"), ("events.wgsl", "error_tiles"),
-                              ("events.wgsl", "place_new"), ("respawn_flags.wgsl", "main"), ("permute.wgsl", "main")):
-            self.ws.pipeline(kernel, entry)
 
     # ------------------------------------------------------------------ state
     def _write_extra(self, name, data) -> int:

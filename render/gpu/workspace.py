@@ -214,6 +214,21 @@ class Workspace:
                                 self.ctx.limits.get("max-compute-workgroup-storage-size", 16384),
                                 self.ctx.subgroup_size, self.shape.ppt, self.shape.weighted)
 
+    def build_pipelines(self, kernels) -> None:
+        """Compile ``kernels`` ((kernel, entry) pairs) in this workspace's variant, several at once:
+        the driver's compiler runs outside the GIL, so a process's first fit waits for the slowest
+        pipeline rather than for their sum."""
+        todo = list(dict.fromkeys(kernels))
+        if len(todo) < 2:
+            for kernel, entry in todo:
+                self.pipeline(kernel, entry)
+            return
+        from concurrent.futures import ThreadPoolExecutor
+
+        with ThreadPoolExecutor(max_workers=min(8, len(todo)), thread_name_prefix="trifit-pipeline") as pool:
+            for done in [pool.submit(self.pipeline, kernel, entry) for kernel, entry in todo]:
+                done.result()  # a compile error raises here, as it would have in line
+
     def bind_group(self, kernel: str, names: list[str], entry: str = "main", extra: dict | None = None):
         """Pipeline and bind group for ``kernel`` with buffers bound in order; cached."""
         key = f"{kernel}:{entry}"

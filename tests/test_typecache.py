@@ -1,0 +1,128 @@
+"""Start-up (issue #19): wgpu-py's C types primed in one parse (render/gpu/typecache.py), the GPU
+context brought up in the background (render/gpu/device.py warm_up), pipelines compiled together."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+cffi = pytest.importorskip("cffi")
+
+
+def _fresh_wgpu_ffi():
+    """A new cffi FFI with wgpu-native's declarations, as wgpu-py makes its own (so priming it does not
+    touch the process's shared one)."""
+    from wgpu.backends.wgpu_native import _ffi
+
+    ffi = cffi.FFI()
+    ffi.cdef(_ffi.get_wgpu_header())
+    return ffi
+
+
+def test_primed_types_are_the_objects_cffi_itself_makes():
+    from trifit.gpu import typecache
+
+    ffi = _fresh_wgpu_ffi()
+    added = typecache.prime(ffi)
+    assert added == len(set(typecache.FIT_CDECLS))
+    primed = {c: ffi._parsed_types[c] for c in typecache.FIT_CDECLS}
+    for cdecl, (ctype, function) in primed.items():
+        del ffi._parsed_types[cdecl]  # cffi's own way, one pycparser pass for this name
+        own = ffi._typeof(cdecl, consider_function_as_funcptr=True)
+        assert own is ctype, cdecl
+        assert ffi._parsed_types[cdecl][1] == function, cdecl
+    assert ffi.sizeof("WGPUBufferDescriptor") == ffi.sizeof(ffi.typeof("WGPUBufferDescriptor *").item)
+
+
+def test_priming_twice_adds_nothing_and_an_unknown_type_leaves_the_cache_as_it_was():
+    from trifit.gpu import typecache
+
+    ffi = _fresh_wgpu_ffi()
+    assert typecache.prime(ffi, ("WGPUBufferDescriptor *", "uint8_t []")) == 2
+    assert typecache.prime(ffi, ("WGPUBufferDescriptor *", "uint8_t []")) == 0
+    before = dict(ffi._parsed_types)
+    # one name wgpu.h does not declare: cffi's own parse would fail on it, so priming adds none of them
+    assert typecache.prime(ffi, ("WGPUTextureDescriptor *", "WGPUNoSuchThing *")) == 0
+    assert ffi._parsed_types == before
+    assert ffi.typeof("WGPUTextureDescriptor *").kind == "pointer"  # wgpu-py's path still works
+
+
+_PARSES_OF_A_FIT = textwrap.dedent("""
+    import json, sys
+    import cffi.cparser as cp
+    seen = []
+    orig = cp.Parser.parse_type_and_quals
+    def counting(self, cdecl):
+        seen.append(cdecl)
+        return orig(self, cdecl)
+    cp.Parser.parse_type_and_quals = counting
+    from wgpu.backends.wgpu_native import ffi  # its import parses its log callback's types
+    at_import = len(seen)
+    from trifit import Engine, Fitter, StopConditions, load_image
+    from trifit.resources import sample_path
+    engine = Engine("gpu")
+    target = load_image(sample_path("astronaut.png"), 48)
+    # growth, pruning, respawn and sigma probes all happen within 160 iterations at this size
+    fitter = Fitter(target, triangles=24, size=48, seed=0, engine=engine, strategy="default")
+    fitter.run(StopConditions(iterations=160))
+    engine.render(fitter.scene)
+    engine.loss_and_grad(fitter.scene, target)
+    json.dump({"at_import": at_import, "after_import": seen[at_import:], "iterations": fitter.iteration}, sys.stdout)
+""")
+
+
+def test_a_fit_parses_no_c_type_beyond_the_primed_ones(gpu_ctx):
+    """Every type a fit, a render and a gradient use is primed: a new wgpu-py that asks for one more
+    shows here (add it to FIT_CDECLS), instead of as a silent 10-20 ms in every start."""
+    env = {**os.environ, "PYTHONHASHSEED": "0"}
+    env.pop("TRIFIT_NO_GPU", None)
+    out = subprocess.run([sys.executable, "-c", _PARSES_OF_A_FIT], capture_output=True, text=True, env=env,
+                         timeout=600)
+    assert out.returncode == 0, out.stderr[-2000:]
+    got = json.loads(out.stdout)
+    assert got["iterations"] == 160
+    assert got["at_import"] > 0  # (the hook sees cffi's parses)
+    assert got["after_import"] == []
+
+
+def test_warm_up_brings_up_the_context_that_get_context_returns(gpu_ctx):
+    """In a fresh process: warm_up() starts the device in the background and get_context() returns
+    that context (one device, made once); with TRIFIT_NO_GPU it starts nothing."""
+    code = textwrap.dedent("""
+        import threading
+        from trifit.gpu import device
+        device.warm_up()
+        warming = device._warming
+        ctx = device.get_context()
+        warming.join()
+        assert ctx is device.get_context()
+        device.warm_up()  # once a process
+        assert device._warming is warming
+        print(warming.name, threading.active_count())
+    """)
+    env = {k: v for k, v in os.environ.items() if k != "TRIFIT_NO_GPU"}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.startswith("trifit-gpu-warm-up")
+    code = "from trifit.gpu import device; device.warm_up(); assert device._warming is None"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         env={**env, "TRIFIT_NO_GPU": "1"}, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+
+
+def test_a_cli_fit_with_a_bad_input_still_exits_with_one_line_and_status_2_while_the_gpu_warms(tmp_path):
+    """The warm-up thread is started before the input is read: a bad image still ends the process
+    with the CLI's one line and status 2, and the process ends (the thread is waited for)."""
+    bad = tmp_path / "not-an-image.png"
+    bad.write_bytes(b"this is not a picture")
+    out = subprocess.run([sys.executable, "-m", "trifit.cli", "fit", str(bad), "--iters", "5", "-o",
+                          str(tmp_path / "a.json")], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 2, out.stderr[-2000:]
+    lines = out.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("trifit: error:"), out.stderr
+    assert not (tmp_path / "a.json").exists()
