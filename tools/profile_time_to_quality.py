@@ -2,6 +2,9 @@
 cells with their passes, and long fits' host CPU and readback per iteration.
 
     python tools/profile_time_to_quality.py start          # one fresh process: phase by phase
+    python tools/profile_time_to_quality.py wall --repeats 5 --pythonpath NEW --pythonpath BASE
+                                                           # process wall of `trifit fit astronaut.png
+                                                           # --time-limit 1`, fresh processes, alternating
     python tools/profile_time_to_quality.py cells          # fit 512/1000, 1024/5000; fwd+bwd 512^2x1024, 1024^2x5000
     python tools/profile_time_to_quality.py long [--seconds 20] [--size 512] [--tris 1000]
     python tools/profile_time_to_quality.py readback       # 600 iterations, 128 px, 60 triangles
@@ -54,6 +57,28 @@ def start(a) -> dict:
     marks["second fitter in the same process + 1 step"] = time.perf_counter() - t
     marks["process so far (from interpreter start of this script)"] = time.perf_counter() - T0
     return {"marks_s": marks, "iterations": f.iteration}
+
+
+def wall(a) -> dict:
+    """Process wall of the issue's 1 s fit, from exec to exit, in fresh processes: each
+    ``--pythonpath`` (a staged trifit first on PYTHONPATH) in turn, ``--repeats`` rounds."""
+    import os
+    import subprocess
+    import tempfile
+    from pathlib import Path
+
+    image = Path(__file__).resolve().parent.parent / "resources" / a.image
+    paths = a.pythonpath or [os.environ.get("PYTHONPATH", "")]
+    rows = {p: [] for p in paths}
+    with tempfile.TemporaryDirectory() as tmp:
+        for _ in range(a.repeats):
+            for path in paths:
+                cmd = [sys.executable, "-c", "import sys; from trifit.cli import main; sys.exit(main())",
+                       "fit", str(image), "--time-limit", f"{a.seconds:g}", "-o", f"{tmp}/a.json", "--quiet"]
+                t = time.perf_counter()
+                subprocess.run(cmd, check=True, env={**os.environ, "PYTHONPATH": path})
+                rows[path].append(time.perf_counter() - t)
+    return {path: {"wall_s": r, "median_s": sorted(r)[len(r) // 2]} for path, r in rows.items()}
 
 
 def cells(a) -> dict:
@@ -212,7 +237,8 @@ def events(a) -> dict:
 
 def main():
     p = argparse.ArgumentParser()
-    p.add_argument("what", choices=["start", "cells", "long", "readback", "events"])
+    p.add_argument("what", choices=["start", "wall", "cells", "long", "readback", "events"])
+    p.add_argument("--pythonpath", action="append", help="wall: a PYTHONPATH to time the CLI under (repeatable)")
     p.add_argument("--seconds", type=float, default=1.0)
     p.add_argument("--size", type=int, default=512)
     p.add_argument("--tris", type=int, default=1000)
@@ -221,7 +247,7 @@ def main():
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--set", action="append", metavar="KEY=VALUE", help="a fit setting (long, readback)")
     a = p.parse_args()
-    res = {"start": start, "cells": cells, "long": long_fit, "readback": readback, "events": events}[a.what](a)
+    res = {"start": start, "wall": wall, "cells": cells, "long": long_fit, "readback": readback, "events": events}[a.what](a)
     print(json.dumps(res, indent=1, default=float), flush=True)
 
 
