@@ -126,3 +126,89 @@ def test_a_cli_fit_with_a_bad_input_still_exits_with_one_line_and_status_2_while
     lines = out.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("trifit: error:"), out.stderr
     assert not (tmp_path / "a.json").exists()
+
+
+# ---------------------------------------------------------------------- wgpu.h's declarations cache
+def _shape(ffi, names):
+    """What a cdef's declarations define, comparable across two FFIs: each type's C name, size,
+    and each struct's fields with their offsets and types."""
+    out = {}
+    for name in names:
+        ct = ffi.typeof(name)
+        row = [ct.cname, ct.kind]
+        if ct.kind in ("struct", "union"):
+            row += [ffi.sizeof(ct), [(f, d.offset, d.type.cname) for f, d in ct.fields]]
+        elif ct.kind in ("primitive", "enum", "pointer"):
+            row.append(ffi.sizeof(ct))
+        out[name] = row
+    return out
+
+
+def test_declarations_from_the_cache_define_what_parsing_wgpu_h_defines(tmp_path, monkeypatch):
+    from wgpu.backends.wgpu_native import _ffi
+
+    from trifit.gpu import typecache
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    header = _ffi.get_wgpu_header()
+    parsed = cffi.FFI()
+    assert not typecache.restore_declarations(parsed, header)  # nothing cached yet
+    parsed.cdef(header)
+    typecache.store_declarations(parsed, header)
+    (stored,) = (tmp_path / "trifit").glob("wgpu-declarations-*.pickle")
+    loaded = cffi.FFI()
+    assert typecache.restore_declarations(loaded, header)
+    names = sorted(k.split(" ", 1)[1] for k in parsed._parser._declarations if k.startswith("typedef "))
+    assert len(names) > 300
+    assert _shape(loaded, names) == _shape(parsed, names)
+    assert loaded._parser._int_constants == parsed._parser._int_constants
+    # the library's functions, as the restored declarations type them
+    lib_a, lib_b = parsed.dlopen(_ffi.lib_path), loaded.dlopen(_ffi.lib_path)
+    assert lib_b.wgpuGetVersion() == lib_a.wgpuGetVersion() > 0
+    assert lib_b.WGPUBufferUsage_MapRead == lib_a.WGPUBufferUsage_MapRead
+
+    # another header (another wgpu-py) misses the entry; a damaged file is not used
+    assert not typecache.restore_declarations(cffi.FFI(), header + "\n")
+    stored.write_bytes(stored.read_bytes()[:1000])
+    assert not typecache.restore_declarations(cffi.FFI(), header)
+
+
+_TWO_STARTS = textwrap.dedent("""
+    import hashlib, json, sys
+    import cffi.cparser as cp
+    parses = []
+    orig = cp.Parser._internal_parse
+    def counting(self, csource):
+        parses.append(len(csource))
+        return orig(self, csource)
+    cp.Parser._internal_parse = counting
+    from trifit import Engine, Fitter, StopConditions, load_image
+    from trifit.resources import sample_path
+    engine = Engine("gpu")
+    fitter = Fitter(load_image(sample_path("chelsea.png"), 40), triangles=16, size=40, seed=3, engine=engine)
+    fitter.run(StopConditions(iterations=60))
+    json.dump({"big_parses": sum(n > 100000 for n in parses),
+               "scene": hashlib.sha256(fitter.scene.to_json().encode()).hexdigest()}, sys.stdout)
+""")
+
+
+def test_a_second_process_loads_wgpu_h_from_the_cache_and_fits_the_same_bytes(gpu_ctx, tmp_path):
+    env = {k: v for k, v in os.environ.items() if k != "TRIFIT_NO_GPU"}
+    env["XDG_CACHE_HOME"] = str(tmp_path)
+
+    def start():
+        out = subprocess.run([sys.executable, "-c", _TWO_STARTS], capture_output=True, text=True, env=env,
+                             timeout=600)
+        assert out.returncode == 0, out.stderr[-2000:]
+        return json.loads(out.stdout)
+
+    first = start()
+    assert first["big_parses"] == 1  # wgpu.h, parsed and stored
+    (stored,) = (tmp_path / "trifit").glob("wgpu-declarations-*.pickle")
+    second = start()
+    assert second["big_parses"] == 0
+    assert second["scene"] == first["scene"]
+    stored.write_bytes(b"not a pickle")  # damaged: parsed again, and stored again
+    third = start()
+    assert third["big_parses"] == 1 and third["scene"] == first["scene"]
+    assert start()["big_parses"] == 0

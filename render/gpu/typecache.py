@@ -1,20 +1,30 @@
-"""wgpu-py's C types, parsed in one pass instead of one pass each.
+"""What wgpu-py's C bindings parse at start-up, parsed once.
 
-wgpu-py talks to wgpu-native through cffi's ABI mode, which turns a C type name such as
-``"WGPUBufferDescriptor *"`` into a ctype the first time it is used, with pycparser -- and every such
-parse re-reads a ``typedef`` line for each of the hundreds of types in ``wgpu.h``. A process's
-first device and fit use about forty types, so about forty of those parses (10-20 ms each) sit
-on the path of every start. :func:`prime` parses the types a fit uses in one pycparser pass and
-puts them in cffi's cache under the names wgpu-py asks for, through the very steps cffi's own
-``FFI.typeof`` takes (so the ctypes are the same objects cffi would have made).
+wgpu-py talks to wgpu-native through cffi's ABI mode, which parses with pycparser at run time:
 
-It reaches into cffi's private parser: if that ever changes shape, priming does nothing and
-wgpu-py parses each type on first use, as it would without this module.
+- importing its backend parses all of ``wgpu.h`` (``ffi.cdef``). :func:`import_backend` keeps
+  what that parse produces -- cffi's declarations, plain Python objects -- in the user's cache
+  folder, keyed by the header's text and the versions of cffi, pycparser and Python; later
+  processes load it instead of parsing;
+- each C type name it uses, such as ``"WGPUBufferDescriptor *"``, is parsed on first use, and
+  every such parse re-reads a ``typedef`` line for each of the hundreds of types in ``wgpu.h``. A
+  first device and fit use about fifty. :func:`prime` parses them in one pass and puts them in
+  cffi's cache under the names wgpu-py asks for, through the steps cffi's own ``FFI.typeof``
+  takes (so the ctypes are the objects cffi would have made).
+
+Together they were most of a short fit's start (docs/PERFORMANCE.md). Both reach into cffi's
+private parser: where it has changed shape (a parser attribute this module does not know of, a
+load that fails) they do nothing, and wgpu-py parses as it would without this module.
 """
-
 from __future__ import annotations
 
+import hashlib
 import logging
+import os
+import pickle
+import sys
+import tempfile
+from pathlib import Path
 
 log = logging.getLogger("trifit.gpu")
 
@@ -78,10 +88,116 @@ def prime(ffi, cdecls=FIT_CDECLS) -> int:
 
 
 def prime_wgpu() -> int:
-    """:func:`prime` wgpu-py's ffi (once a process)."""
+    """Import wgpu-py's backend (:func:`import_backend`) and :func:`prime` its ffi (once a process)."""
+    import_backend()
     from wgpu.backends.wgpu_native import ffi
 
     if id(ffi) in _primed:
         return 0
     _primed.add(id(ffi))
     return prime(ffi)
+
+
+# ---------------------------------------------------------------------- wgpu.h's declarations
+#: The cffi parser's attributes a cdef fills (and that the cache holds); the others are a parse's
+#: scratch (pycparser nodes, the options and position of the parse under way), set afresh by each.
+_PARSER_STATE = ("_anonymous_counter", "_declarations", "_included_declarations", "_int_constants",
+                 "_recomplete", "_uses_new_feature")
+_PARSER_SCRATCH = ("_options", "_structnode2type", "_inside_extern_python", "_partial_length")
+_CACHE_FORMAT = 1
+
+
+def cache_dir() -> Path:
+    """Where trifit keeps what it can rebuild: ``$XDG_CACHE_HOME/trifit`` (``~/.cache/trifit``;
+    ``%LOCALAPPDATA%\\trifit`` on Windows, ``~/Library/Caches/trifit`` on macOS)."""
+    base = os.environ.get("XDG_CACHE_HOME")
+    if not base and os.name == "nt":
+        base = os.environ.get("LOCALAPPDATA")
+    if not base:
+        base = str(Path.home() / ("Library/Caches" if sys.platform == "darwin" else ".cache"))
+    return Path(base) / "trifit"
+
+
+def _declarations_path(csource: str) -> Path:
+    import cffi
+    import pycparser
+
+    key = hashlib.sha256("\0".join((str(_CACHE_FORMAT), cffi.__version__, pycparser.__version__, sys.version,
+                                     csource)).encode()).hexdigest()[:24]
+    return cache_dir() / f"wgpu-declarations-{key}.pickle"
+
+
+def _parser_fits(parser) -> bool:
+    """The parser has the attributes this module knows, and no other."""
+    names = set(vars(parser))
+    return set(_PARSER_STATE) <= names <= set(_PARSER_STATE + _PARSER_SCRATCH)
+
+
+def restore_declarations(ffi, csource: str) -> bool:
+    """Load ``csource``'s declarations into ``ffi`` (one with none yet) from the cache, as its
+    ``cdef(csource)`` would have made them; False when there is no usable cache entry."""
+    parser = ffi._parser
+    if parser._declarations or not _parser_fits(parser):
+        return False
+    try:
+        state = pickle.loads(_declarations_path(csource).read_bytes())
+    except FileNotFoundError:
+        return False
+    except Exception as exc:  # a damaged file: parse, and store it again
+        log.debug("wgpu declarations cache unreadable: %s: %s", type(exc).__name__, exc)
+        return False
+    if not isinstance(state, dict) or set(state) != set(_PARSER_STATE) or state["_recomplete"]:
+        return False
+    with ffi._lock:
+        for name in _PARSER_STATE:
+            setattr(parser, name, state[name])
+        ffi._cdef_version = object()  # what cdef does besides parsing (render/gpu/typecache.py)
+        ffi._cdefsources.append(csource)
+    return True
+
+
+def store_declarations(ffi, csource: str) -> None:
+    """Keep ``ffi``'s declarations, just made by ``cdef(csource)`` alone, for later processes
+    (written whole or not at all; a folder that cannot be written to is left alone)."""
+    parser = ffi._parser
+    if not _parser_fits(parser) or parser._recomplete:
+        return
+    path = _declarations_path(csource)
+    try:
+        blob = pickle.dumps({name: getattr(parser, name) for name in _PARSER_STATE}, protocol=pickle.HIGHEST_PROTOCOL)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=path.name, suffix=".tmp", dir=path.parent)
+        try:
+            with os.fdopen(fd, "wb") as f:
+                f.write(blob)
+            os.replace(tmp, path)
+        except BaseException:
+            os.unlink(tmp)
+            raise
+    except Exception as exc:
+        log.debug("wgpu declarations not cached: %s: %s", type(exc).__name__, exc)
+
+
+def import_backend() -> None:
+    """Import wgpu-py's wgpu-native backend, its ``wgpu.h`` declarations from the cache where they
+    are there (and put there where they are not)."""
+    if "wgpu.backends.wgpu_native" in sys.modules:
+        return
+    import cffi
+
+    original = cffi.FFI.cdef
+
+    def cdef(self, csource, override=False, **options):
+        if override or options or not isinstance(csource, str) or "wgpuCreateInstance" not in csource:
+            return original(self, csource, override=override, **options)
+        if not restore_declarations(self, csource):
+            fresh = not self._parser._declarations
+            original(self, csource)
+            if fresh:
+                store_declarations(self, csource)
+
+    cffi.FFI.cdef = cdef
+    try:
+        import wgpu.backends.wgpu_native  # noqa: F401
+    finally:
+        cffi.FFI.cdef = original
