@@ -52,6 +52,10 @@ from .errors import TrifitError
 ALLOWED_FAILURES = 3
 #: times a fit that raised (not a failure the batch records: an internal error) is run again
 RETRIES = 1
+#: times a task whose future the scheduler cancelled on its own is submitted again: a worker killed
+#: while it held a finished result, or while the result was on its way, can leave the client's
+#: future "cancelled" instead of recomputed (dask/distributed#1352)
+RESUBMITS = 3
 #: tasks in flight per GPU slot: the next image's bytes wait on a worker, no more (a batch of
 #: thousands of photos is not held in the scheduler's memory at once)
 IN_FLIGHT_PER_SLOT = 2
@@ -319,8 +323,16 @@ def _drive(client, pending: list[Path], names, outdir: Path, options: dict, reco
 
     run = uuid.uuid4().hex[:8]
     todo = iter(enumerate(pending))
-    out: dict = {}  # future -> image path
+    out: dict = {}  # future -> (k, image path, its bytes): what submitting it again needs
     done = as_completed()
+    tries: dict[Path, int] = {}  # image -> submissions so far
+
+    def submit(k: int, img_path: Path, data: bytes) -> None:
+        n = tries[img_path] = tries.get(img_path, 0) + 1
+        future = client.submit(fit_image, str(img_path), names[img_path], data, options,
+                               key=f"trifit-fit-{run}-{k}-{n}", resources={"GPU": 1}, retries=RETRIES, pure=False)
+        out[future] = (k, img_path, data)
+        done.add(future)
 
     def refill() -> None:
         slots = gpu_slots(client)
@@ -338,15 +350,16 @@ def _drive(client, pending: list[Path], names, outdir: Path, options: dict, reco
                 record(ImageResult(str(img_path), str(scene_path), "failed",
                                    error=f"{img_path}: cannot read: {exc.strerror or exc}"))
                 continue
-            future = client.submit(fit_image, str(img_path), names[img_path], data, options, key=f"trifit-fit-{run}-{k}",
-                                   resources={"GPU": 1}, retries=RETRIES, pure=False)
-            out[future] = img_path
-            done.add(future)
+            submit(k, img_path, data)
 
     try:
         refill()
         for future in done:
-            img_path = out.pop(future)
+            k, img_path, data = out.pop(future)
+            if lost(future) and tries[img_path] <= RESUBMITS:
+                future.release()
+                submit(k, img_path, data)
+                continue
             try:
                 _collect(future, img_path, outdir / f"{names[img_path]}.trifit.json", outdir, names[img_path], record)
             finally:
@@ -355,6 +368,11 @@ def _drive(client, pending: list[Path], names, outdir: Path, options: dict, reco
     finally:
         if out:
             client.cancel(list(out))
+
+
+def lost(future) -> bool:
+    """The scheduler cancelled the task on its own (we cancel only on the way out): submit it again."""
+    return future.status == "cancelled"
 
 
 def task_failure(future, what: str) -> str | None:

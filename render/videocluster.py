@@ -27,7 +27,7 @@ import uuid
 import warnings
 from collections.abc import Callable, Iterator
 
-from .cluster import IN_FLIGHT_PER_SLOT, RETRIES, ClusterError, gpu_slots, ready_engine, task_failure
+from .cluster import IN_FLIGHT_PER_SLOT, RESUBMITS, RETRIES, ClusterError, gpu_slots, lost, ready_engine, task_failure
 
 #: seconds between looks at the tasks out (and at a Ctrl+C)
 POLL_S = 0.05
@@ -58,7 +58,19 @@ def fit_on_cluster(client, jobs: Iterator[tuple], options: dict, deliver: Callab
 
     options = {**options, "backend": backend, "version": __version__}
     run = uuid.uuid4().hex[:8]
-    out: dict = {}  # future -> (start, end)
+    out: dict = {}  # future -> its job
+    tries: dict[int, int] = {}  # a segment's start -> submissions so far
+
+    def submit(job) -> None:
+        start, end, targets, scenes = job
+        n = tries[start] = tries.get(start, 0) + 1
+        with warnings.catch_warnings():
+            # a segment's frames travel in its task, not scattered ahead: scattered data dies with the
+            # worker holding it, and a task must survive its worker. (Dask calls a task over 10 MiB large.)
+            warnings.filterwarnings("ignore", "Sending large graph", UserWarning)
+            future = client.submit(segment_task, start, targets, scenes, options, key=f"trifit-video-{run}-{start}-{n}",
+                                   resources={"GPU": 1}, retries=RETRIES, pure=False)
+        out[future] = job
 
     def refill() -> None:
         window = max(2, IN_FLIGHT_PER_SLOT * gpu_slots(client))
@@ -66,14 +78,7 @@ def fit_on_cluster(client, jobs: Iterator[tuple], options: dict, deliver: Callab
             job = next(jobs, None)
             if job is None:
                 return
-            start, end, targets, scenes = job
-            with warnings.catch_warnings():
-                # a segment's frames travel in its task, not scattered ahead: scattered data dies with the
-                # worker holding it, and a task must survive its worker. (Dask calls a task over 10 MiB large.)
-                warnings.filterwarnings("ignore", "Sending large graph", UserWarning)
-                future = client.submit(segment_task, start, targets, scenes, options, key=f"trifit-video-{run}-{start}",
-                                       resources={"GPU": 1}, retries=RETRIES, pure=False)
-            out[future] = (start, end)
+            submit(job)
 
     try:
         refill()
@@ -83,7 +88,12 @@ def fit_on_cluster(client, jobs: Iterator[tuple], options: dict, deliver: Callab
                 time.sleep(POLL_S)
                 continue
             for future in finished:
-                start, end = out.pop(future)
+                job = out.pop(future)
+                start, end = job[:2]
+                if lost(future) and tries[start] <= RESUBMITS:
+                    future.release()
+                    submit(job)
+                    continue
                 try:
                     reply = _reply(future, start, end)
                 finally:

@@ -126,6 +126,53 @@ def test_a_killed_worker_costs_nothing(images, sequential, cluster, tmp_path, mo
         time.sleep(0.2)
 
 
+def _lose_the_first(monkeypatch, module) -> list:
+    """Make ``module``'s driver see its first completed task as one the scheduler cancelled on its own
+    (what a worker killed while it held a finished result can leave, dask/distributed#1352); returns
+    [that task's key] and then the keys of every task submitted."""
+    import distributed
+
+    from trifit.cluster import lost as really_lost
+
+    lost, submitted = [], []
+    real_submit = distributed.Client.submit
+
+    def submit(self, *args, **kw):
+        submitted.append(kw["key"])
+        return real_submit(self, *args, **kw)
+
+    monkeypatch.setattr(distributed.Client, "submit", submit)
+
+    def lost_once(future):
+        if not lost and future.status == "finished":
+            lost.append(future.key)
+            return True
+        return really_lost(future)
+
+    monkeypatch.setattr(module, "lost", lost_once)
+    return lost, submitted
+
+
+def _submitted_again(lost, submitted) -> None:
+    """The lost task's work was submitted once more (key ...-2), and nothing else was."""
+    (key,) = lost
+    assert key.endswith("-1") and key in submitted
+    assert [k for k in submitted if not k.endswith("-1")] == [key[:-1] + "2"]
+
+
+def test_a_task_the_scheduler_cancels_is_submitted_again(images, sequential, cluster, tmp_path, monkeypatch):
+    import trifit.cluster
+
+    out = tmp_path / "out"
+    writes = _count_writes(monkeypatch)
+    lost, submitted = _lose_the_first(monkeypatch, trifit.cluster)
+    result = _run(images, out, cluster[0])
+    _submitted_again(lost, submitted)
+    assert (result.done, len(result.failed)) == (6, 1)
+    assert _scenes(out) == sequential.scenes
+    assert {n: c for n, c in writes.items() if n.endswith(".trifit.json")} == {n: 1 for n in sequential.scenes}
+
+
 def test_an_interrupted_run_keeps_its_scenes_and_resumes(images, sequential, cluster, tmp_path):
     out = tmp_path / "out"
     done = []

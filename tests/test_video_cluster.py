@@ -236,6 +236,22 @@ def test_a_killed_worker_costs_nothing(clip, local, cluster, tmp_path, monkeypat
         time.sleep(0.2)
 
 
+def test_a_segment_the_scheduler_cancels_is_submitted_again(clip, local, cluster, tmp_path, monkeypatch):
+    from test_cluster import _lose_the_first, _submitted_again
+
+    import trifit.videocluster
+    from trifit.videorun import run_video
+
+    writes = _count_scene_writes(monkeypatch)
+    lost, submitted = _lose_the_first(monkeypatch, trifit.videocluster)
+    result = run_video(clip / "frames", tmp_path / "out", dask=cluster[0], scenes_dir=tmp_path / "asked", **API)
+    _submitted_again(lost, submitted)
+    assert (result.done, result.written, result.interrupted) == (N, N, False)
+    assert _files(tmp_path / "out", ".png") == local["frames"]
+    assert _files(tmp_path / "asked", ".trifit.json") == local["scenes"]
+    assert writes == {f"{d}/{n}": 1 for d in ("scenes", "asked") for n in _names(".trifit.json")}
+
+
 def _stop_at_once(controls):
     """on_frame: cancel the run (as Ctrl+C does) at the first frame back: the segment it is of
     is the only one taken (which one that is depends on the workers' timing)."""
