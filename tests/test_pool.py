@@ -1,6 +1,8 @@
 """The buffer pool: size classes, reuse, the idle cap."""
 
+import numpy as np
 import pytest
+import wgpu
 
 from trifit.gpu.pool import BufferPool, size_class
 
@@ -31,3 +33,36 @@ def test_reuse_and_idle_cap(gpu_ctx):
     s = pool.stats()
     assert s["idle_bytes"] <= 4096 and s["bytes"] == s["idle_bytes"]  # oldest idle buffers destroyed
     assert s["in_use_bytes"] == 0 and s["peak_in_use_bytes"] == 4 * 2048 + 1024
+
+
+@pytest.mark.parametrize("call", ["render", "removal_costs", "mse_records"])
+def test_a_transient_call_that_fails_gives_its_buffers_back(gpu_ctx, monkeypatch, call):
+    """A one-off (transient) call's workspace and pooled buffers go back to the pool when the call
+    fails half-way (here: the submission), as they do when it succeeds."""
+    from trifit.errors import DeviceLostError
+    from trifit.gpu.backend import GpuBackend
+
+    backend = GpuBackend(gpu_ctx)
+    rng = np.random.default_rng(0)
+    tris = rng.uniform(0.1, 0.9, (1, 6, 10))
+    bg, sigma = np.full((1, 3), 0.5), np.array([0.01])
+    target = rng.uniform(0, 1, (1, 24, 32, 3)).astype(np.float32)
+    records = backend.pool.acquire(wgpu.BufferUsage.STORAGE | wgpu.BufferUsage.COPY_SRC | wgpu.BufferUsage.COPY_DST,
+                                   4096, "records")
+    calls = {
+        "render": lambda: backend.render_batch(tris, bg, sigma, 32, 24, transient=True),
+        "removal_costs": lambda: backend.removal_costs_batch(tris, bg, sigma, target, transient=True),
+        "mse_records": lambda: backend.mse_records(records, 6, [0], sigma, target, transient=True),
+    }
+    before = backend.pool.stats()["in_use_bytes"]
+
+    def lost(*args, **kw):
+        raise DeviceLostError("the GPU device was lost (test)")
+
+    monkeypatch.setattr(backend, "_submit_and_read", lost)
+    with pytest.raises(DeviceLostError):
+        calls[call]()
+    assert backend.pool.stats()["in_use_bytes"] == before
+    monkeypatch.undo()
+    calls[call]()  # and the pool still serves the same call
+    assert backend.pool.stats()["in_use_bytes"] == before

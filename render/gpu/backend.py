@@ -91,26 +91,28 @@ class GpuBackend:
         shape = Shape(B, width, height, T, self.segmented, self.pixels_per_thread)
         with self.host.phase("alloc"):
             ws, transient = self._workspace_for(shape, transient)
-        with self.host.phase("pack"):
-            packed = SCENE.pack(tris, bg, sigma)
-        with self.host.phase("upload"):
-            self.counters.upload_bytes += ws.set_frame(None) + ws.write("scene", packed)
-        enc = self.device.create_command_encoder()
-        cpass = enc.begin_compute_pass()
-        if naive:
-            with self.timer.span(cpass, "naive_forward"):
-                ws.encode_naive_forward(cpass)
-        else:
-            with self.timer.span(cpass, "render"):
-                ws.encode_render(cpass)
-        cpass.end()
-        size = B * height * width * 3 * 4
-        staging, _ = ws.copy_out(enc, "image", size)
-        self.timer.resolve(enc)
-        img = self._submit_and_read(enc, [(staging, size)], "render")[0]
-        if transient:
-            ws.release()
-        return img.reshape(B, height, width, 3)
+        try:
+            with self.host.phase("pack"):
+                packed = SCENE.pack(tris, bg, sigma)
+            with self.host.phase("upload"):
+                self.counters.upload_bytes += ws.set_frame(None) + ws.write("scene", packed)
+            enc = self.device.create_command_encoder()
+            cpass = enc.begin_compute_pass()
+            if naive:
+                with self.timer.span(cpass, "naive_forward"):
+                    ws.encode_naive_forward(cpass)
+            else:
+                with self.timer.span(cpass, "render"):
+                    ws.encode_render(cpass)
+            cpass.end()
+            size = B * height * width * 3 * 4
+            staging, _ = ws.copy_out(enc, "image", size)
+            self.timer.resolve(enc)
+            img = self._submit_and_read(enc, [(staging, size)], "render")[0]
+            return img.reshape(B, height, width, 3)
+        finally:
+            if transient:
+                ws.release()
 
     def render_records_on_device(self, scene, batch: int, n_tris: int, width: int, height: int):
         """Render the B scene records in the device buffer ``scene`` (a fit loop's) into a cached
@@ -206,67 +208,66 @@ class GpuBackend:
         shape = Shape(B, W, H, T, self.segmented, self.pixels_per_thread, weights is not None)
         with self.host.phase("alloc"):
             ws, transient = self._workspace_for(shape, transient)
-        with self.host.phase("pack"):
-            packed = SCENE.pack(tris, bg, sigma) if records is None else None
-            tgt = np.ascontiguousarray(targets)
-        enc, held = self.device.create_command_encoder(), []
-        with self.host.phase("upload"):
-            self.counters.upload_bytes += ws.set_frame(loss, removal_costs) + ws.write("target", tgt)
-            if records is None:
-                self.counters.upload_bytes += ws.write("scene", packed)
-            else:  # the records, then each image's sigma over theirs -- copied from a staging buffer
-                # in the same command stream (a write_buffer to the scene would land before the copy)
-                stride, slot = SCENE.stride(T), SCENE.at("sigma", T)
-                sigmas = self.pool.acquire(STORAGE | COPY_DST | COPY_SRC, max(16, B * 4), "record-sigmas")
-                held.append(sigmas)
-                self.device.queue.write_buffer(sigmas, 0, np.asarray(sigma, np.float32))
-                self.counters.upload_bytes += B * 4
-                source, _, which = records
-                if which is None:
-                    enc.copy_buffer_to_buffer(source, 0, ws.buffers["scene"], 0, B * stride * 4)
-                else:
-                    for b, r in enumerate(which):
-                        enc.copy_buffer_to_buffer(source, r * stride * 4, ws.buffers["scene"], b * stride * 4, stride * 4)
-                for b in range(B):
-                    enc.copy_buffer_to_buffer(sigmas, b * 4, ws.buffers["scene"], (b * stride + slot) * 4, 4)
-            if weights is not None:
-                self.counters.upload_bytes += ws.write("weights", np.ascontiguousarray(weights, dtype=np.float32))
-        cpass = enc.begin_compute_pass()
-        with self.timer.span(cpass, "bin"):
-            ws.encode_bin(cpass)
-        with self.timer.span(cpass, "forward"):
-            ws.encode_forward(cpass)
-        with self.timer.span(cpass, "loss"):
-            ws.encode_loss(cpass)
-        if not backward:
+        held = []  # pooled buffers the call holds, given back however it ends (with a transient workspace)
+        try:
+            with self.host.phase("pack"):
+                packed = SCENE.pack(tris, bg, sigma) if records is None else None
+                tgt = np.ascontiguousarray(targets)
+            enc = self.device.create_command_encoder()
+            with self.host.phase("upload"):
+                self.counters.upload_bytes += ws.set_frame(loss, removal_costs) + ws.write("target", tgt)
+                if records is None:
+                    self.counters.upload_bytes += ws.write("scene", packed)
+                else:  # the records, then each image's sigma over theirs -- copied from a staging buffer
+                    # in the same command stream (a write_buffer to the scene would land before the copy)
+                    stride, slot = SCENE.stride(T), SCENE.at("sigma", T)
+                    sigmas = self.pool.acquire(STORAGE | COPY_DST | COPY_SRC, max(16, B * 4), "record-sigmas")
+                    held.append(sigmas)
+                    self.device.queue.write_buffer(sigmas, 0, np.asarray(sigma, np.float32))
+                    self.counters.upload_bytes += B * 4
+                    source, _, which = records
+                    if which is None:
+                        enc.copy_buffer_to_buffer(source, 0, ws.buffers["scene"], 0, B * stride * 4)
+                    else:
+                        for b, r in enumerate(which):
+                            enc.copy_buffer_to_buffer(source, r * stride * 4, ws.buffers["scene"], b * stride * 4, stride * 4)
+                    for b in range(B):
+                        enc.copy_buffer_to_buffer(sigmas, b * 4, ws.buffers["scene"], (b * stride + slot) * 4, 4)
+                if weights is not None:
+                    self.counters.upload_bytes += ws.write("weights", np.ascontiguousarray(weights, dtype=np.float32))
+            cpass = enc.begin_compute_pass()
+            with self.timer.span(cpass, "bin"):
+                ws.encode_bin(cpass)
+            with self.timer.span(cpass, "forward"):
+                ws.encode_forward(cpass)
+            with self.timer.span(cpass, "loss"):
+                ws.encode_loss(cpass)
+            if not backward:
+                cpass.end()
+                l_staging, _ = ws.copy_out(enc, "ring", B * 4)
+                self.timer.resolve(enc)
+                losses = self._submit_and_read(enc, [(l_staging, B * 4)], "events")[0]
+                return losses.astype(np.float64), None
+            with self.timer.span(cpass, "backward"):
+                ws.encode_backward(cpass)
+            with self.timer.span(cpass, "reduce"):
+                ws.encode_reduce(cpass)
+            if removal_costs:
+                ws.encode_costs(cpass)
             cpass.end()
+            gsize = B * T * 4 if removal_costs else B * (T + 1) * 10 * 4
+            g_staging, _ = ws.copy_out(enc, "costs" if removal_costs else "grad", gsize)
             l_staging, _ = ws.copy_out(enc, "ring", B * 4)
             self.timer.resolve(enc)
-            losses = self._submit_and_read(enc, [(l_staging, B * 4)], "events")[0]
+            grads, losses = self._submit_and_read(enc, [(g_staging, gsize), (l_staging, B * 4)], "sums")
+            if removal_costs:
+                return losses.astype(np.float64), grads.reshape(B, T).astype(np.float64)
+            return losses.astype(np.float64), grads.reshape(B, T + 1, 10).astype(np.float64)
+        finally:
             for buf in held:
                 self.pool.release(buf)
             if transient:
                 ws.release()
-            return losses.astype(np.float64), None
-        with self.timer.span(cpass, "backward"):
-            ws.encode_backward(cpass)
-        with self.timer.span(cpass, "reduce"):
-            ws.encode_reduce(cpass)
-        if removal_costs:
-            ws.encode_costs(cpass)
-        cpass.end()
-        gsize = B * T * 4 if removal_costs else B * (T + 1) * 10 * 4
-        g_staging, _ = ws.copy_out(enc, "costs" if removal_costs else "grad", gsize)
-        l_staging, _ = ws.copy_out(enc, "ring", B * 4)
-        self.timer.resolve(enc)
-        grads, losses = self._submit_and_read(enc, [(g_staging, gsize), (l_staging, B * 4)], "sums")
-        for buf in held:
-            self.pool.release(buf)
-        if transient:
-            ws.release()
-        if removal_costs:
-            return losses.astype(np.float64), grads.reshape(B, T).astype(np.float64)
-        return losses.astype(np.float64), grads.reshape(B, T + 1, 10).astype(np.float64)
 
     def _submit_and_read(self, encoder, reads, kind: str):
         with self.host.phase("submit"):
