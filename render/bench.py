@@ -8,6 +8,7 @@ back to back in one compute pass and waiting for the result; the figure is wall 
 A per-pass breakdown comes from GPU timestamps of one separate call. The fit-iteration cell
 runs the device-resident fitter (chunks of 25 or 100 iterations a readback, each in growing
 submissions since the seventh session: 8, 16, 32, ... iterations; two before, 8 then the rest).
+The start-up cell times ``trifit fit`` and ``trifit --version`` in fresh processes.
 """
 
 from __future__ import annotations
@@ -171,6 +172,12 @@ def run_bench(args) -> int:
         print(f"\nmemory: batch {m['batch']}, {m['size']}^2, {m['triangles']} tris, forward+backward: "
               f"peak pool bytes in use {m['peak_in_use_bytes'] / 2**20:.0f} MiB (target <= 1024 MiB)"
               if "error" not in m else f"\nmemory cell refused: {m['error']}")
+    runs, seconds = (2, 0.25) if args.quick else (5, 1.0)
+    results["start"] = start_cell(args.backend, runs, seconds)
+    st = results["start"]
+    print(f"\nstart-up, {runs} fresh processes each (s, median (min-max)): `{st['fit']['command']}` "
+          f"{st['fit']['median_s']:.2f} ({st['fit']['min_s']:.2f}-{st['fit']['max_s']:.2f}); "
+          f"`trifit --version` {st['version']['median_s']:.2f} ({st['version']['min_s']:.2f}-{st['version']['max_s']:.2f})")
     results["pool"] = engine.pool_stats()
     if args.json:
         from pathlib import Path
@@ -179,6 +186,39 @@ def run_bench(args) -> int:
 
         atomic_write_bytes(Path(args.json), json.dumps(results, indent=1).encode())
     return 0
+
+
+def start_cell(backend: str, runs: int, seconds: float) -> dict:
+    """What a user waits for before a fit (issue #19): the process wall, from exec to exit, of
+    ``trifit fit`` on the bundled astronaut with a time limit of ``seconds`` (default size and
+    count), and of ``trifit --version``; ``runs`` fresh processes each, after one that is not
+    counted (it writes the bytecode and the C declarations' cache an installed trifit has after
+    its first run)."""
+    import os
+    import subprocess
+    import tempfile
+
+    from .resources import sample_path
+
+    def wall(args: list[str], out: str | None = None) -> float:
+        t = time.perf_counter()
+        subprocess.run([sys.executable, "-m", "trifit.cli", *args], check=True, stdout=subprocess.DEVNULL,
+                       stderr=subprocess.DEVNULL, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+        return time.perf_counter() - t
+
+    with tempfile.TemporaryDirectory(prefix="trifit-bench-") as tmp:
+        fit = ["fit", str(sample_path("astronaut.png")), "--time-limit", f"{seconds:g}", "--backend", backend,
+               "--quiet", "-o", os.path.join(tmp, "a.json")]
+        wall(fit)
+        fits = [wall(fit) for _ in range(runs)]
+        versions = [wall(["--version"]) for _ in range(runs)]
+    return {"fit": {"command": f"trifit fit astronaut.png --time-limit {seconds:g}", "time_limit_s": seconds,
+                    "runs_s": fits, **_seconds(fits)},
+            "version": {"command": "trifit --version", "runs_s": versions, **_seconds(versions)}}
+
+
+def _seconds(values: list[float]) -> dict[str, float]:
+    return {"median_s": float(np.median(values)), "min_s": float(min(values)), "max_s": float(max(values))}
 
 
 def memory_cell(engine: Engine, batch: int = 32, side: int = 256, tris: int = 512) -> dict:

@@ -22,6 +22,10 @@ def test_bench_quick_writes_every_section(tmp_path, gpu_ctx):
     assert d["crossover"] and all(r["winner"] in ("gpu", "reference") for r in d["crossover"])
     b = d["baseline"][0]
     assert b["speedup"] == pytest.approx(b["naive_forward_ms"] / b["tiled_forward_ms"])
+    st = d["start"]  # fresh processes: the fit's wall holds its time limit, --version none
+    assert st["fit"]["time_limit_s"] < st["fit"]["min_s"] <= st["fit"]["median_s"] <= st["fit"]["max_s"]
+    assert len(st["fit"]["runs_s"]) == len(st["version"]["runs_s"]) == 2
+    assert 0 < st["version"]["min_s"] <= st["version"]["median_s"] < st["fit"]["min_s"]
 
 
 def test_bench_quality_scores_the_saved_scene(tmp_path, gpu_ctx):
