@@ -114,17 +114,23 @@ def check_pixels_per_thread(ppt) -> int:
     return int(ppt)
 
 
-def pipeline(device, name: str, entry: str = "main", subgroups: bool = False, workgroup_storage: int = 16384,
-             subgroup_size: int = 0, ppt: int = 1, weighted: bool = False):
-    """``ppt``: pixels per thread of the forward and backward kernels, triangles per thread of the
-    bin kernel (1, 2 or 4); others ignore it. ``weighted``: the focus-map variant of the kernels
-    that have one (FOCUS); others ignore it."""
+def _variant(device, name: str, entry: str, subgroups: bool, workgroup_storage: int, subgroup_size: int, ppt: int,
+             weighted: bool) -> tuple[tuple, int, int, bool]:
+    """(cache key, backward batch, pixels per thread, weighted) of a kernel's pipeline variant."""
     is_backward = name == "backward.wgsl"
     ppt = check_pixels_per_thread(ppt) if name in _PPT_KERNELS else 1
     kb = backward_batch(workgroup_storage, subgroups, subgroup_size, ppt) if is_backward else 1
     weighted = bool(weighted) and FOCUS in PIECES.get(name, ())
     # the device itself: ids get reused
-    key = (device, name, entry, subgroups and is_backward, kb, subgroup_size, ppt, weighted)
+    return (device, name, entry, subgroups and is_backward, kb, subgroup_size, ppt, weighted), kb, ppt, weighted
+
+
+def pipeline(device, name: str, entry: str = "main", subgroups: bool = False, workgroup_storage: int = 16384,
+             subgroup_size: int = 0, ppt: int = 1, weighted: bool = False):
+    """``ppt``: pixels per thread of the forward and backward kernels, triangles per thread of the
+    bin kernel (1, 2 or 4); others ignore it. ``weighted``: the focus-map variant of the kernels
+    that have one (FOCUS); others ignore it."""
+    key, kb, ppt, weighted = _variant(device, name, entry, subgroups, workgroup_storage, subgroup_size, ppt, weighted)
     with _lock:
         found = _pipelines.get(key)
         if found is not None:
@@ -133,6 +139,13 @@ def pipeline(device, name: str, entry: str = "main", subgroups: bool = False, wo
     pl = device.create_compute_pipeline(
         label=f"{name}:{entry}", layout="auto", compute={"module": module, "entry_point": entry}
     )
+    with _lock:  # two threads that built the same variant at once return the same one
+        return _pipelines.setdefault(key, pl)
+
+
+def built(device, name: str, entry: str = "main", subgroups: bool = False, workgroup_storage: int = 16384,
+          subgroup_size: int = 0, ppt: int = 1, weighted: bool = False) -> bool:
+    """Whether :func:`pipeline` with these arguments would return a cached pipeline."""
+    key = _variant(device, name, entry, subgroups, workgroup_storage, subgroup_size, ppt, weighted)[0]
     with _lock:
-        _pipelines.setdefault(key, pl)
-    return pl
+        return key in _pipelines

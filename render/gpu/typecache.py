@@ -30,7 +30,7 @@ log = logging.getLogger("trifit.gpu")
 
 #: The C types wgpu-py asks cffi for on a fit's path (device, buffers, pipelines, passes,
 #: timestamps, mapping), spelled exactly as wgpu-py spells them: cffi caches by the string.
-#: tests/test_typecache.py checks that a fit with every event parses none beyond these.
+#: tests/test_startup.py checks that a fit with every event parses none beyond these.
 FIT_CDECLS = (
     "WGPUStringView *", "WGPUInstanceExtras *", "WGPUInstanceDescriptor *", "WGPUChainedStruct *",
     "WGPUChainedStruct * ", "WGPURequestAdapterOptions *",

@@ -210,15 +210,18 @@ class Workspace:
     # ------------------------------------------------------------------ bind groups
     def pipeline(self, kernel: str, entry: str = "main"):
         """``kernel``'s pipeline in this workspace's variant (compiled once per device and variant)."""
-        return shaders.pipeline(self.device, kernel, entry, self.subgroups,
-                                self.ctx.limits.get("max-compute-workgroup-storage-size", 16384),
-                                self.ctx.subgroup_size, self.shape.ppt, self.shape.weighted)
+        return shaders.pipeline(*self._variant(kernel, entry))
+
+    def _variant(self, kernel: str, entry: str) -> tuple:
+        return (self.device, kernel, entry, self.subgroups,
+                self.ctx.limits.get("max-compute-workgroup-storage-size", 16384),
+                self.ctx.subgroup_size, self.shape.ppt, self.shape.weighted)
 
     def build_pipelines(self, kernels) -> None:
         """Compile ``kernels`` ((kernel, entry) pairs) in this workspace's variant, several at once:
         the driver's compiler runs outside the GIL, so a process's first fit waits for the slowest
         pipeline rather than for their sum."""
-        todo = list(dict.fromkeys(kernels))
+        todo = [k for k in dict.fromkeys(kernels) if not shaders.built(*self._variant(*k))]
         if len(todo) < 2:
             for kernel, entry in todo:
                 self.pipeline(kernel, entry)

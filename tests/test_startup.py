@@ -9,9 +9,8 @@ import subprocess
 import sys
 import textwrap
 
-import pytest
-
-cffi = pytest.importorskip("cffi")
+import cffi
+import numpy as np
 
 
 def _fresh_wgpu_ffi():
@@ -212,3 +211,33 @@ def test_a_second_process_loads_wgpu_h_from_the_cache_and_fits_the_same_bytes(gp
     third = start()
     assert third["big_parses"] == 1 and third["scene"] == first["scene"]
     assert start()["big_parses"] == 0
+
+
+def test_a_fit_loop_compiles_only_the_pipelines_not_built_yet(gpu_ctx, monkeypatch):
+    """The first fit of a kernel variant compiles its pipelines on a few threads at once; a later
+    fit of that variant finds them all built and starts no threads."""
+    import concurrent.futures
+
+    from trifit import Engine, Fitter, StopConditions
+    from trifit.gpu import shaders
+
+    pools = []
+    real = concurrent.futures.ThreadPoolExecutor
+
+    class Counting(real):
+        def __init__(self, *args, **kw):
+            pools.append(kw.get("max_workers"))
+            super().__init__(*args, **kw)
+
+    monkeypatch.setattr(concurrent.futures, "ThreadPoolExecutor", Counting)
+    engine = Engine("gpu", pixels_per_thread=2)  # a variant the rest of the suite does not build
+    target = np.random.default_rng(0).uniform(0, 1, (20, 28, 3)).astype(np.float32)
+    first = Fitter(target, triangles=8, size=28, seed=0, engine=engine)
+    assert len(pools) == 1 and pools[0] > 1
+    ws = first._loop.ws
+    assert shaders.built(*ws._variant("backward.wgsl", "main"))
+    assert ws.pipeline("backward.wgsl") is ws.pipeline("backward.wgsl")
+    first.run(StopConditions(iterations=3))
+    second = Fitter(target, triangles=8, size=28, seed=1, engine=engine)
+    second.run(StopConditions(iterations=3))
+    assert len(pools) == 1
