@@ -52,9 +52,9 @@ from .errors import TrifitError
 ALLOWED_FAILURES = 3
 #: times a fit that raised (not a failure the batch records: an internal error) is run again
 RETRIES = 1
-#: times a task whose future the scheduler cancelled on its own is submitted again: a worker killed
-#: while it held a finished result, or while the result was on its way, can leave the client's
-#: future "cancelled" instead of recomputed (dask/distributed#1352)
+#: times a task whose result was lost is submitted again: a worker killed while it held a finished
+#: result, or while the result was on its way, can leave the client's future "lost" or
+#: "cancelled" instead of recomputed (dask/distributed#1352)
 RESUBMITS = 3
 #: tasks in flight per GPU slot: the next image's bytes wait on a worker, no more (a batch of
 #: thousands of photos is not held in the scheduler's memory at once)
@@ -371,8 +371,9 @@ def _drive(client, pending: list[Path], names, outdir: Path, options: dict, reco
 
 
 def lost(future) -> bool:
-    """The scheduler cancelled the task on its own (we cancel only on the way out): submit it again."""
-    return future.status == "cancelled"
+    """The task's result went with a worker ("lost"), or the scheduler cancelled the task on its own
+    (we cancel only on the way out): submit it again."""
+    return future.status in ("lost", "cancelled")
 
 
 def task_failure(future, what: str) -> str | None:

@@ -160,6 +160,16 @@ def _submitted_again(lost, submitted) -> None:
     assert [k for k in submitted if not k.endswith("-1")] == [key[:-1] + "2"]
 
 
+def test_what_counts_as_a_lost_task():
+    from types import SimpleNamespace
+
+    from trifit.cluster import lost
+
+    # "lost": its result went with a worker (seen as a race with done() in the killed-worker tests)
+    assert [lost(SimpleNamespace(status=s)) for s in ("lost", "cancelled", "finished", "error", "pending")] == \
+        [True, True, False, False, False]
+
+
 def test_a_task_the_scheduler_cancels_is_submitted_again(images, sequential, cluster, tmp_path, monkeypatch):
     import trifit.cluster
 
