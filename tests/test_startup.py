@@ -241,3 +241,20 @@ def test_a_fit_loop_compiles_only_the_pipelines_not_built_yet(gpu_ctx, monkeypat
     second = Fitter(target, triangles=8, size=28, seed=1, engine=engine)
     second.run(StopConditions(iterations=3))
     assert len(pools) == 1
+
+
+def test_a_cache_folder_that_cannot_be_written_costs_only_the_parse(tmp_path, monkeypatch):
+    from wgpu.backends.wgpu_native import _ffi
+
+    from trifit.gpu import typecache
+
+    blocker = tmp_path / "not-a-folder"
+    blocker.write_text("a file where the cache folder would be")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(blocker))
+    header = _ffi.get_wgpu_header()
+    ffi = cffi.FFI()
+    ffi.cdef(header)
+    typecache.store_declarations(ffi, header)  # no error: the folder cannot be made
+    assert blocker.read_text().startswith("a file")
+    assert not typecache.restore_declarations(cffi.FFI(), header)
+    assert ffi.sizeof("WGPUBufferDescriptor") > 0
