@@ -489,9 +489,15 @@ class AnimationRecorder:
             raise TrifitError("no frames were captured")
         from PIL import Image
 
-        size = self.frames[-1].shape[1], self.frames[-1].shape[0]
+        frames = list(self.frames)
+        # the final picture is held hold_ms: frames before it that show the same picture (a fit
+        # that no longer changes at this size) are dropped, or the writer (GIF) would merge them
+        # into the hold and lengthen it by their time
+        while len(frames) > 1 and frames[-2].shape == frames[-1].shape and np.array_equal(frames[-2], frames[-1]):
+            del frames[-2]
+        size = frames[-1].shape[1], frames[-1].shape[0]
         images = [Image.fromarray(f, "RGB") if (f.shape[1], f.shape[0]) == size
-                  else Image.fromarray(f, "RGB").resize(size) for f in self.frames]
+                  else Image.fromarray(f, "RGB").resize(size) for f in frames]
         durations = [self.frame_ms] * (len(images) - 1) + [self.hold_ms]
         options: dict = {"save_all": True, "append_images": images[1:], "duration": durations, "loop": 0}
         if self.format == "WEBP":

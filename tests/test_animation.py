@@ -82,6 +82,23 @@ def test_a_short_fit_gets_every_iteration(tmp_path):
     assert rec.iterations == list(range(31))
 
 
+def test_the_final_picture_holds_its_time_when_the_last_frames_show_the_same(tmp_path):
+    """A fit that stopped changing (at the animation's size) before its end: the frames before the
+    last that show the same picture are left out, so the hold is hold_ms, not hold_ms plus their
+    time (a GIF writer merges identical neighbours)."""
+    rec = AnimationRecorder(tmp_path / "a.gif", total=30)
+    for it in range(5):
+        rec.add_frame(_frame(it), it)
+    for it in range(5, 8):
+        rec.add_frame(_frame(4), it)  # the same picture as iteration 4's
+    path = rec.save()
+    with Image.open(path) as im:
+        assert im.n_frames == 5
+        im.seek(im.n_frames - 1)
+        assert im.info["duration"] == HOLD_MS
+    assert len(rec.frames) == 8  # the recorder keeps what it captured
+
+
 @pytest.mark.parametrize("max_frames", [30, 120])
 def test_unknown_length_grows_the_gaps_as_the_fit_goes_on(tmp_path, max_frames):
     rec = AnimationRecorder(tmp_path / "a.gif", max_frames=max_frames, max_side=16)
