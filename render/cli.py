@@ -250,7 +250,7 @@ def main(argv: list[str] | None = None) -> int:
 # ---------------------------------------------------------------------- fit
 def _warm_up_gpu(args) -> None:
     """Bring the GPU up in the background while the command imports the engine and reads its input
-    (the driver's start is most of a short fit's start-up: docs/PERFORMANCE.md)."""
+    (the driver's start is a good part of a short fit's start-up: docs/PERFORMANCE.md)."""
     if getattr(args, "backend", "auto") != "reference":
         from .gpu.device import warm_up
 
@@ -505,6 +505,8 @@ def cmd_render(args) -> int:
 
 # ---------------------------------------------------------------------- batch
 def cmd_batch(args) -> int:
+    if args.dask is None:  # (with --dask the workers fit; this process needs no GPU)
+        _warm_up_gpu(args)
     from .batch import run_batch
     from .run import StopConditions
 
@@ -543,6 +545,8 @@ def cmd_batch(args) -> int:
 
 # ---------------------------------------------------------------------- video
 def cmd_video(args) -> int:
+    if args.dask is None:  # while the clip is opened and checked (with --dask: no GPU here)
+        _warm_up_gpu(args)
     from tqdm import tqdm
 
     from .video import open_clip, output_kind, run_video
