@@ -12,10 +12,11 @@ wgpu-py talks to wgpu-native through cffi's ABI mode, which parses with pycparse
   cffi's cache under the names wgpu-py asks for, through the steps cffi's own ``FFI.typeof``
   takes (so the ctypes are the objects cffi would have made).
 
-Together they were most of a short fit's start (docs/PERFORMANCE.md). Both reach into cffi's
+Together they were a good part of a short fit's start (docs/PERFORMANCE.md). Both reach into cffi's
 private parser: where it has changed shape (a parser attribute this module does not know of, a
 load that fails) they do nothing, and wgpu-py parses as it would without this module.
 """
+
 from __future__ import annotations
 
 import hashlib
