@@ -325,12 +325,12 @@ def _drive(client, pending: list[Path], names, outdir: Path, options: dict, reco
     todo = iter(enumerate(pending))
     out: dict = {}  # future -> (k, image path, its bytes): what submitting it again needs
     done = as_completed()
-    tries: dict[Path, int] = {}  # image -> submissions so far
+    tries = Submissions()  # per image
 
     def submit(k: int, img_path: Path, data: bytes) -> None:
-        n = tries[img_path] = tries.get(img_path, 0) + 1
         future = client.submit(fit_image, str(img_path), names[img_path], data, options,
-                               key=f"trifit-fit-{run}-{k}-{n}", resources={"GPU": 1}, retries=RETRIES, pure=False)
+                               key=tries.key(f"trifit-fit-{run}-{k}", img_path), resources={"GPU": 1},
+                               retries=RETRIES, pure=False)
         out[future] = (k, img_path, data)
         done.add(future)
 
@@ -356,8 +356,7 @@ def _drive(client, pending: list[Path], names, outdir: Path, options: dict, reco
         refill()
         for future in done:
             k, img_path, data = out.pop(future)
-            if lost(future) and tries[img_path] <= RESUBMITS:
-                future.release()
+            if tries.again(future, img_path):
                 submit(k, img_path, data)
                 continue
             try:
@@ -368,6 +367,27 @@ def _drive(client, pending: list[Path], names, outdir: Path, options: dict, reco
     finally:
         if out:
             client.cancel(list(out))
+
+
+class Submissions:
+    """How many times each piece of work (an image, a segment) went to the cluster, and whether a
+    done task's work goes again: a lost one (:func:`lost`), up to :data:`RESUBMITS` times."""
+
+    def __init__(self):
+        self._count: dict = {}
+
+    def key(self, base: str, work) -> str:
+        """The task key of ``work``'s next submission: ``base`` and its number (a task submitted
+        again gets a key of its own)."""
+        n = self._count[work] = self._count.get(work, 0) + 1
+        return f"{base}-{n}"
+
+    def again(self, future, work) -> bool:
+        """True, with ``future`` released, when its task was lost and ``work`` may be submitted again."""
+        if lost(future) and self._count[work] <= RESUBMITS:
+            future.release()
+            return True
+        return False
 
 
 def lost(future) -> bool:

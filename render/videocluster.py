@@ -27,7 +27,7 @@ import uuid
 import warnings
 from collections.abc import Callable, Iterator
 
-from .cluster import IN_FLIGHT_PER_SLOT, RESUBMITS, RETRIES, ClusterError, gpu_slots, lost, ready_engine, task_failure
+from .cluster import IN_FLIGHT_PER_SLOT, RETRIES, ClusterError, Submissions, gpu_slots, ready_engine, task_failure
 
 #: seconds between looks at the tasks out (and at a Ctrl+C)
 POLL_S = 0.05
@@ -59,17 +59,17 @@ def fit_on_cluster(client, jobs: Iterator[tuple], options: dict, deliver: Callab
     options = {**options, "backend": backend, "version": __version__}
     run = uuid.uuid4().hex[:8]
     out: dict = {}  # future -> its job
-    tries: dict[int, int] = {}  # a segment's start -> submissions so far
+    tries = Submissions()  # per segment (its first frame)
 
     def submit(job) -> None:
         start, end, targets, scenes = job
-        n = tries[start] = tries.get(start, 0) + 1
         with warnings.catch_warnings():
             # a segment's frames travel in its task, not scattered ahead: scattered data dies with the
             # worker holding it, and a task must survive its worker. (Dask calls a task over 10 MiB large.)
             warnings.filterwarnings("ignore", "Sending large graph", UserWarning)
-            future = client.submit(segment_task, start, targets, scenes, options, key=f"trifit-video-{run}-{start}-{n}",
-                                   resources={"GPU": 1}, retries=RETRIES, pure=False)
+            future = client.submit(segment_task, start, targets, scenes, options,
+                                   key=tries.key(f"trifit-video-{run}-{start}", start), resources={"GPU": 1},
+                                   retries=RETRIES, pure=False)
         out[future] = job
 
     def refill() -> None:
@@ -90,8 +90,7 @@ def fit_on_cluster(client, jobs: Iterator[tuple], options: dict, deliver: Callab
             for future in finished:
                 job = out.pop(future)
                 start, end = job[:2]
-                if lost(future) and tries[start] <= RESUBMITS:
-                    future.release()
+                if tries.again(future, start):
                     submit(job)
                     continue
                 try:

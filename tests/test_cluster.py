@@ -126,12 +126,14 @@ def test_a_killed_worker_costs_nothing(images, sequential, cluster, tmp_path, mo
         time.sleep(0.2)
 
 
-def _lose_the_first(monkeypatch, module) -> list:
-    """Make ``module``'s driver see its first completed task as one the scheduler cancelled on its own
-    (what a worker killed while it held a finished result can leave, dask/distributed#1352); returns
+def _lose_the_first(monkeypatch) -> list:
+    """Make a Dask driver (the batch's, the video's: both ask trifit.cluster.lost through
+    Submissions) see its first completed task as one the scheduler cancelled on its own (what a
+    worker killed while it held a finished result can leave, dask/distributed#1352); returns
     [that task's key] and then the keys of every task submitted."""
     import distributed
 
+    import trifit.cluster
     from trifit.cluster import lost as really_lost
 
     lost, submitted = [], []
@@ -149,7 +151,7 @@ def _lose_the_first(monkeypatch, module) -> list:
             return True
         return really_lost(future)
 
-    monkeypatch.setattr(module, "lost", lost_once)
+    monkeypatch.setattr(trifit.cluster, "lost", lost_once)
     return lost, submitted
 
 
@@ -171,11 +173,10 @@ def test_what_counts_as_a_lost_task():
 
 
 def test_a_task_the_scheduler_cancels_is_submitted_again(images, sequential, cluster, tmp_path, monkeypatch):
-    import trifit.cluster
 
     out = tmp_path / "out"
     writes = _count_writes(monkeypatch)
-    lost, submitted = _lose_the_first(monkeypatch, trifit.cluster)
+    lost, submitted = _lose_the_first(monkeypatch)
     result = _run(images, out, cluster[0])
     _submitted_again(lost, submitted)
     assert (result.done, len(result.failed)) == (6, 1)

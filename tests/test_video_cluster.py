@@ -239,11 +239,10 @@ def test_a_killed_worker_costs_nothing(clip, local, cluster, tmp_path, monkeypat
 def test_a_segment_the_scheduler_cancels_is_submitted_again(clip, local, cluster, tmp_path, monkeypatch):
     from test_cluster import _lose_the_first, _submitted_again
 
-    import trifit.videocluster
     from trifit.videorun import run_video
 
     writes = _count_scene_writes(monkeypatch)
-    lost, submitted = _lose_the_first(monkeypatch, trifit.videocluster)
+    lost, submitted = _lose_the_first(monkeypatch)
     result = run_video(clip / "frames", tmp_path / "out", dask=cluster[0], scenes_dir=tmp_path / "asked", **API)
     _submitted_again(lost, submitted)
     assert (result.done, result.written, result.interrupted) == (N, N, False)
