@@ -195,26 +195,31 @@ def start_cell(backend: str, runs: int, seconds: float) -> dict:
     counted (it writes the bytecode and the C declarations' cache an installed trifit has after
     its first run)."""
     import os
-    import subprocess
     import tempfile
 
     from .resources import sample_path
 
-    def wall(args: list[str], out: str | None = None) -> float:
-        t = time.perf_counter()
-        subprocess.run([sys.executable, "-m", "trifit.cli", *args], check=True, stdout=subprocess.DEVNULL,
-                       stderr=subprocess.DEVNULL, env={**os.environ, "PYTHONUNBUFFERED": "1"})
-        return time.perf_counter() - t
-
     with tempfile.TemporaryDirectory(prefix="trifit-bench-") as tmp:
         fit = ["fit", str(sample_path("astronaut.png")), "--time-limit", f"{seconds:g}", "--backend", backend,
                "--quiet", "-o", os.path.join(tmp, "a.json")]
-        wall(fit)
-        fits = [wall(fit) for _ in range(runs)]
-        versions = [wall(["--version"]) for _ in range(runs)]
+        process_wall(fit)
+        fits = [process_wall(fit) for _ in range(runs)]
+        versions = [process_wall(["--version"]) for _ in range(runs)]
     return {"fit": {"command": f"trifit fit astronaut.png --time-limit {seconds:g}", "time_limit_s": seconds,
                     "runs_s": fits, **_seconds(fits)},
             "version": {"command": "trifit --version", "runs_s": versions, **_seconds(versions)}}
+
+
+def process_wall(args: list[str], env: dict | None = None) -> float:
+    """Seconds from exec to exit of ``trifit ARGS`` in a fresh Python process (its output dropped;
+    ``env``: the process's environment, this one's by default)."""
+    import os
+    import subprocess
+
+    t = time.perf_counter()
+    subprocess.run([sys.executable, "-m", "trifit.cli", *args], check=True, stdout=subprocess.DEVNULL,
+                   stderr=subprocess.DEVNULL, env={**os.environ, "PYTHONUNBUFFERED": "1"} if env is None else env)
+    return time.perf_counter() - t
 
 
 def _seconds(values: list[float]) -> dict[str, float]:

@@ -63,9 +63,10 @@ def wall(a) -> dict:
     """Process wall of the issue's 1 s fit, from exec to exit, in fresh processes: each
     ``--pythonpath`` (a staged trifit first on PYTHONPATH) in turn, ``--repeats`` rounds."""
     import os
-    import subprocess
     import tempfile
     from pathlib import Path
+
+    from trifit.bench import process_wall
 
     image = Path(__file__).resolve().parent.parent / "resources" / a.image
     paths = a.pythonpath or [os.environ.get("PYTHONPATH", "")]
@@ -73,11 +74,8 @@ def wall(a) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         for _ in range(a.repeats):
             for path in paths:
-                cmd = [sys.executable, "-c", "import sys; from trifit.cli import main; sys.exit(main())",
-                       "fit", str(image), "--time-limit", f"{a.seconds:g}", "-o", f"{tmp}/a.json", "--quiet"]
-                t = time.perf_counter()
-                subprocess.run(cmd, check=True, env={**os.environ, "PYTHONPATH": path})
-                rows[path].append(time.perf_counter() - t)
+                fit = ["fit", str(image), "--time-limit", f"{a.seconds:g}", "-o", f"{tmp}/a.json", "--quiet"]
+                rows[path].append(process_wall(fit, env={**os.environ, "PYTHONPATH": path}))
     return {path: {"wall_s": r, "median_s": sorted(r)[len(r) // 2]} for path, r in rows.items()}
 
 
