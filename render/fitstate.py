@@ -204,8 +204,7 @@ class FitState:
         """(B, T) how much each triangle's removal alone would grow the squared error against the
         full-size target (each pixel's term times ``weights`` (B, H, W), where given) -- from the
         scene records on the device where the fit places there (no state comes back)."""
-        # (the targets as they are, float32: a float64 copy here was cast back for the upload, two
-        # copies of the full-size images an event)
+        # (the targets as they are: float32, what the pass uploads -- no copies of the full-size images)
         if self.places_on_device:
             return np.asarray(self.engine.impl.removal_costs_records(
                 self._loop.records_buffer(), self.n_triangles, np.asarray(self._loop.sigmas, float),
