@@ -6,6 +6,7 @@ cells with their passes, and long fits' host CPU and readback per iteration.
                                                            # process wall of `trifit fit astronaut.png
                                                            # --time-limit 1`, fresh processes, alternating
     python tools/profile_time_to_quality.py cells          # fit 512/1000, 1024/5000; fwd+bwd 512^2x1024, 1024^2x5000
+    ... cells --cell fit:176:150 --cell fwdbwd:128:64 --calls 5   # other cells (a CPU adapter)
     python tools/profile_time_to_quality.py long [--seconds 20] [--size 512] [--tris 1000]
     python tools/profile_time_to_quality.py readback       # 600 iterations, 128 px, 60 triangles
     ... long|readback --set placement=device               # fit settings (repeatable), e.g. events on the device
@@ -79,14 +80,18 @@ def wall(a) -> dict:
     return {path: {"wall_s": r, "median_s": sorted(r)[len(r) // 2]} for path, r in rows.items()}
 
 
+BIG_CELLS = [("fwdbwd", 512, 1024), ("fit", 512, 1000), ("fwdbwd", 1024, 5000), ("fit", 1024, 5000)]
+
+
 def cells(a) -> dict:
     from trifit import Engine
     from trifit.bench import bench_cell
 
     eng = Engine("gpu")
     out = []
-    for kind, side, tris in [("fwdbwd", 512, 1024), ("fit", 512, 1000), ("fwdbwd", 1024, 5000), ("fit", 1024, 5000)]:
-        r = bench_cell(eng, kind, 1, side, tris, a.repeats, 25)
+    chosen = [(kind, int(side), int(tris)) for kind, side, tris in (c.split(":") for c in a.cell or [])]
+    for kind, side, tris in chosen or BIG_CELLS:
+        r = bench_cell(eng, kind, 1, side, tris, a.repeats, a.calls)
         out.append(r)
         print(f"{kind} {side}^2 x {tris}: median {r['median_ms']:.3f} ms (min {r['min_ms']:.3f} max {r['max_ms']:.3f}); "
               f"passes {json.dumps({k: round(v, 4) for k, v in r.get('phases_ms', {}).items()})}", flush=True)
@@ -243,6 +248,9 @@ def main():
     p.add_argument("--image", default="astronaut.png")
     p.add_argument("--repeats", type=int, default=5)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--cell", action="append", metavar="KIND:SIDE:TRIS",
+                   help="cells: this cell instead of the big ones (repeatable), e.g. fit:176:150 or fwdbwd:128:64")
+    p.add_argument("--calls", type=int, default=25, help="cells: calls per timed submission")
     p.add_argument("--set", action="append", metavar="KEY=VALUE", help="a fit setting (long, readback)")
     a = p.parse_args()
     res = {"start": start, "wall": wall, "cells": cells, "long": long_fit, "readback": readback, "events": events}[a.what](a)
