@@ -73,6 +73,37 @@ def test_matches_reference(gpu_ctx, n, W, H, sp, variant):
     _assert_removal_costs_match(eng, scene, target)
 
 
+def test_subgroup_sums_by_any_number_of_transposing_exchanges(gpu_ctx, monkeypatch):
+    """reduce_subgroup.wgsl's exchanges, every number of splits the adapter's subgroup can take
+    (the probed size picks the most, up to 4; fewer are finished by plain exchange-adds; 0 is
+    subgroupAdd), against the reference, at one and at 4 pixels a thread."""
+    from trifit.gpu import shaders
+
+    if not gpu_ctx.has_subgroups:
+        pytest.fail(f"{gpu_ctx.describe()} has no subgroup operations: this test needs them")
+    scene = _scene(300, 40, 40, seed=340, sigma_px=1.0)  # (test_matches_reference's scene of this size)
+    target = np.random.default_rng(300).uniform(0, 1, (40, 40, 3))
+    loss_r, gt, gb = R.loss_and_grad(scene, target, "mse")
+    most = shaders.subgroup_splits(gpu_ctx.subgroup_size)
+    for splits in range(most + 1):
+        monkeypatch.setattr(shaders, "subgroup_splits", lambda size, k=splits: k)
+        monkeypatch.setattr(shaders, "_pipelines", {})  # compile this variant (the usual ones come back after)
+        for ppt in (1, 4):
+            eng = Engine("gpu", subgroups=True, pixels_per_thread=ppt)
+            _, grad = eng.loss_and_grad(scene, target, "mse")
+            ours = _groups(grad.triangles, grad.background)
+            for name, want in _groups(gt, gb).items():
+                assert _rel(ours[name], want) <= GRAD_TOL, (name, splits, ppt)
+
+
+def test_subgroup_splits_follow_the_lane_bits():
+    from trifit.gpu import shaders
+
+    assert [shaders.subgroup_splits(n) for n in (0, 1, 2, 4, 8, 16, 32, 64, 128, 48)] == [0, 0, 1, 2, 3, 4, 4, 4, 4, 0]
+    source = shaders.kernel_source("backward.wgsl", True, 4, 32, 1)
+    assert "const SG_SIZE: u32 = 32u;" in source and "const SG_SPLITS: u32 = 4u;" in source
+
+
 def _assert_removal_costs_match(eng, scene, target):
     """The backward's removal-cost mode against render/placement.py's float64 version."""
     want = removal_costs(scene.triangles, scene.background, scene.sigma, target)

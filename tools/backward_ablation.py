@@ -5,8 +5,8 @@ passes' timestamps mean anything). On a lent GPU after ``. tools/device_env.sh``
 
     python3 tools/backward_ablation.py [--package /tmp/trifit-pkg] [--repeats 5] [--variants a,b]
 
-Variants: ``full`` (the kernel as it is, run first and last for drift), ``no subgroup sums`` (each
-subgroup parks its lanes' values without summing them), ``no sums`` (no subgroup sums, no parking
+Variants: ``full`` (the kernel as it is, run first and last for drift), ``no subgroup sums`` (no lane
+exchanges: each subgroup parks its lanes' own values), ``no sums`` (no subgroup sums, no parking
 in workgroup memory and no gather: each thread adds its values into a register that the gather
 returns, so the arithmetic stays live), ``no sums, no gradient`` (also the gradient's arithmetic
 after the coverage: the walk, the distance and its gradient remain).
@@ -22,14 +22,14 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 
 NO_SUBGROUP_SUMS = [
-    ("reduce_subgroup.wgsl", "a = subgroupAdd(g.a);\n        b = subgroupAdd(g.b);\n        c = subgroupAdd(g.c);",
-     "a = g.a;\n        b = g.b;\n        c = g.c;"),
+    ("reduce_subgroup.wgsl", "    let any_live = subgroupAny(live);", "    let any_live = false;"),
 ]
 NO_SUMS = [
     ("reduce_subgroup.wgsl", "fn stash10(g: Grad10, li: u32, sg: SgIn, j: u32, live: bool) {",
      "var<private> kept: vec4f;\nfn stash10(g: Grad10, li: u32, sg: SgIn, j: u32, live: bool) {\n"
      "    kept += g.a + g.b + vec4f(g.c, 0.0, 0.0);\n    if (li < 100000u) { return; }"),
-    ("reduce_subgroup.wgsl", "    let c = q % 10u;\n", "    if (q < 100000u) { return kept[q % 4u]; }\n    let c = q % 10u;\n"),
+    ("reduce_subgroup.wgsl", "    let base = q * MAX_SUBGROUPS;",
+     "    if (q < 100000u) { return kept[q % 4u]; }\n    let base = q * MAX_SUBGROUPS;"),
 ]
 NO_GRADIENT = NO_SUMS + [
     ("backward.wgsl", "    if (frame.removal_costs != 0u) {\n        // Removing",

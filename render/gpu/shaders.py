@@ -35,12 +35,21 @@ def max_subgroups(subgroup_size: int, threads: int = 256) -> int:
     return max(1, threads // (subgroup_size if subgroup_size >= 4 else 4))
 
 
+def subgroup_splits(subgroup_size: int) -> int:
+    """Transposing exchange steps of the backward's subgroup sum (reduce_subgroup.wgsl): one per
+    lane bit, at most 4 (ten values halve to one); 0 where the size is unknown or not a power of
+    two, which sums with subgroupAdd instead."""
+    if subgroup_size < 2 or subgroup_size & (subgroup_size - 1):
+        return 0
+    return min(4, subgroup_size.bit_length() - 1)
+
+
 def backward_batch(workgroup_storage: int, subgroups: bool, subgroup_size: int = 0, ppt: int = 1) -> int:
     """KB: triangles whose workgroup sums share one barrier pair in the backward kernel, as many
     (up to 16) as the adapter's workgroup memory holds next to the staged triangles."""
     threads = 256 // ppt
     fixed = 128 * 48 + 128 * 4 + 16  # staged TriPx records and ids, counters
-    per_slot = 3 * 16 * max_subgroups(subgroup_size, threads) if subgroups else 10 * 4
+    per_slot = 10 * 4 * max_subgroups(subgroup_size, threads) if subgroups else 10 * 4
     if not subgroups:
         fixed += 10 * threads * 4
     return int(max(1, min(16, (workgroup_storage - fixed) // per_slot)))
@@ -78,6 +87,9 @@ def constants(name: str, kb: int = 1, subgroup_size: int = 0, ppt: int = 1) -> s
         lines.append(f"const KB: u32 = {int(kb)}u;  // triangles per barrier pair (render/gpu/shaders.py)")
         lines.append(f"const MAX_SUBGROUPS: u32 = {max_subgroups(subgroup_size, threads)}u;  "
                      "// THREADS / probed subgroup size")
+        lines.append(f"const SG_SIZE: u32 = {int(subgroup_size)}u;  // probed subgroup size (0: unknown)")
+        lines.append(f"const SG_SPLITS: u32 = {subgroup_splits(subgroup_size)}u;  "
+                     "// reduce_subgroup.wgsl's transposing exchange steps")
     return "\n".join(lines) + "\n" if lines else ""
 
 
