@@ -4,11 +4,12 @@ of the staged package with one part of the kernel taken out (their gradients are
 passes' timestamps mean anything). On a lent GPU after ``. tools/device_env.sh``:
 
     python3 tools/backward_ablation.py [--package /tmp/trifit-pkg] [--repeats 5] [--variants a,b]
+    python3 tools/backward_ablation.py --package PKG --cell fit:176:150 --calls 5   # a CPU adapter
 
 Variants: ``full`` (the kernel as it is, run first and last for drift), ``no subgroup sums`` (no lane
 exchanges: each subgroup parks its lanes' own values), ``no sums`` (no subgroup sums, no parking
 in workgroup memory and no gather: each thread adds its values into a register that the gather
-returns, so the arithmetic stays live), ``no sums, no gradient`` (also the gradient's arithmetic
+returns, so the arithmetic stays live), ``no sums or gradient`` (also the gradient's arithmetic
 after the coverage: the walk, the distance and its gradient remain).
 """
 
@@ -38,7 +39,7 @@ NO_GRADIENT = NO_SUMS + [
     ("backward.wgsl", "        g.b = vec4f(g_d * h.dg.g2 * w.wh, g_rgb.rg);", "        g.b = vec4f(h.cov);"),
 ]
 VARIANTS = {"full": [], "no subgroup sums": NO_SUBGROUP_SUMS, "no sums": NO_SUMS,
-            "no sums, no gradient": NO_GRADIENT, "full again": []}
+            "no sums or gradient": NO_GRADIENT, "full again": []}
 
 
 def staged_variant(package: str, name: str, edits) -> str:
@@ -59,14 +60,17 @@ def main() -> None:
     p.add_argument("--package", default="/tmp/trifit-pkg", help="the staged package (tools/stage_package.sh)")
     p.add_argument("--repeats", type=int, default=5)
     p.add_argument("--variants", default=",".join(VARIANTS))
+    p.add_argument("--cell", action="append", metavar="KIND:SIDE:TRIS", help="cells other than the big ones")
+    p.add_argument("--calls", type=int, default=25, help="calls per timed submission")
     a = p.parse_args()
+    extra = [arg for c in a.cell or [] for arg in ("--cell", c)] + ["--calls", str(a.calls)]
     for name in a.variants.split(","):
         dest = staged_variant(a.package, name, VARIANTS[name])
         site = [s for s in os.environ.get("PYTHONPATH", "").split(":") if s and s != a.package]
         env = dict(os.environ, PYTHONPATH=":".join([dest, *site]))
         print(f"### {name}", flush=True)
         r = subprocess.run([sys.executable, str(ROOT / "tools" / "profile_time_to_quality.py"), "cells",
-                            "--repeats", str(a.repeats)], env=env, capture_output=True, text=True)
+                            "--repeats", str(a.repeats), *extra], env=env, capture_output=True, text=True)
         lines = [ln for ln in r.stdout.splitlines() if ln.startswith(("fwdbwd", "fit"))]
         print("\n".join(lines) if r.returncode == 0 else r.stderr[-2000:], flush=True)
 
