@@ -13,7 +13,7 @@
 // An anchor (anchor[b, triangle, k] = (value, weight); render/gpu/fitloop.py set_anchor) adds the
 // gradient of weight * (value now - anchored value)^2 to the loss's, on the value before the chain
 // rule through the sigmoid (reference.anchor_penalty); a zero weight leaves the arithmetic as it is.
-// Dispatch: (ceil((n_tris * 10 + 3) / 32), batch); the reduction is reduce_param.wgsl's.
+// Dispatch: (reduce_groups(n_tris) in render/gpu/workspace.py, batch); the reduction is reduce_param.wgsl's.
 // (struct Optim: render/gpu/layouts.py OPTIM, generated.)
 
 @group(0) @binding(0) var<uniform> frame: Frame;
@@ -40,11 +40,10 @@ fn main(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_index) li: 
         if (li == 0u) { scene[record_sigma(b, frame)] = schedule_sigma(state.iter + 1u, sigma_end[b]); }
     }
     let n_params = frame.n_tris * 10u + 3u;
-    let col = li % PARAMS_PER_GROUP;
-    let lane = li / PARAMS_PER_GROUP;
-    let j = wid.x * PARAMS_PER_GROUP + col;
-    var g = reduce_param(b, j, lane, col, j < n_params);
-    if (lane != 0u || j >= n_params) { return; }
+    let slot = param_slot(wid.x, li);
+    var g = reduce_param(b, slot, li);
+    if (slot.lane != 0u || !slot.valid) { return; }
+    let j = slot.j;
     let tri = j / 10u;  // == n_tris for the background
     let k = j % 10u;
     if (tri < frame.n_tris && locked[b * frame.n_tris + tri] != 0u) { return; }

@@ -7,14 +7,14 @@
 @group(0) @binding(3) var<storage, read_write> grad: array<f32>;
 @group(0) @binding(4) var<storage, read> tri_tiles: array<vec2u>;  // binning's tile ranges
 
-// Dispatch: (ceil((n_tris + 1) * 10 / 32), batch).
+// Dispatch: (reduce_groups(n_tris) in render/gpu/workspace.py, batch); reduce_param.wgsl's slots.
 @compute @workgroup_size(256)
 fn reduce_grad(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_index) li: u32) {
     let b = wid.y;
-    let col = li % PARAMS_PER_GROUP;
-    let lane = li / PARAMS_PER_GROUP;
     let per_image = (frame.n_tris + 1u) * 10u;
-    let j = wid.x * PARAMS_PER_GROUP + col;
-    let total = reduce_param(b, j, lane, col, j < per_image);
-    if (lane == 0u && j < per_image) { grad[b * per_image + j] = total; }
+    let s = param_slot(wid.x, li);
+    let total = reduce_param(b, s, li);
+    if (s.lane == 0u && s.valid) { grad[b * per_image + s.j] = total; }
+    // the background slot's other seven values: the backward parks zeros there
+    if (s.background && li >= 3u && li < 10u) { grad[b * per_image + frame.n_tris * 10u + li] = 0.0; }
 }

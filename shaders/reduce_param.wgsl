@@ -1,45 +1,78 @@
-// Fixed-order reduction of per-tile partial gradients. A workgroup covers 32 parameters x 8 tile
-// lanes: a triangle's parameter sums the tiles of its range (tri_tiles, written by binning: the
-// tiles its bounding box can touch, row-major), lane r taking the range's tiles r, r + 8, r + 16,
-// ... in order (skipping tiles whose list does not hold the triangle); the background's sums every
-// tile of the frame the same way. Then the 8 lane totals are added in lane order. Same order every
-// call, so gradients are bit-reproducible; 8 lanes give the GPU 8x the parallelism of one thread
-// per parameter, and the range spares it the tiles a small triangle never reaches. Shared by
-// reduce.wgsl (its own dispatch) and adam.wgsl (fused with the Adam step); the including kernel
-// declares frame, partial, tile_mask and tri_tiles.
+// Fixed-order reduction of per-tile partial gradients. The triangles' workgroups cover 32
+// parameters x 8 tile lanes: a triangle's parameter sums the tiles of its range (tri_tiles,
+// written by binning: the tiles its bounding box can touch, row-major), lane r taking the range's
+// tiles r, r + 8, r + 16, ... in order (skipping tiles whose list does not hold the triangle). The
+// background's three values sum every tile of the frame, so they get a workgroup of their own,
+// the last of the dispatch: 64 tile lanes each (with 8, their serial sums of 128 tiles at 512 px
+// and 512 at 1024 px were most of the reduction). Then the lane totals are added in lane order.
+// Same order every call, so gradients are bit-reproducible. Shared by reduce.wgsl (its own
+// dispatch) and adam.wgsl (fused with the Adam step); the including kernel declares frame,
+// partial, tile_mask and tri_tiles. Dispatch: (reduce_groups(n_tris) in render/gpu/workspace.py,
+// batch).
 
-const PARAMS_PER_GROUP: u32 = 32u;
+const PARAMS_PER_GROUP: u32 = 32u;  // (render/gpu/workspace.py sizes the dispatch with the same)
 const TILE_LANES: u32 = 8u;
+const BG_LANES: u32 = 64u;          // the background's workgroup: 4 columns (3 used) x 64 lanes
 var<workgroup> lane_sum: array<f32, 256>;
 
-// Gradient of image b's parameter j (slot j / 10, value j % 10; slot n_tris is the background),
-// returned to threads with lane 0; call from uniform control flow.
-fn reduce_param(b: u32, j: u32, lane: u32, col: u32, valid: bool) -> f32 {
+// The parameter thread li of workgroup wx reduces: image-local index j (slot j / 10, value
+// j % 10; slot n_tris is the background), its tile lane and column, and whether it has one.
+struct ParamSlot {
+    j: u32,
+    lane: u32,
+    col: u32,
+    valid: bool,
+    background: bool,
+}
+
+fn param_slot(wx: u32, li: u32) -> ParamSlot {
+    var s: ParamSlot;
+    let tri_params = frame.n_tris * 10u;
+    s.background = wx >= (tri_params + PARAMS_PER_GROUP - 1u) / PARAMS_PER_GROUP;
+    if (s.background) {
+        s.col = li % 4u;
+        s.lane = li / 4u;
+        s.j = tri_params + s.col;
+        s.valid = s.col < 3u;
+    } else {
+        s.col = li % PARAMS_PER_GROUP;
+        s.lane = li / PARAMS_PER_GROUP;
+        s.j = wx * PARAMS_PER_GROUP + s.col;
+        s.valid = s.j < tri_params;
+    }
+    return s;
+}
+
+// Gradient of image b's parameter s.j, returned to threads with lane 0; call from uniform
+// control flow with the slot of this thread (local index li).
+fn reduce_param(b: u32, s: ParamSlot, li: u32) -> f32 {
     let per_image = (frame.n_tris + 1u) * 10u;
-    let tri = j / 10u;
+    let tri = s.j / 10u;
     var total = 0.0;
-    if (valid && tri < frame.n_tris) {
+    if (s.valid && !s.background) {
         let r = tri_tiles[b * frame.n_tris + tri];
         let x0 = r.x & 0xffffu;
         let y0 = r.x >> 16u;
         let nx = select(0u, (r.y & 0xffffu) + 1u - x0, (r.y & 0xffffu) >= x0);
         let ny = select(0u, (r.y >> 16u) + 1u - y0, (r.y >> 16u) >= y0);
-        for (var k = lane; k < nx * ny; k += TILE_LANES) {
+        for (var k = s.lane; k < nx * ny; k += TILE_LANES) {
             let slot = b * frame.n_tiles + (y0 + k / nx) * frame.tiles_x + x0 + k % nx;
             if ((tile_mask[slot * frame.mask_words + tri / 32u] & (1u << (tri % 32u))) != 0u) {
-                total += partial[slot * per_image + j];
+                total += partial[slot * per_image + s.j];
             }
         }
-    } else if (valid) {  // the background: every tile
-        for (var tile = lane; tile < frame.n_tiles; tile += TILE_LANES) {
-            total += partial[(b * frame.n_tiles + tile) * per_image + j];
+    } else if (s.valid) {  // the background: every tile
+        for (var tile = s.lane; tile < frame.n_tiles; tile += BG_LANES) {
+            total += partial[(b * frame.n_tiles + tile) * per_image + s.j];
         }
     }
-    lane_sum[lane * PARAMS_PER_GROUP + col] = total;
+    lane_sum[li] = total;  // li = lane * (columns) + col
     workgroupBarrier();
     var sum = 0.0;
-    if (lane == 0u) {
-        for (var r = 0u; r < TILE_LANES; r++) { sum += lane_sum[r * PARAMS_PER_GROUP + col]; }
+    if (s.lane == 0u) {
+        let width = select(PARAMS_PER_GROUP, 4u, s.background);
+        let lanes = select(TILE_LANES, BG_LANES, s.background);
+        for (var r = 0u; r < lanes; r++) { sum += lane_sum[r * width + s.col]; }
     }
     return sum;
 }

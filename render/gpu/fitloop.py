@@ -31,7 +31,7 @@ from ..fitloop import FitSettings, Schedule, values_from_raw
 from .backend import GpuBackend
 from .encode import Recorder, Repeats, per_image, submission_sizes
 from .layouts import OPTIM, SCENE, SCHEDULE, STATE
-from .workspace import COPY_DST, COPY_SRC, MAP_READ, PARAMS_PER_GROUP, STORAGE, UNIFORM, Shape, Workspace
+from .workspace import COPY_DST, COPY_SRC, MAP_READ, STORAGE, UNIFORM, Shape, Workspace, reduce_groups
 
 RING = 256  # loss ring entries; a submission never encodes more iterations than this
 
@@ -537,7 +537,6 @@ class GpuFitLoop:
     def _encode_iteration(self, cpass, timed: bool) -> None:
         ws, span = self.ws, self.backend.timer.span
         B = self.shape.batch
-        n_params = self.n_tris * 10 + 3
         with span(cpass, "bin", timed):  # (+ the iteration's start: counter, learning-rate scale)
             ws.encode_bin(cpass, self.extra)
         with span(cpass, "forward", timed):
@@ -548,7 +547,7 @@ class GpuFitLoop:
             ws.encode_custom(cpass, "adam.wgsl",
                              ["frame", "opt", "partial", "tile_mask", "state", "params", "moments", "scene",
                               "loss_partial", "ring", "sched", "sigma_end", "locked", "anchor", "tri_tiles"],
-                             ((n_params + PARAMS_PER_GROUP - 1) // PARAMS_PER_GROUP, B, 1), self.extra)
+                             (reduce_groups(self.n_tris), B, 1), self.extra)
 
     def run(self, n: int, read_state: bool = False, read_image: bool = False, state_kind: str = "state",
             flags: tuple[float, int, int] | None = None) -> np.ndarray:

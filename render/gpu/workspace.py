@@ -42,7 +42,13 @@ SEGMENT_BUDGET_BYTES = 64 * 2**20
 
 LOSS_KINDS = {"mse": 0, "l1": 1}
 #: parameters per workgroup of the fixed-order reductions (shaders/reduce.wgsl)
-PARAMS_PER_GROUP = 32
+PARAMS_PER_GROUP = 32  # reduce_param.wgsl's triangle parameters a workgroup
+
+
+def reduce_groups(n_tris: int) -> int:
+    """Workgroups an image's gradient reduction (reduce.wgsl, adam.wgsl) takes: the triangles'
+    parameters PARAMS_PER_GROUP at a time, then the background's own (reduce_param.wgsl)."""
+    return (n_tris * 10 + PARAMS_PER_GROUP - 1) // PARAMS_PER_GROUP + 1
 
 
 def cull_sigmas(n_tris: int) -> float:
@@ -296,9 +302,8 @@ class Workspace:
                        (s.tiles_x, s.tiles_y, s.batch * s.n_seg))
 
     def encode_reduce(self, cpass) -> None:
-        n = (self.shape.n_tris + 1) * 10
         self._dispatch(cpass, "reduce.wgsl", ["frame", "partial", "tile_mask", "grad", "tri_tiles"],
-                       ((n + PARAMS_PER_GROUP - 1) // PARAMS_PER_GROUP, self.shape.batch, 1), entry="reduce_grad")
+                       (reduce_groups(self.shape.n_tris), self.shape.batch, 1), entry="reduce_grad")
 
     def encode_costs(self, cpass) -> None:
         """Column 0 of the reduced sums (the removal costs) into the compact ``costs`` buffer."""
