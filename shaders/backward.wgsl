@@ -206,6 +206,7 @@ fn main(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_index) li: 
     // zero-initialised on every driver: lavapipe reuses it across workgroups)
     if (li == 0u) { atomicStore(&n_done, 0u); }
     workgroupBarrier();
+    let place = park_place(sg);  // (lane-constant: once, not once an entry)
     var s0 = start_pixel(wid.xy, li, b, slot, seg);
     var s1: Pixel;
     var s2: Pixel;
@@ -252,7 +253,7 @@ fn main(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_index) li: 
             var g = entry_grad(&s0, t, h0, w);
             if (PPT > 1u) { g = add_grad(g, entry_grad(&s1, t, h1, w)); }
             if (PPT > 2u) { g = add_grad(g, add_grad(entry_grad(&s2, t, h2, w), entry_grad(&s3, t, h3, w))); }
-            stash10(g, li, sg, j, h0.hit || h1.hit || h2.hit || h3.hit);
+            stash10(g, li, sg, j, h0.hit || h1.hit || h2.hit || h3.hit, place);
             j += 1u;
             if (j == KB || k == 1u) {  // uniform: flush the stashed slots
                 workgroupBarrier();
@@ -280,7 +281,7 @@ fn main(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_index) li: 
     var v = s0.trans * s0.G * f32(frame.removal_costs == 0u);  // (no cost for the background)
     if (PPT > 1u) { v += s1.trans * s1.G; }
     if (PPT > 2u) { v += s2.trans * s2.G + s3.trans * s3.G; }
-    stash10(Grad10(vec4f(v, 0.0), vec4f(0.0), vec2f(0.0)), li, sg, 0u, true);
+    stash10(Grad10(vec4f(v, 0.0), vec4f(0.0), vec2f(0.0)), li, sg, 0u, true, place);
     workgroupBarrier();
     if (li < 10u) { partial[part_base + frame.n_tris * 10u + li] = gather(li, sg); }
 }

@@ -53,7 +53,17 @@ fn park(j: u32, sg: SgIn, k: u32, total: f32) {
     if (v != PAD) { red[(j * 10u + v) * MAX_SUBGROUPS + sg.id] = total; }
 }
 
-fn stash10(g: Grad10, li: u32, sg: SgIn, j: u32, live: bool) {
+const NO_PLACE: u32 = 0xffffffffu;
+
+// Where a lane parks its total after the fourth split, computed once a kernel (the caller passes
+// it to every stash10): its place in a slot of `red`, or NO_PLACE for a lane that parks nothing.
+fn park_place(sg: SgIn) -> u32 {
+    let v = held_value(sg.lane, 0u);
+    if (SG_SPLITS < 4u || (sg.lane >> 4u) != 0u || v == PAD) { return NO_PLACE; }
+    return v * MAX_SUBGROUPS + sg.id;
+}
+
+fn stash10(g: Grad10, li: u32, sg: SgIn, j: u32, live: bool, place: u32) {
     let any_live = subgroupAny(live);
     if (SG_SPLITS == 0u) {
         var a = vec4f(0.0);
@@ -127,7 +137,7 @@ fn stash10(g: Grad10, li: u32, sg: SgIn, j: u32, live: bool) {
         // the remaining lane bits: every lane of a bit pattern holds the same value
         for (var off = 16u; off < SG_SIZE; off = off * 2u) { t += subgroupShuffleXor(t, off); }
     }
-    if ((sg.lane >> 4u) == 0u) { park(j, sg, 0u, t); }
+    if (place != NO_PLACE) { red[j * 10u * MAX_SUBGROUPS + place] = t; }
 }
 
 // Call after a barrier, for q < 10 * slots: the total of value q % 10 of slot q / 10.

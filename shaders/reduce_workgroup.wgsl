@@ -9,7 +9,9 @@ struct SgIn {
 var<workgroup> red: array<f32, 10u * THREADS>;  // [value, thread]
 var<workgroup> res: array<f32, KB * 10u>;
 
-fn stash10(g: Grad10, li: u32, sg: SgIn, j: u32, live: bool) {  // (`live`: the subgroup variant's)
+fn park_place(sg: SgIn) -> u32 { return 0u; }  // (the subgroup variant's)
+
+fn stash10(g: Grad10, li: u32, sg: SgIn, j: u32, live: bool, place: u32) {  // (`live`, `place`: the subgroup variant's)
     workgroupBarrier();  // the previous call's readers are done with `red`
     let v = array<f32, 10>(g.a.x, g.a.y, g.a.z, g.a.w, g.b.x, g.b.y, g.b.z, g.b.w, g.c.x, g.c.y);
     for (var c = 0u; c < 10u; c++) { red[c * THREADS + li] = v[c]; }

@@ -150,21 +150,29 @@ def _psnr(a, b) -> float:
     return float(10 * np.log10(255.0 ** 2 / np.mean((a.astype(np.float64) - b.astype(np.float64)) ** 2)))
 
 
+CLIP_SEEDS = (0, 1, 2)  # the clip's noise: one seed's trajectory moves with any last bit of the gradients
+
+
 @pytest.fixture(scope="module")
 def clip_runs(gpu_ctx):
+    """Per noise seed of the clip: (frames, still mask, {W: _fit_clip(...)}), and the engine."""
     from trifit import Engine
 
     engine = Engine("gpu")
-    frames, still = moving_disc(N, W, H)
-    return frames, still, {w: _fit_clip(frames, engine, w) for w in (0.0, STEADY)}, engine
+    runs = {}
+    for seed in CLIP_SEEDS:
+        frames, still = moving_disc(N, W, H, seed=seed)
+        runs[seed] = (frames, still, {w: _fit_clip(frames, engine, w) for w in (0.0, STEADY)})
+    return runs, engine
 
 
 @pytest.mark.gpu
 def test_off_is_what_it_was_and_a_zero_weight_anchor_is_off(clip_runs):
     """Off sets no anchor; on, with every triangle counted as moving (every weight zero), the
     anchor is set each frame and the clip comes out the same bytes as off."""
-    frames, _, runs, engine = clip_runs
-    off_scenes, off_outs, off_anchored = runs[0.0]
+    runs, engine = clip_runs
+    frames, _, fits = runs[CLIP_SEEDS[0]]
+    off_scenes, off_outs, off_anchored = fits[0.0]
     assert not off_anchored and all("steady" not in s.meta.get("video", {}) for s in off_scenes)
     n = 6
     scenes, outs, anchored = _fit_clip(frames[:n], engine, STEADY, moving_above=-1.0)
@@ -175,24 +183,29 @@ def test_off_is_what_it_was_and_a_zero_weight_anchor_is_off(clip_runs):
 
 @pytest.mark.gpu
 def test_steady_stills_the_background_and_tracks_the_disc(clip_runs, capsys):
-    """The same iterations per frame: with the term the still background flickers well under two
-    thirds as much (measured over three noise seeds of the clip: 0.40-0.53x), the frames lose
-    little PSNR (0.22-0.59 dB) and the disc's path little more (0.39-0.73 dB); holding every
-    triangle instead (no stillness: moving_above=10) loses 0.82 and 1.41 dB here, which fails."""
-    frames, still, runs, _ = clip_runs
-    moving = ~still
-    rows = {}
-    for w, (_, outs, _) in runs.items():
-        rows[w] = (np.mean([_psnr(o, f) for o, f in zip(outs[1:], frames[1:])]),
-                   np.mean([_psnr(o[moving], f[moving]) for o, f in zip(outs[1:], frames[1:])]),
-                   _flicker(outs, still))
+    """The same iterations per frame, over three noise seeds of the clip (means): with the term
+    the still background flickers well under two thirds as much, the frames lose little PSNR and
+    the disc's path little more (seeds 0-4 at f4aa255: PSNR 0.30-0.99 dB, path 0.31-1.44 dB lower;
+    one seed's figure moves with any last bit of the gradients, so the bars hold the mean: 0.58 and
+    0.82 dB when this test took its form); holding every triangle instead (no stillness:
+    moving_above=10) loses 0.93 and 1.45 dB on the same means, which fails."""
+    runs, _ = clip_runs
+    rows = {w: [] for w in (0.0, STEADY)}
+    for frames, still, fits in runs.values():
+        moving = ~still
+        for w, (_, outs, _) in fits.items():
+            rows[w].append((np.mean([_psnr(o, f) for o, f in zip(outs[1:], frames[1:])]),
+                            np.mean([_psnr(o[moving], f[moving]) for o, f in zip(outs[1:], frames[1:])]),
+                            _flicker(outs, still), _flicker(frames, still)))
+    (p0, pm0, fl0, _), (p1, pm1, fl1, fl_in) = (np.mean(rows[w], axis=0) for w in (0.0, STEADY))
     with capsys.disabled():
         print("\n" + "; ".join(f"steady {w:g}: {p:.2f} dB, disc path {pm:.2f} dB, flicker {fl:.4f}"
-                               for w, (p, pm, fl) in rows.items()) + f"; input flicker {_flicker(frames, still):.4f}")
-    (p0, pm0, fl0), (p1, pm1, fl1) = rows[0.0], rows[STEADY]
-    assert fl1 < 0.6 * fl0 and fl1 < _flicker(frames, still)
+                               for w, (p, pm, fl, _) in ((w, np.mean(r, axis=0)) for w, r in rows.items()))
+              + f"; input flicker {fl_in:.4f} (means over clip seeds {CLIP_SEEDS})")
+    assert fl1 < 0.6 * fl0 and fl1 < fl_in
     assert p1 > p0 - 0.7 and pm1 > pm0 - 1.0
-    assert min(_psnr(o, f) for o, f in zip(runs[STEADY][1], frames)) > 15.0  # every frame fitted
+    for frames, _, fits in runs.values():  # every frame fitted
+        assert min(_psnr(o, f) for o, f in zip(fits[STEADY][1], frames)) > 15.0
 
 
 def _flicker(frames, mask):

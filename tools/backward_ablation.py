@@ -26,8 +26,8 @@ NO_SUBGROUP_SUMS = [
     ("reduce_subgroup.wgsl", "    let any_live = subgroupAny(live);", "    let any_live = false;"),
 ]
 NO_SUMS = [
-    ("reduce_subgroup.wgsl", "fn stash10(g: Grad10, li: u32, sg: SgIn, j: u32, live: bool) {",
-     "var<private> kept: vec4f;\nfn stash10(g: Grad10, li: u32, sg: SgIn, j: u32, live: bool) {\n"
+    ("reduce_subgroup.wgsl", "fn stash10(g: Grad10, li: u32, sg: SgIn, j: u32, live: bool, place: u32) {",
+     "var<private> kept: vec4f;\nfn stash10(g: Grad10, li: u32, sg: SgIn, j: u32, live: bool, place: u32) {\n"
      "    kept += g.a + g.b + vec4f(g.c, 0.0, 0.0);\n    if (li < 100000u) { return; }"),
     ("reduce_subgroup.wgsl", "    let base = q * MAX_SUBGROUPS;",
      "    if (q < 100000u) { return kept[q % 4u]; }\n    let base = q * MAX_SUBGROUPS;"),
