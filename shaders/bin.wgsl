@@ -10,6 +10,13 @@
 // tiles and not the whole frame.
 // Dispatch: (tiles_x, tiles_y, batch). The fit loop dispatches fit_main, which also starts the
 // iteration (schedule.wgsl).
+// Big problems (render/gpu/workspace.py Shape.coarse_bin) bin in two passes instead, with the same
+// lists, counts and masks to the bit: coarse_main (or coarse_fit_main) -- one workgroup per
+// super-tile of SUPER x SUPER tiles lists, in order, the triangles whose cull-grown bounding box
+// meets the super-tile's pixel centres (a superset of each of its tiles' tests; its first
+// workgroup writes the tile ranges), dispatch (supers_x, supers_y, batch) -- then fine_main: each
+// tile's workgroup tests only its super-tile's list with the exact test, building its mask in
+// workgroup memory (at most FINE_WORDS words, which Shape.coarse_bin checks), dispatch as above.
 
 @group(0) @binding(0) var<uniform> frame: Frame;
 @group(0) @binding(1) var<storage, read> scene: array<f32>;  // scene records (scene_access.wgsl)
@@ -18,7 +25,7 @@
 @group(0) @binding(4) var<storage, read_write> tile_mask: array<u32>;
 @group(0) @binding(5) var<storage, read_write> tri_tiles: array<vec2u>;  // [b, triangle]: (x0 | y0 << 16, x1 | y1 << 16)
 
-var<workgroup> scan: array<u32, THREADS>;
+const SCAN_THREADS: u32 = THREADS;  // (scan.wgsl)
 var<workgroup> words: array<atomic<u32>, 8>;
 var<workgroup> running: u32;
 
@@ -38,6 +45,10 @@ fn main(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_index) li: 
 @compute @workgroup_size(THREADS)
 fn fit_main(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_index) li: u32) {
     bin_tile(wid, li);
+    start_iteration(wid, li);
+}
+
+fn start_iteration(wid: vec3u, li: u32) {
     if (li == 0u && wid.x == 0u && wid.y == 0u && wid.z == 0u) {
         let it = state.iter + 1u;
         state.iter = it;
@@ -45,18 +56,85 @@ fn fit_main(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_index) 
     }
 }
 
-// The tiles (x0, y0)-(x1, y1), packed, that triangle t's bounding box expanded by `reach` may
-// touch, widened by a tile each side (float rounding at a tile edge cannot leave one out); a
-// triangle with a non-finite vertex gets some range inside the frame (its loss is not finite:
-// the fit rolls back).
-fn tile_range(t: TriPx, reach: f32) -> vec2u {
-    let lo = min(t.p0, min(t.p1, t.p2)) - vec2f(reach);
-    let hi = max(t.p0, max(t.p1, t.p2)) + vec2f(reach);
-    let last = vec2f(f32(frame.tiles_x - 1u), f32(frame.tiles_y - 1u));
-    let top = vec2u(frame.tiles_x - 1u, frame.tiles_y - 1u);
-    let a = min(vec2u(clamp(floor(lo / f32(TILE)) - 1.0, vec2f(0.0), last)), top);
-    let z = min(vec2u(clamp(floor(hi / f32(TILE)) + 1.0, vec2f(0.0), last)), top);
-    return vec2u(a.x | (a.y << 16u), z.x | (z.y << 16u));
+// Only the two-pass entries use these: each super-tile's list, [b, super-tile, n_tris], and count.
+@group(0) @binding(8) var<storage, read_write> super_count: array<u32>;
+@group(0) @binding(9) var<storage, read_write> super_list: array<u32>;
+var<workgroup> fine_mask: array<atomic<u32>, FINE_WORDS>;
+
+@compute @workgroup_size(THREADS)
+fn coarse_main(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_index) li: u32) {
+    bin_super(wid, li);
+}
+
+@compute @workgroup_size(THREADS)
+fn coarse_fit_main(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_index) li: u32) {
+    bin_super(wid, li);
+    start_iteration(wid, li);
+}
+
+fn bin_super(wid: vec3u, li: u32) {
+    let b = wid.z;
+    let slot = (b * supers_y(frame) + wid.y) * supers_x(frame) + wid.x;
+    let list_base = slot * frame.n_tris;
+    let sbase = record_tri(b, 0u, frame);
+    let reach = frame.cull_k * sigma_px(b, frame);
+    let last = vec2u(frame.tiles_x - 1u, frame.tiles_y - 1u);
+    let lo = tile_extent(wid.xy * SUPER, frame)[0];
+    let hi = tile_extent(min(wid.xy * SUPER + vec2u(SUPER - 1u), last), frame)[1];
+    let first_super = wid.x == 0u && wid.y == 0u;
+    if (li == 0u) { running = 0u; }
+    let rounds = (frame.n_tris + THREADS - 1u) / THREADS;
+    for (var r = 0u; r < rounds; r++) {
+        let i = r * THREADS + li;
+        var hit = 0u;
+        if (i < frame.n_tris) {
+            let t = load_tri(sbase + i * TRI_FLOATS, frame);
+            hit = select(0u, 1u, bbox_meets(t, lo, hi, reach));
+            if (first_super) { tri_tiles[b * frame.n_tris + i] = tile_range(t, reach, frame); }
+        }
+        let prefix = exclusive_scan(li, hit);  // (its barriers order `running` too)
+        if (hit == 1u) { super_list[list_base + running + prefix.x] = i; }
+        workgroupBarrier();
+        if (li == 0u) { running = running + prefix.y; }
+        workgroupBarrier();
+    }
+    if (li == 0u) { super_count[slot] = running; }
+}
+
+@compute @workgroup_size(THREADS)
+fn fine_main(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_index) li: u32) {
+    let b = wid.z;
+    let slot = b * frame.n_tiles + wid.y * frame.tiles_x + wid.x;
+    let list_base = slot * frame.n_tris;
+    let mask_base = slot * frame.mask_words;
+    let sup = (b * supers_y(frame) + wid.y / SUPER) * supers_x(frame) + wid.x / SUPER;
+    let count = super_count[sup];
+    let sbase = record_tri(b, 0u, frame);
+    let reach = frame.cull_k * sigma_px(b, frame);
+    let ext = tile_extent(wid.xy, frame);
+    for (var w = li; w < frame.mask_words; w += THREADS) { atomicStore(&fine_mask[w], 0u); }
+    if (li == 0u) { running = 0u; }
+    workgroupBarrier();
+    let rounds = (count + THREADS - 1u) / THREADS;
+    for (var r = 0u; r < rounds; r++) {
+        let k = r * THREADS + li;
+        var hit = 0u;
+        var id = 0u;
+        if (k < count) {
+            id = super_list[sup * frame.n_tris + k];
+            hit = select(0u, 1u, touches_tile(load_tri(sbase + id * TRI_FLOATS, frame), ext[0], ext[1], reach));
+        }
+        let prefix = exclusive_scan(li, hit);
+        if (hit == 1u) {
+            tile_list[list_base + running + prefix.x] = id;
+            atomicOr(&fine_mask[id / 32u], 1u << (id % 32u));
+        }
+        workgroupBarrier();
+        if (li == 0u) { running = running + prefix.y; }
+        workgroupBarrier();
+    }
+    for (var w = li; w < frame.mask_words; w += THREADS) { tile_mask[mask_base + w] = atomicLoad(&fine_mask[w]); }
+    if (li == 0u) { tile_count[slot] = running; }
 }
 
 fn bin_tile(wid: vec3u, li: u32) {
@@ -81,20 +159,11 @@ fn bin_tile(wid: vec3u, li: u32) {
             if (touches_tile(t, ext[0], ext[1], reach)) {
                 hits |= 1u << q;
             }
-            if (tile_index == 0u) { tri_tiles[b * frame.n_tris + i] = tile_range(t, reach); }
+            if (tile_index == 0u) { tri_tiles[b * frame.n_tris + i] = tile_range(t, reach, frame); }
         }
         let mine = countOneBits(hits);
-        scan[li] = mine;
-        workgroupBarrier();
-        // Hillis-Steele inclusive scan over the threads' counts
-        for (var off = 1u; off < THREADS; off = off * 2u) {
-            var add = 0u;
-            if (li >= off) { add = scan[li - off]; }
-            workgroupBarrier();
-            scan[li] = scan[li] + add;
-            workgroupBarrier();
-        }
-        var at = running + scan[li] - mine;  // this thread's first list position
+        let prefix = exclusive_scan(li, mine);  // (its barriers order `running` and `words` too)
+        var at = running + prefix.x;  // this thread's first list position
         for (var q = 0u; q < PPT; q++) {
             if ((hits & (1u << q)) != 0u) {
                 tile_list[list_base + at] = first + q;
@@ -108,7 +177,7 @@ fn bin_tile(wid: vec3u, li: u32) {
         if (li < 8u && w < frame.mask_words) {
             tile_mask[mask_base + w] = atomicLoad(&words[li]);
         }
-        if (li == 0u) { running = running + scan[THREADS - 1u]; }
+        if (li == 0u) { running = running + prefix.y; }
         workgroupBarrier();
     }
     if (li == 0u) { tile_count[slot] = running; }

@@ -96,6 +96,43 @@ def test_subgroup_sums_by_any_number_of_transposing_exchanges(gpu_ctx, monkeypat
                 assert _rel(ours[name], want) <= GRAD_TOL, (name, splits, ppt)
 
 
+@pytest.mark.parametrize("n, W, H, sp", [(300, 70, 50, 1.0), (40, 130, 33, 0.2), (1100, 24, 30, 2.0)])
+def test_coarse_binning_gives_the_flat_binnings_bits(monkeypatch, gpu_ctx, n, W, H, sp):
+    """Binning in two passes (super-tiles, then tiles: bin.wgsl coarse_main, fine_main), which big
+    problems use, lists what flat binning lists, in the same order: renders, losses and gradients
+    are the same bits. Forced here on small frames (edge super-tiles, one super-tile, lists of more
+    than one round)."""
+    from trifit.gpu import workspace
+
+    scene = _scene(n, W, H, seed=n + W, sigma_px=sp)
+    target = np.random.default_rng(n).uniform(0, 1, (H, W, 3))
+    got = {}
+    for coarse in (False, True):
+        monkeypatch.setattr(workspace, "COARSE_BIN_TESTS", 0 if coarse else 1 << 62)
+        eng = Engine("gpu")
+        assert workspace.Shape(1, W, H, n).coarse_bin == coarse
+        loss, grad = eng.loss_and_grad(scene, target, "mse")
+        got[coarse] = (eng.render(scene).tobytes(), np.float64(loss).tobytes(), grad.triangles.tobytes(),
+                       grad.background.tobytes(), eng.removal_costs(scene, target).tobytes())
+    assert got[True] == got[False]
+
+
+def test_a_fit_bins_the_same_in_two_passes(monkeypatch, gpu_ctx):
+    """The fit loop's binning entry (it also starts each iteration) in two passes: the same scene."""
+    from trifit import Fitter
+    from trifit.gpu import workspace
+
+    target = np.random.default_rng(5).uniform(0, 1, (40, 56, 3)).astype(np.float32)
+    scenes = []
+    for coarse in (False, True):
+        monkeypatch.setattr(workspace, "COARSE_BIN_TESTS", 0 if coarse else 1 << 62)
+        f = Fitter(target, triangles=40, size=56, seed=3, engine=Engine("gpu"), strategy="fixed")
+        f.step(30)
+        scenes.append(f.scene.to_json())
+        f.close()
+    assert scenes[0] == scenes[1]
+
+
 def test_subgroup_splits_follow_the_lane_bits():
     from trifit.gpu import shaders
 

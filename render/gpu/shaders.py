@@ -22,6 +22,8 @@ from . import layouts
 _lock = threading.Lock()
 _PPT_KERNELS = ("bin.wgsl", "forward.wgsl", "backward.wgsl")  # several pixels (bin: triangles) per thread
 _pipelines: dict[tuple, object] = {}
+SUPER_TILES = 4         # binning in two passes (bin.wgsl coarse_main): super-tiles of 4 x 4 tiles
+FINE_MASK_WORDS = 512   # ... and fine_main's mask in workgroup memory: up to 16,384 triangles
 
 
 @functools.cache
@@ -61,7 +63,7 @@ REDUCTION = "<reduction>"  # stands for reduce_subgroup.wgsl or reduce_workgroup
 FOCUS = "<focus>"
 #: the shared pieces of each kernel, in order, between the constants and the kernel file
 PIECES: dict[str, tuple[str, ...]] = {
-    "bin.wgsl": ("scene_access.wgsl", "schedule.wgsl"),
+    "bin.wgsl": ("scene_access.wgsl", "scan.wgsl", "schedule.wgsl"),
     "forward.wgsl": ("scene_access.wgsl", FOCUS),
     "backward.wgsl": ("scene_access.wgsl", REDUCTION, FOCUS),
     "naive_forward.wgsl": ("scene_access.wgsl",),
@@ -79,7 +81,9 @@ PIECES: dict[str, tuple[str, ...]] = {
 def constants(name: str, kb: int = 1, subgroup_size: int = 0, ppt: int = 1) -> str:
     """The variant's WGSL constants for kernel ``name``."""
     threads = 256 // ppt
-    lines = []
+    lines = [f"const SUPER: u32 = {SUPER_TILES}u;  // tiles a super-tile spans each way (coarse binning)"]
+    if name == "bin.wgsl":
+        lines.append(f"const FINE_WORDS: u32 = {FINE_MASK_WORDS}u;  // mask words fine_main's workgroup holds")
     if name in _PPT_KERNELS:
         lines.append(f"const PPT: u32 = {int(ppt)}u;  // pixels per thread")
         lines.append(f"const THREADS: u32 = {threads}u;  // WG / PPT")
@@ -90,7 +94,7 @@ def constants(name: str, kb: int = 1, subgroup_size: int = 0, ppt: int = 1) -> s
         lines.append(f"const SG_SIZE: u32 = {int(subgroup_size)}u;  // probed subgroup size (0: unknown)")
         lines.append(f"const SG_SPLITS: u32 = {subgroup_splits(subgroup_size)}u;  "
                      "// reduce_subgroup.wgsl's transposing exchange steps")
-    return "\n".join(lines) + "\n" if lines else ""
+    return "\n".join(lines) + "\n"
 
 
 def compose(generated: str, parts: list[tuple[str, str]]) -> str:

@@ -39,6 +39,10 @@ STOP_TRANSMITTANCE_WITH_LOSS = 1e-30
 #: backward segments: list entries per segment, and the checkpoint memory they may use
 SEGMENT_LEN = 32
 SEGMENT_BUDGET_BYTES = 64 * 2**20
+# Binning in two passes (shaders/bin.wgsl coarse_main, fine_main) from this many tile-triangle tests of
+# flat binning (every tile tests every triangle) on: 512 px with 1000 triangles is 1.0 M, 1024 px
+# with 5000 is 20 M; both measured faster in two passes (docs/PERFORMANCE.md).
+COARSE_BIN_TESTS = 1_000_000
 
 LOSS_KINDS = {"mse": 0, "l1": 1}
 #: parameters per workgroup of the fixed-order reductions (shaders/reduce.wgsl)
@@ -104,6 +108,18 @@ class Shape:
     def mask_words(self) -> int:
         return max(1, (self.n_tris + 31) // 32)
 
+    @property
+    def coarse_bin(self) -> bool:
+        """Bin in two passes, super-tiles then tiles (the same lists): where every tile testing
+        every triangle would cost COARSE_BIN_TESTS tests or more."""
+        return self.n_tiles * self.n_tris >= COARSE_BIN_TESTS and self.mask_words <= shaders.FINE_MASK_WORDS
+
+    @property
+    def supers(self) -> tuple[int, int]:
+        """Super-tiles across and down (coarse binning)."""
+        k = shaders.SUPER_TILES
+        return (self.tiles_x + k - 1) // k, (self.tiles_y + k - 1) // k
+
     def buffer_sizes(self, ring_len: int = 1) -> dict[str, int]:
         B, T, nt = self.batch, self.n_tris, self.n_tiles
         pixels = B * self.width * self.height * 3 * 4
@@ -116,6 +132,8 @@ class Shape:
             "tile_list": B * nt * max(T, 1) * 4,
             "tile_mask": B * nt * self.mask_words * 4,
             "tri_tiles": B * max(T, 1) * 8,
+            **({"super_count": B * self.supers[0] * self.supers[1] * 4,
+                "super_list": B * self.supers[0] * self.supers[1] * max(T, 1) * 4} if self.coarse_bin else {}),
             "image": pixels,
             "target": pixels,
             "dldc": pixels,
@@ -238,15 +256,16 @@ class Workspace:
             for done in [pool.submit(self.pipeline, kernel, entry) for kernel, entry in todo]:
                 done.result()  # a compile error raises here, as it would have in line
 
-    def bind_group(self, kernel: str, names: list[str], entry: str = "main", extra: dict | None = None):
-        """Pipeline and bind group for ``kernel`` with buffers bound in order; cached."""
+    def bind_group(self, kernel: str, names: list[str | None], entry: str = "main", extra: dict | None = None):
+        """Pipeline and bind group for ``kernel`` with buffers bound in order (None: a binding this
+        entry point does not use); cached."""
         key = f"{kernel}:{entry}"
         found = self._bind_groups.get(key)
         if found is not None:
             return found
         pl = self.pipeline(kernel, entry)
         bufs = {**self.buffers, **(extra or {})}
-        entries = [{"binding": i, "resource": {"buffer": bufs[n]}} for i, n in enumerate(names)]
+        entries = [{"binding": i, "resource": {"buffer": bufs[n]}} for i, n in enumerate(names) if n is not None]
         bg = self.device.create_bind_group(layout=pl.get_bind_group_layout(0), entries=entries)
         self._bind_groups[key] = (pl, bg)
         return pl, bg
@@ -265,7 +284,19 @@ class Workspace:
 
     def encode_bin(self, cpass, fit: dict | None = None) -> None:
         """``fit``: the fit loop's buffers (its ``sched``); binning then also starts the iteration
-        (bin.wgsl's fit_main)."""
+        (bin.wgsl's fit_main). Big problems bin in two passes (Shape.coarse_bin): the same lists."""
+        if self.shape.coarse_bin:
+            supers = ["super_count", "super_list"]
+            groups = (*self.shape.supers, self.shape.batch)
+            if fit is None:
+                self._dispatch(cpass, "bin.wgsl", ["frame", "scene", None, None, None, "tri_tiles", None, None,
+                                                   *supers], groups, "coarse_main")
+            else:
+                self._dispatch(cpass, "bin.wgsl", ["frame", "scene", None, None, None, "tri_tiles", "state", "sched",
+                                                   *supers], groups, "coarse_fit_main", fit)
+            self._dispatch(cpass, "bin.wgsl", ["frame", "scene", "tile_count", "tile_list", "tile_mask", None, None,
+                                               None, *supers], self.tile_groups, "fine_main")
+            return
         names = ["frame", "scene", "tile_count", "tile_list", "tile_mask", "tri_tiles"]
         if fit is None:
             self._dispatch(cpass, "bin.wgsl", names, self.tile_groups)
