@@ -10,8 +10,9 @@
 // partial, tile_mask and tri_tiles. Dispatch: (reduce_groups(n_tris) in render/gpu/workspace.py,
 // batch).
 
-const PARAMS_PER_GROUP: u32 = 32u;  // (render/gpu/workspace.py sizes the dispatch with the same)
-const TILE_LANES: u32 = 8u;
+// PARAMS_PER_GROUP (triangle parameters a workgroup) is prepended by render/gpu/shaders.py, which
+// the dispatch's size comes from too (render/gpu/workspace.py reduce_groups).
+const TILE_LANES: u32 = 256u / PARAMS_PER_GROUP;
 const BG_LANES: u32 = 64u;          // the background's workgroup: 4 columns (3 used) x 64 lanes
 var<workgroup> lane_sum: array<f32, 256>;
 

@@ -117,6 +117,23 @@ def test_coarse_binning_gives_the_flat_binnings_bits(monkeypatch, gpu_ctx, n, W,
     assert got[True] == got[False]
 
 
+def test_coarse_binning_in_a_batch_and_its_limit(monkeypatch, gpu_ctx):
+    """A batch bins each image's super-tiles apart (the same bits as flat binning), and a count
+    whose mask would not fit fine_main's workgroup memory bins flat."""
+    from trifit.gpu import shaders, workspace
+
+    scenes = [_scene(120, 70, 50, seed=s, sigma_px=1.0) for s in (1, 2, 3)]
+    targets = np.random.default_rng(9).uniform(0, 1, (3, 50, 70, 3))
+    got = {}
+    for coarse in (False, True):
+        monkeypatch.setattr(workspace, "COARSE_BIN_TESTS", 0 if coarse else 1 << 62)
+        losses, grads = Engine("gpu").loss_and_grad_many(scenes, targets)
+        got[coarse] = (np.asarray(losses).tobytes(), *(g.triangles.tobytes() + g.background.tobytes() for g in grads))
+    assert got[True] == got[False]
+    most = 32 * shaders.FINE_MASK_WORDS
+    assert workspace.Shape(1, 64, 64, most).coarse_bin and not workspace.Shape(1, 64, 64, most + 1).coarse_bin
+
+
 def test_a_fit_bins_the_same_in_two_passes(monkeypatch, gpu_ctx):
     """The fit loop's binning entry (it also starts each iteration) in two passes: the same scene."""
     from trifit import Fitter

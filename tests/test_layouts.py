@@ -168,6 +168,11 @@ def test_reduction_variant_and_shared_pieces():
     tree = shaders.kernel_source("backward.wgsl", subgroups=False, kb=2)
     assert "reduce_subgroup.wgsl" in sub and "reduce_workgroup.wgsl" not in sub
     assert "reduce_workgroup.wgsl" in tree and "subgroupAdd" not in tree
+    from trifit.gpu.workspace import reduce_groups
+
+    for kernel in ("adam.wgsl", "reduce.wgsl"):  # the dispatch and the kernels share one constant
+        assert f"const PARAMS_PER_GROUP: u32 = {shaders.PARAMS_PER_GROUP}u;" in shaders.kernel_source(kernel, False)
+    assert [reduce_groups(n) for n in (0, 3, 4, 1000)] == [1, 2, 3, 314]  # the triangles', then the background's
     adam = shaders.kernel_source("adam.wgsl", subgroups=False)
     assert "fn reduce_param(" in adam and "fn reduce_grad(" not in adam  # the function, not the other kernel
     with pytest.raises(ValueError, match="unknown kernel"):

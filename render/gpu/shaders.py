@@ -23,6 +23,7 @@ _lock = threading.Lock()
 _PPT_KERNELS = ("bin.wgsl", "forward.wgsl", "backward.wgsl")  # several pixels (bin: triangles) per thread
 _pipelines: dict[tuple, object] = {}
 SUPER_TILES = 4         # binning in two passes (bin.wgsl coarse_main): super-tiles of 4 x 4 tiles
+PARAMS_PER_GROUP = 32   # the gradient reduction's triangle parameters a workgroup (reduce_param.wgsl)
 FINE_MASK_WORDS = 512   # ... and fine_main's mask in workgroup memory: up to 16,384 triangles
 
 
@@ -82,6 +83,8 @@ def constants(name: str, kb: int = 1, subgroup_size: int = 0, ppt: int = 1) -> s
     """The variant's WGSL constants for kernel ``name``."""
     threads = 256 // ppt
     lines = [f"const SUPER: u32 = {SUPER_TILES}u;  // tiles a super-tile spans each way (coarse binning)"]
+    if "reduce_param.wgsl" in PIECES.get(name, ()):
+        lines.append(f"const PARAMS_PER_GROUP: u32 = {PARAMS_PER_GROUP}u;  // triangle parameters a workgroup")
     if name == "bin.wgsl":
         lines.append(f"const FINE_WORDS: u32 = {FINE_MASK_WORDS}u;  // mask words fine_main's workgroup holds")
     if name in _PPT_KERNELS:

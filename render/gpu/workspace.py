@@ -45,14 +45,12 @@ SEGMENT_BUDGET_BYTES = 64 * 2**20
 COARSE_BIN_TESTS = 1_000_000
 
 LOSS_KINDS = {"mse": 0, "l1": 1}
-#: parameters per workgroup of the fixed-order reductions (shaders/reduce.wgsl)
-PARAMS_PER_GROUP = 32  # reduce_param.wgsl's triangle parameters a workgroup
 
 
 def reduce_groups(n_tris: int) -> int:
     """Workgroups an image's gradient reduction (reduce.wgsl, adam.wgsl) takes: the triangles'
-    parameters PARAMS_PER_GROUP at a time, then the background's own (reduce_param.wgsl)."""
-    return (n_tris * 10 + PARAMS_PER_GROUP - 1) // PARAMS_PER_GROUP + 1
+    parameters shaders.PARAMS_PER_GROUP at a time, then the background's own (reduce_param.wgsl)."""
+    return (n_tris * 10 + shaders.PARAMS_PER_GROUP - 1) // shaders.PARAMS_PER_GROUP + 1
 
 
 def cull_sigmas(n_tris: int) -> float:
