@@ -74,7 +74,7 @@ fn coarse_fit_main(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_
 
 fn bin_super(wid: vec3u, li: u32) {
     let b = wid.z;
-    let slot = (b * supers_y(frame) + wid.y) * supers_x(frame) + wid.x;
+    let slot = (b * supers_y() + wid.y) * supers_x() + wid.x;
     let list_base = slot * frame.n_tris;
     let sbase = record_tri(b, 0u, frame);
     let reach = frame.cull_k * sigma_px(b, frame);
@@ -90,7 +90,7 @@ fn bin_super(wid: vec3u, li: u32) {
         if (i < frame.n_tris) {
             let t = load_tri(sbase + i * TRI_FLOATS, frame);
             hit = select(0u, 1u, bbox_meets(t, lo, hi, reach));
-            if (first_super) { tri_tiles[b * frame.n_tris + i] = tile_range(t, reach, frame); }
+            if (first_super) { tri_tiles[b * frame.n_tris + i] = tile_range(t, reach); }
         }
         let prefix = exclusive_scan(li, hit);  // (its barriers order `running` too)
         if (hit == 1u) { super_list[list_base + running + prefix.x] = i; }
@@ -107,7 +107,7 @@ fn fine_main(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_index)
     let slot = b * frame.n_tiles + wid.y * frame.tiles_x + wid.x;
     let list_base = slot * frame.n_tris;
     let mask_base = slot * frame.mask_words;
-    let sup = (b * supers_y(frame) + wid.y / SUPER) * supers_x(frame) + wid.x / SUPER;
+    let sup = (b * supers_y() + wid.y / SUPER) * supers_x() + wid.x / SUPER;
     let count = super_count[sup];
     let sbase = record_tri(b, 0u, frame);
     let reach = frame.cull_k * sigma_px(b, frame);
@@ -137,6 +137,29 @@ fn fine_main(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_index)
     if (li == 0u) { tile_count[slot] = running; }
 }
 
+// The tiles (x0, y0)-(x1, y1), packed, that triangle t's bounding box expanded by `reach` may
+// touch, widened by a tile each side (float rounding at a tile edge cannot leave one out); a
+// triangle with a non-finite vertex gets some range inside the frame (its loss is not finite:
+// the fit rolls back).
+fn tile_range(t: TriPx, reach: f32) -> vec2u {
+    let lo = min(t.p0, min(t.p1, t.p2)) - vec2f(reach);
+    let hi = max(t.p0, max(t.p1, t.p2)) + vec2f(reach);
+    let last = vec2f(f32(frame.tiles_x - 1u), f32(frame.tiles_y - 1u));
+    let top = vec2u(frame.tiles_x - 1u, frame.tiles_y - 1u);
+    let a = min(vec2u(clamp(floor(lo / f32(TILE)) - 1.0, vec2f(0.0), last)), top);
+    let z = min(vec2u(clamp(floor(hi / f32(TILE)) + 1.0, vec2f(0.0), last)), top);
+    return vec2u(a.x | (a.y << 16u), z.x | (z.y << 16u));
+}
+
+// Super-tiles (SUPER x SUPER tiles) across and down the frame.
+fn supers_x() -> u32 {
+    return (frame.tiles_x + SUPER - 1u) / SUPER;
+}
+
+fn supers_y() -> u32 {
+    return (frame.tiles_y + SUPER - 1u) / SUPER;
+}
+
 fn bin_tile(wid: vec3u, li: u32) {
     let b = wid.z;
     let tile_index = wid.y * frame.tiles_x + wid.x;
@@ -159,7 +182,7 @@ fn bin_tile(wid: vec3u, li: u32) {
             if (touches_tile(t, ext[0], ext[1], reach)) {
                 hits |= 1u << q;
             }
-            if (tile_index == 0u) { tri_tiles[b * frame.n_tris + i] = tile_range(t, reach, frame); }
+            if (tile_index == 0u) { tri_tiles[b * frame.n_tris + i] = tile_range(t, reach); }
         }
         let mine = countOneBits(hits);
         let prefix = exclusive_scan(li, mine);  // (its barriers order `running` and `words` too)

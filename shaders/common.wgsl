@@ -168,26 +168,3 @@ fn touches_tile(t: TriPx, lo: vec2f, hi: vec2f, reach: f32) -> bool {
 fn tile_pixel(tile: vec2u, li: u32) -> vec2u {
     return vec2u(tile.x * TILE + li % TILE, tile.y * TILE + li / TILE);
 }
-
-// The tiles (x0, y0)-(x1, y1), packed, that triangle t's bounding box expanded by `reach` may
-// touch, widened by a tile each side (float rounding at a tile edge cannot leave one out); a
-// triangle with a non-finite vertex gets some range inside the frame (its loss is not finite:
-// the fit rolls back).
-fn tile_range(t: TriPx, reach: f32, frame: Frame) -> vec2u {
-    let lo = min(t.p0, min(t.p1, t.p2)) - vec2f(reach);
-    let hi = max(t.p0, max(t.p1, t.p2)) + vec2f(reach);
-    let last = vec2f(f32(frame.tiles_x - 1u), f32(frame.tiles_y - 1u));
-    let top = vec2u(frame.tiles_x - 1u, frame.tiles_y - 1u);
-    let a = min(vec2u(clamp(floor(lo / f32(TILE)) - 1.0, vec2f(0.0), last)), top);
-    let z = min(vec2u(clamp(floor(hi / f32(TILE)) + 1.0, vec2f(0.0), last)), top);
-    return vec2u(a.x | (a.y << 16u), z.x | (z.y << 16u));
-}
-
-// Super-tiles (SUPER x SUPER tiles; binning in two passes, bin.wgsl) across the frame.
-fn supers_x(frame: Frame) -> u32 {
-    return (frame.tiles_x + SUPER - 1u) / SUPER;
-}
-
-fn supers_y(frame: Frame) -> u32 {
-    return (frame.tiles_y + SUPER - 1u) / SUPER;
-}

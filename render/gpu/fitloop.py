@@ -95,9 +95,8 @@ class GpuFitLoop:
         # into a cold cache would spend a time-limited fit's time there (a process's first fit
         # overran 1 s by ~0.2 s when the iteration's pipelines were built inside it); and events on
         # the device's (placement, respawn flags, the reordering). Compiled several at once.
-        binning = ("coarse_fit_main", "coarse_main", "fine_main") if self.ws.shape.coarse_bin else ("fit_main", "main")
         self.ws.build_pipelines((
-            *(("bin.wgsl", entry) for entry in binning), ("forward.wgsl", "main"), ("backward.wgsl", "main"),
+            *(("bin.wgsl", entry) for entry in self.ws.bin_entries()), ("forward.wgsl", "main"), ("backward.wgsl", "main"),
             ("adam.wgsl", "main"), ("render.wgsl", "main"), ("loss_reduce.wgsl", "main"),
             ("reduce.wgsl", "reduce_grad"), ("costs.wgsl", "main"), ("events.wgsl", "error_tiles"),
             ("events.wgsl", "place_new"), ("respawn_flags.wgsl", "main"), ("permute.wgsl", "main")))

@@ -82,10 +82,11 @@ PIECES: dict[str, tuple[str, ...]] = {
 def constants(name: str, kb: int = 1, subgroup_size: int = 0, ppt: int = 1) -> str:
     """The variant's WGSL constants for kernel ``name``."""
     threads = 256 // ppt
-    lines = [f"const SUPER: u32 = {SUPER_TILES}u;  // tiles a super-tile spans each way (coarse binning)"]
+    lines = []
     if "reduce_param.wgsl" in PIECES.get(name, ()):
         lines.append(f"const PARAMS_PER_GROUP: u32 = {PARAMS_PER_GROUP}u;  // triangle parameters a workgroup")
     if name == "bin.wgsl":
+        lines.append(f"const SUPER: u32 = {SUPER_TILES}u;  // tiles a super-tile spans each way (two-pass binning)")
         lines.append(f"const FINE_WORDS: u32 = {FINE_MASK_WORDS}u;  // mask words fine_main's workgroup holds")
     if name in _PPT_KERNELS:
         lines.append(f"const PPT: u32 = {int(ppt)}u;  // pixels per thread")
@@ -97,7 +98,7 @@ def constants(name: str, kb: int = 1, subgroup_size: int = 0, ppt: int = 1) -> s
         lines.append(f"const SG_SIZE: u32 = {int(subgroup_size)}u;  // probed subgroup size (0: unknown)")
         lines.append(f"const SG_SPLITS: u32 = {subgroup_splits(subgroup_size)}u;  "
                      "// reduce_subgroup.wgsl's transposing exchange steps")
-    return "\n".join(lines) + "\n"
+    return "\n".join(lines) + "\n" if lines else ""
 
 
 def compose(generated: str, parts: list[tuple[str, str]]) -> str:

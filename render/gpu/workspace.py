@@ -280,6 +280,10 @@ class Workspace:
         s = self.shape
         return (s.tiles_x, s.tiles_y, s.batch)
 
+    def bin_entries(self) -> tuple[str, ...]:
+        """The bin.wgsl entry points :meth:`encode_bin` dispatches, for a fit and not (what to build)."""
+        return ("coarse_fit_main", "coarse_main", "fine_main") if self.shape.coarse_bin else ("fit_main", "main")
+
     def encode_bin(self, cpass, fit: dict | None = None) -> None:
         """``fit``: the fit loop's buffers (its ``sched``); binning then also starts the iteration
         (bin.wgsl's fit_main). Big problems bin in two passes (Shape.coarse_bin): the same lists."""
