@@ -36,8 +36,7 @@ const WEIGHTS_BINDING: u32 = 8u;  // the focus map, in the weighted variant (foc
 // the background stay exact, and the division cannot overflow before this.
 const BACKWARD_STOP: f32 = 1e-30;
 
-const STAGE: u32 = 128u;  // triangles staged in workgroup memory per round
-var<workgroup> staged: array<TriPx, STAGE>;
+var<workgroup> staged: array<Staged, STAGE>;  // (the staging piece)
 var<workgroup> staged_id: array<u32, STAGE>;
 var<workgroup> n_done: atomic<u32>;  // pixels whose walk has ended
 var<workgroup> all_done: u32;
@@ -67,7 +66,7 @@ fn add_grad(x: Grad10, y: Grad10) -> Grad10 {
 struct Walk {
     b: u32,
     list_base: u32,
-    sig: f32,
+    inv_sig: f32,
     reach: f32,  // <= 0: entries farther outside than this are culled, as in the forward
     wh: vec2f,
 }
@@ -82,8 +81,8 @@ struct Below4 {
     c3: vec3f,
 }
 
-fn over(c: vec3f, p: vec2f, t: TriPx, sig: f32) -> vec3f {
-    let alpha = t.rgba.a * sigmoid(signed_distance(p, t) / sig);
+fn over(c: vec3f, p: vec2f, t: TriSetup, inv_sig: f32) -> vec3f {
+    let alpha = t.rgba.a * coverage(setup_distance(p, t), inv_sig);
     return c * (1.0 - alpha) + t.rgba.rgb * alpha;
 }
 
@@ -91,12 +90,12 @@ fn composite_below(w: Walk, m: u32, p0: vec2f, p1: vec2f, p2: vec2f, p3: vec2f) 
     let bg = background(w.b, frame);
     var r = Below4(bg, bg, bg, bg);
     for (var q = 0u; q < m; q++) {
-        let t = load_tri(record_tri(w.b, tile_list[w.list_base + q], frame), frame);
-        r.c0 = over(r.c0, p0, t, w.sig);
-        if (PPT > 1u) { r.c1 = over(r.c1, p1, t, w.sig); }
+        let t = setup_tri(load_tri(record_tri(w.b, tile_list[w.list_base + q], frame), frame), -w.reach);
+        r.c0 = over(r.c0, p0, t, w.inv_sig);
+        if (PPT > 1u) { r.c1 = over(r.c1, p1, t, w.inv_sig); }
         if (PPT > 2u) {
-            r.c2 = over(r.c2, p2, t, w.sig);
-            r.c3 = over(r.c3, p3, t, w.sig);
+            r.c2 = over(r.c2, p2, t, w.inv_sig);
+            r.c3 = over(r.c3, p3, t, w.inv_sig);
         }
     }
     return r;
@@ -138,25 +137,25 @@ struct Hit {
     recompose: bool,
 }
 
-fn entry_hit(s: Pixel, t: TriPx, w: Walk) -> Hit {
+fn entry_hit(s: Pixel, t: TriSetup, w: Walk) -> Hit {
     var h: Hit;
     h.hit = false;
     h.recompose = false;
-    if (!s.live || !near_bbox(s.p, t, -w.reach)) { return h; }
-    h.dg = signed_distance_grad(s.p, t);
+    if (!s.live || !setup_near(s.p, t)) { return h; }
+    h.dg = setup_distance_grad(s.p, t);
     if (h.dg.d < w.reach) { return h; }
     h.hit = true;
-    h.cov = sigmoid(h.dg.d / w.sig);
+    h.cov = coverage(h.dg.d, w.inv_sig);
     h.alpha = t.rgba.a * h.cov;
     let om = 1.0 - h.alpha;
     h.recompose = om < frame.recompute_below;
-    h.below = (s.cur - h.alpha * t.rgba.rgb) / max(om, 1e-30);
+    h.below = (s.cur - h.alpha * t.rgba.rgb) * (1.0 / max(om, 1e-30));
     return h;
 }
 
 // Second half: t's gradient at the pixel (or, with frame.removal_costs, its removal cost in
 // slot 0), and the walk stepped down past t.
-fn entry_grad(s: ptr<function, Pixel>, t: TriPx, h: Hit, w: Walk) -> Grad10 {
+fn entry_grad(s: ptr<function, Pixel>, t: TriSetup, h: Hit, w: Walk) -> Grad10 {
     var g = Grad10(vec4f(0.0), vec4f(0.0), vec2f(0.0));
     if (!h.hit) { return g; }
     let trans = (*s).trans;
@@ -170,7 +169,7 @@ fn entry_grad(s: ptr<function, Pixel>, t: TriPx, h: Hit, w: Walk) -> Grad10 {
     } else {
         let g_alpha = trans * dot((*s).G, t.rgba.rgb - h.below);
         let g_rgb = trans * h.alpha * (*s).G;
-        let g_d = g_alpha * t.rgba.a * h.cov * (1.0 - h.cov) / w.sig;
+        let g_d = g_alpha * t.rgba.a * h.cov * (1.0 - h.cov) * w.inv_sig;
         g.a = g_d * vec4f(h.dg.g0 * w.wh, h.dg.g1 * w.wh);
         g.b = vec4f(g_d * h.dg.g2 * w.wh, g_rgb.rg);
         g.c = vec2f(g_rgb.b, g_alpha * h.cov);
@@ -198,7 +197,7 @@ fn main(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_index) li: 
     let seg_lo = seg_hi - min(seg_hi, seg_len);
     let sbase = record_tri(b, 0u, frame);
     let sig = sigma_px(b, frame);
-    let w = Walk(b, slot * frame.n_tris, sig, -frame.cull_k * sig,
+    let w = Walk(b, slot * frame.n_tris, 1.0 / sig, -frame.cull_k * sig,
                  vec2f(f32(frame.width), f32(frame.height)));
     let part_base = slot * (frame.n_tris + 1u) * 10u;
 
@@ -224,13 +223,13 @@ fn main(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_index) li: 
         workgroupBarrier();
         for (var q = li; q < n; q += THREADS) {
             let id = tile_list[w.list_base + start + q];
-            staged[q] = load_tri(sbase + id * TRI_FLOATS, frame);
+            staged[q] = stage_tri(load_tri(sbase + id * TRI_FLOATS, frame), -w.reach);
             staged_id[q] = id;
         }
         workgroupBarrier();
         var j = 0u;  // slots stashed since the last flush
         for (var k = n; k > 0u; k--) {
-            let t = staged[k - 1u];
+            let t = staged_setup(staged[k - 1u], -w.reach);
             let m = start + k - 1u;
             var h0 = entry_hit(s0, t, w);
             var h1 = Hit();  // explicit: naga does not re-zero a loop-body var each iteration

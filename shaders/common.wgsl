@@ -1,5 +1,5 @@
-// Shared declarations for every trifit kernel: triangle records in pixel units and the exact
-// signed distance with its vertex gradient (docs/MODEL.md). The structs Python writes
+// Shared declarations for every trifit kernel: triangle records in pixel units, set up for the
+// walks, and the exact signed distance with its vertex gradient (docs/MODEL.md). The structs Python writes
 // (Frame, State, Schedule, Optim) and the scene record's index functions come before this file,
 // generated from render/gpu/layouts.py (render/gpu/shaders.py composes the kernels).
 //
@@ -24,19 +24,7 @@ fn sigmoid(x: f32) -> f32 {
     return 1.0 / (1.0 + exp(-x));
 }
 
-// Distance from a point to segment a -> a + e, given w = point - a: returns (distance, t, r.x, r.y)
-// with r = w - t e (t in [0, 1] the nearest point's parameter).
-fn seg_dist(w: vec2f, e: vec2f) -> vec4f {
-    let ee = dot(e, e);
-    var t = 0.0;
-    if (ee > 0.0) {
-        t = clamp(dot(w, e) / ee, 0.0, 1.0);
-    }
-    let r = w - t * e;
-    return vec4f(length(r), t, r.x, r.y);
-}
-
-// Squared distance from a point to segment a -> a + e, given w = point - a (as seg_dist).
+// Squared distance from a point to segment a -> a + e, given w = point - a.
 fn seg_dist2(w: vec2f, e: vec2f) -> f32 {
     let ee = dot(e, e);
     let t = select(0.0, clamp(dot(w, e) / ee, 0.0, 1.0), ee > 0.0);
@@ -86,6 +74,87 @@ fn signed_distance(p: vec2f, t: TriPx) -> f32 {
     return select(-d, d, inside_edges(t, g));
 }
 
+// A triangle set up for the per-pixel walks: what every pixel of a tile would otherwise derive
+// again for each list entry -- the edge vectors and their inverse squared lengths (a multiply in
+// place of a division per edge), the winding, and the bounding box grown by the walk's reach.
+// The walks set each triangle up once per tile as they stage it (once per thread where a thread
+// has several pixels: the staging pieces), so a pixel-entry pair costs only its own arithmetic.
+// Every coverage a walk or render computes goes through these functions, so the forward, the
+// backward and render-only calls compute the same alpha from the same set-up.
+struct TriSetup {
+    p0: vec2f,
+    e0: vec2f,             // p1 - p0
+    e1: vec2f,             // p2 - p1
+    e2: vec2f,             // p0 - p2
+    inv_ee: vec3f,         // 1 / |e_k|^2, 0 for a zero-length edge (its nearest point is its start)
+    orient: f32,           // as TriPx
+    lo: vec2f,             // bounding box, grown by the reach it was set up with
+    hi: vec2f,
+    rgba: vec4f,
+}
+
+fn inv_len2(e: vec2f) -> f32 {
+    let ee = dot(e, e);
+    return select(0.0, 1.0 / ee, ee > 0.0);
+}
+
+// `reach` >= 0: how far outside the triangle a pixel still counts as near (setup_near).
+fn setup_tri(t: TriPx, reach: f32) -> TriSetup {
+    var s: TriSetup;
+    s.p0 = t.p0;
+    s.e0 = t.p1 - t.p0;
+    s.e1 = t.p2 - t.p1;
+    s.e2 = t.p0 - t.p2;
+    s.inv_ee = vec3f(inv_len2(s.e0), inv_len2(s.e1), inv_len2(s.e2));
+    s.orient = t.orient;
+    s.lo = min(t.p0, min(t.p1, t.p2)) - vec2f(reach);
+    s.hi = max(t.p0, max(t.p1, t.p2)) + vec2f(reach);
+    s.rgba = t.rgba;
+    return s;
+}
+
+// Is p inside the set-up triangle's grown bounding box?
+fn setup_near(p: vec2f, s: TriSetup) -> bool {
+    return all(p >= s.lo) && all(p <= s.hi);
+}
+
+// p minus each vertex: w_k = p - vertex k (w1 and w2 stepped along the edges).
+fn setup_w(p: vec2f, s: TriSetup) -> array<vec2f, 3> {
+    let w0 = p - s.p0;
+    let w1 = w0 - s.e0;
+    return array<vec2f, 3>(w0, w1, w1 - s.e1);
+}
+
+// Strictly inside (a zero-area triangle has no inside), from the edges and w.
+fn setup_inside(s: TriSetup, w: array<vec2f, 3>) -> bool {
+    return s.orient != 0.0
+        && cross2(s.e0, w[0]) * s.orient > 0.0
+        && cross2(s.e1, w[1]) * s.orient > 0.0
+        && cross2(s.e2, w[2]) * s.orient > 0.0;
+}
+
+// Squared distance from a + w to segment a -> a + e (inv_ee = 1 / |e|^2, 0 for a point).
+fn seg_q(w: vec2f, e: vec2f, inv_ee: f32) -> f32 {
+    let r = w - clamp(dot(w, e) * inv_ee, 0.0, 1.0) * e;
+    return dot(r, r);
+}
+
+// Exact signed distance (positive inside), as signed_distance: the square root taken once, of
+// the smallest squared distance.
+fn setup_distance(p: vec2f, s: TriSetup) -> f32 {
+    let w = setup_w(p, s);
+    let q = min(seg_q(w[0], s.e0, s.inv_ee.x), min(seg_q(w[1], s.e1, s.inv_ee.y), seg_q(w[2], s.e2, s.inv_ee.z)));
+    let d = sqrt(q);
+    return select(-d, d, setup_inside(s, w));
+}
+
+// Distance from a + w to segment a -> a + e: (distance, t, r.x, r.y), r = w - t e.
+fn seg_dist_pre(w: vec2f, e: vec2f, inv_ee: f32) -> vec4f {
+    let t = clamp(dot(w, e) * inv_ee, 0.0, 1.0);
+    let r = w - t * e;
+    return vec4f(sqrt(dot(r, r)), t, r.x, r.y);
+}
+
 // Signed distance and its gradient with respect to the six vertex coordinates (pixel units).
 struct DistGrad {
     d: f32,
@@ -94,21 +163,21 @@ struct DistGrad {
     g2: vec2f,
 }
 
-fn signed_distance_grad(p: vec2f, t: TriPx) -> DistGrad {
-    let g = edges(p, t);
-    let s0 = seg_dist(g.w0, g.e0);
-    let s1 = seg_dist(g.w1, g.e1);
-    let s2 = seg_dist(g.w2, g.e2);
+fn setup_distance_grad(p: vec2f, s: TriSetup) -> DistGrad {
+    let w = setup_w(p, s);
+    let s0 = seg_dist_pre(w[0], s.e0, s.inv_ee.x);
+    let s1 = seg_dist_pre(w[1], s.e1, s.inv_ee.y);
+    let s2 = seg_dist_pre(w[2], s.e2, s.inv_ee.z);
     // nearest edge; near-ties (within rounding) go to the lowest index, as in the reference, so
     // both engines hand a degenerate triangle's gradient to the same vertices
     var best = s0;
     var k = 0u;
     if (s1.x < best.x - tie_margin(best.x)) { best = s1; k = 1u; }
     if (s2.x < best.x - tie_margin(best.x)) { best = s2; k = 2u; }
-    let sgn = select(-1.0, 1.0, inside_edges(t, g));
+    let sgn = select(-1.0, 1.0, setup_inside(s, w));
     var n = vec2f(0.0);
     if (best.x > 0.0) {
-        n = best.zw / best.x * sgn;
+        n = best.zw * (sgn / best.x);
     }
     // d|p - q| / dA = -(1 - t) n and d|p - q| / dB = -t n, q the nearest point of segment AB
     let ga = -(1.0 - best.y) * n;
@@ -124,6 +193,11 @@ fn signed_distance_grad(p: vec2f, t: TriPx) -> DistGrad {
     return out;
 }
 
+// Coverage at signed distance d: sigmoid(d / sigma), with 1 / sigma taken once per walk.
+fn coverage(d: f32, inv_sig: f32) -> f32 {
+    return sigmoid(d * inv_sig);
+}
+
 // Cheap pre-test: can p be within `reach` (>= 0) of the triangle? (bounding box grown by reach)
 fn near_bbox(p: vec2f, t: TriPx, reach: f32) -> bool {
     let lo = min(t.p0, min(t.p1, t.p2)) - vec2f(reach);
@@ -131,13 +205,19 @@ fn near_bbox(p: vec2f, t: TriPx, reach: f32) -> bool {
     return all(p >= lo) && all(p <= hi);
 }
 
-// Opacity of triangle t at pixel p, a * sigmoid(d / sigma), or exactly 0 where its coverage is
-// culled: more than `reach` (>= 0) outside, found by the bounding box before the exact distance.
-fn culled_alpha(p: vec2f, t: TriPx, sig: f32, reach: f32) -> f32 {
-    if (!near_bbox(p, t, reach)) { return 0.0; }
-    let d = signed_distance(p, t);
+// Opacity of the set-up triangle at pixel p, a * sigmoid(d / sigma), or exactly 0 where its
+// coverage is culled: more than `reach` (the reach it was set up with) outside, found by the
+// grown bounding box before the exact distance.
+fn culled_alpha(p: vec2f, s: TriSetup, inv_sig: f32, reach: f32) -> f32 {
+    if (!setup_near(p, s)) { return 0.0; }
+    return near_alpha(p, s, inv_sig, reach);
+}
+
+// culled_alpha for a pixel already known to be near (its bounding-box test passed).
+fn near_alpha(p: vec2f, s: TriSetup, inv_sig: f32, reach: f32) -> f32 {
+    let d = setup_distance(p, s);
     if (d < -reach) { return 0.0; }
-    return t.rgba.a * sigmoid(d / sig);
+    return s.rgba.a * coverage(d, inv_sig);
 }
 
 // Pixel-centre extent [lo, hi] of tile `tile`, clipped to the frame.

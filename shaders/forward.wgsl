@@ -1,7 +1,8 @@
 // Forward: one thread per pixel, one workgroup per 16x16 tile. Each pixel walks its tile's list
 // front to back (top triangle first), accumulating colour under the running transmittance, and
 // the whole tile stops early once every pixel's transmittance is below frame.stop_t.
-// Triangle records are staged in workgroup memory 256 at a time.
+// Triangles are staged in workgroup memory STAGE at a time, set up (common.wgsl
+// TriSetup) once per tile on GPUs and once per thread on CPU adapters (the staging piece).
 // With frame.with_loss set, the same kernel also evaluates the loss against the target: it writes
 // dL/dC per pixel (the backward's seed) and one partial loss sum per tile (fixed-order tree, so
 // reproducible) -- one pass over the pixels instead of two. A focus map, where there is one,
@@ -26,7 +27,7 @@ const WEIGHTS_BINDING: u32 = 9u;  // the focus map, in the weighted variant (foc
 
 var<workgroup> loss_red: array<f32, THREADS>;
 
-var<workgroup> staged: array<TriPx, 256>;
+var<workgroup> staged: array<Staged, STAGE>;  // (the staging piece: stage_setup.wgsl or stage_tri.wgsl)
 var<workgroup> n_done: atomic<u32>;  // pixels whose walk has ended
 var<workgroup> all_done: u32;
 
@@ -55,7 +56,7 @@ fn start_pixel(tile: vec2u, pi: u32, slot: u32) -> Pixel {
 }
 
 // Composites list entry `pos` (triangle t, of `count`) under pixel s.
-fn composite_entry(s: ptr<function, Pixel>, t: TriPx, pos: u32, count: u32, record: bool, sig: f32, reach: f32) {
+fn composite_entry(s: ptr<function, Pixel>, t: TriSetup, pos: u32, count: u32, record: bool, inv_sig: f32, reach: f32) {
     if ((*s).done) { return; }
     if (record) {
         // entering segment next_seg: list position pos == count - next_seg * seg_len - 1
@@ -65,7 +66,7 @@ fn composite_entry(s: ptr<function, Pixel>, t: TriPx, pos: u32, count: u32, reco
             (*s).next_seg = ns + 1u;
         }
     }
-    let alpha = culled_alpha((*s).p, t, sig, reach);
+    let alpha = culled_alpha((*s).p, t, inv_sig, reach);
     if (alpha == 0.0) { return; }  // culled (or fully transparent): nothing changes
     (*s).acc += (*s).trans * alpha * t.rgba.rgb;
     (*s).trans *= 1.0 - alpha;
@@ -111,6 +112,7 @@ fn main(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_index) li: 
     let sbase = record_tri(b, 0u, frame);
     let sig = sigma_px(b, frame);
     let reach = frame.cull_k * sig;  // coverage below sigmoid(-cull_k) is skipped (< 1e-9)
+    let inv_sig = 1.0 / sig;
     let count = tile_count[slot];
     let list_base = slot * frame.n_tris;
     let record = frame.with_loss != 0u && frame.n_seg > 1u;
@@ -129,25 +131,25 @@ fn main(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_index) li: 
     var end = count;  // walk batches from the top of the list down
     loop {
         if (end == 0u) { break; }
-        let start = select(0u, end - WG, end > WG);
+        let start = select(0u, end - STAGE, end > STAGE);
         let n = end - start;
         workgroupBarrier();
         for (var q = li; q < n; q += THREADS) {
-            staged[q] = load_tri(sbase + tile_list[list_base + start + q] * TRI_FLOATS, frame);
+            staged[q] = stage_tri(load_tri(sbase + tile_list[list_base + start + q] * TRI_FLOATS, frame), reach);
         }
         workgroupBarrier();
         for (var k = n; k > 0u; k--) {
-            let t = staged[k - 1u];
+            let t = staged_setup(staged[k - 1u], reach);
             let pos = start + k - 1u;
-            composite_entry(&s0, t, pos, count, record, sig, reach);
+            composite_entry(&s0, t, pos, count, record, inv_sig, reach);
             var all_hidden = s0.done;
             if (PPT > 1u) {
-                composite_entry(&s1, t, pos, count, record, sig, reach);
+                composite_entry(&s1, t, pos, count, record, inv_sig, reach);
                 all_hidden = all_hidden && s1.done;
             }
             if (PPT > 2u) {
-                composite_entry(&s2, t, pos, count, record, sig, reach);
-                composite_entry(&s3, t, pos, count, record, sig, reach);
+                composite_entry(&s2, t, pos, count, record, inv_sig, reach);
+                composite_entry(&s3, t, pos, count, record, inv_sig, reach);
                 all_hidden = all_hidden && s2.done && s3.done;
             }
             if (all_hidden) { break; }  // this thread's pixels are all done

@@ -24,6 +24,7 @@ fn main(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_index) li: 
     let sbase = record_tri(b, 0u, frame);
     let sig = sigma_px(b, frame);
     let reach = frame.cull_k * sig;
+    let inv_sig = 1.0 / sig;
     let ext = tile_extent(wid.xy, frame);
     if (li == 0u) { atomicStore(&n_done, 0u); all_done = 0u; }
     workgroupBarrier();  // zeroed before any pixel counts itself
@@ -35,10 +36,10 @@ fn main(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_index) li: 
     for (var r = (frame.n_tris + WG - 1u) / WG; r > 0u; r--) {
         let i = (r - 1u) * WG + li;
         var hit = 0u;
-        var t: TriPx;
+        var tri: TriPx;
         if (i < frame.n_tris) {
-            t = load_tri(sbase + i * TRI_FLOATS, frame);
-            if (touches_tile(t, ext[0], ext[1], reach)) { hit = 1u; }
+            tri = load_tri(sbase + i * TRI_FLOATS, frame);
+            if (touches_tile(tri, ext[0], ext[1], reach)) { hit = 1u; }
         }
         workgroupBarrier();  // the previous round's walk is done with `staged`
         scan[li] = hit;
@@ -50,14 +51,17 @@ fn main(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_index) li: 
             scan[li] = scan[li] + add;
             workgroupBarrier();
         }
-        if (hit == 1u) { staged[scan[li] - 1u] = t; }
+        if (hit == 1u) { staged[scan[li] - 1u] = tri; }
         let n = workgroupUniformLoad(&scan[WG - 1u]);
         if (!done) {
             for (var k = n; k > 0u; k--) {
-                let s = staged[k - 1u];
-                let alpha = culled_alpha(p, s, sig, reach);
+                let t = staged[k - 1u];
+                // set up per pixel, after the cheap test (staging set-up triangles would take
+                // 20 KiB here): the same arithmetic as the forward's, so the same alpha
+                if (!near_bbox(p, t, reach)) { continue; }
+                let alpha = near_alpha(p, setup_tri(t, reach), inv_sig, reach);
                 if (alpha == 0.0) { continue; }  // culled (or fully transparent): nothing changes
-                acc += trans * alpha * s.rgba.rgb;
+                acc += trans * alpha * t.rgba.rgb;
                 trans *= 1.0 - alpha;
                 if (trans < frame.stop_t) {
                     done = true;

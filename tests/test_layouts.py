@@ -157,7 +157,7 @@ def test_kernels_are_composed_from_files(name):
     for s in layouts.KERNEL_STRUCTS:
         assert declared.count(s.name) == 1, s.name
     order = [src.index("struct Frame {"), src.index("fn record_sigma("), src.index("// ---- shaders/common.wgsl")]
-    order += [src.index(f"// ---- shaders/{p}") for p in shaders.PIECES[name] if p not in (shaders.REDUCTION, shaders.FOCUS)]
+    order += [src.index(f"// ---- shaders/{p}") for p in shaders.PIECES[name] if p not in shaders.PLACEHOLDERS]
     order.append(src.index(f"// ---- shaders/{name}"))
     assert order == sorted(order)
     assert src.count("var<storage, read> scene: array<f32>") <= 1  # bindings come from the kernel file only
@@ -177,6 +177,17 @@ def test_reduction_variant_and_shared_pieces():
     assert "fn reduce_param(" in adam and "fn reduce_grad(" not in adam  # the function, not the other kernel
     with pytest.raises(ValueError, match="unknown kernel"):
         shaders.kernel_source("nope.wgsl", subgroups=False)
+
+
+def test_staging_variant_follows_pixels_per_thread():
+    # one pixel a thread stages set-up records; several stage the plain record, set up per thread
+    for ppt, piece, other in ((1, "stage_setup.wgsl", "stage_tri.wgsl"), (4, "stage_tri.wgsl", "stage_setup.wgsl")):
+        st = shaders.staging(ppt)
+        assert st.piece == piece
+        for kernel, stage in (("forward.wgsl", st.forward), ("backward.wgsl", st.backward)):
+            src = shaders.kernel_source(kernel, subgroups=False, ppt=ppt)
+            assert f"// ---- shaders/{piece}" in src and f"// ---- shaders/{other}" not in src
+            assert f"const STAGE: u32 = {stage}u;" in src
 
 
 def test_a_file_spelling_a_generated_struct_is_refused():

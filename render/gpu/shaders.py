@@ -16,6 +16,7 @@ from __future__ import annotations
 import functools
 import importlib.resources
 import threading
+from dataclasses import dataclass
 
 from . import layouts
 
@@ -51,7 +52,8 @@ def backward_batch(workgroup_storage: int, subgroups: bool, subgroup_size: int =
     """KB: triangles whose workgroup sums share one barrier pair in the backward kernel, as many
     (up to 16) as the adapter's workgroup memory holds next to the staged triangles."""
     threads = 256 // ppt
-    fixed = 128 * 48 + 128 * 4 + 16  # staged TriPx records and ids, counters
+    st = staging(ppt)
+    fixed = st.backward * (st.record_bytes + 4) + 16  # staged records and their ids, counters
     per_slot = 10 * 4 * max_subgroups(subgroup_size, threads) if subgroups else 10 * 4
     if not subgroups:
         fixed += 10 * threads * 4
@@ -62,11 +64,35 @@ REDUCTION = "<reduction>"  # stands for reduce_subgroup.wgsl or reduce_workgroup
 #: stands for focus_map.wgsl (a focus map weighs the loss: its own binding) or focus_none.wgsl (none:
 #: the unweighted arithmetic, and no binding) in PIECES
 FOCUS = "<focus>"
+#: stands for stage_setup.wgsl (one pixel a thread: triangles set up once per tile as they are
+#: staged) or stage_tri.wgsl (several: each thread sets up the staged record for its pixels)
+STAGING = "<staging>"
+#: the pieces a variant chooses
+PLACEHOLDERS = (REDUCTION, FOCUS, STAGING)
+
+
+@dataclass(frozen=True)
+class Staging:
+    """How the forward and backward walks stage triangles in workgroup memory."""
+    piece: str
+    record_bytes: int  # one staged record (common.wgsl TriSetup or TriPx)
+    forward: int       # records a forward round
+    backward: int      # records a backward round
+
+
+def staging(ppt: int) -> Staging:
+    """One pixel a thread (GPUs) stages set-up records, fewer a round: rounds of 128 (forward) and
+    64 (backward) measured faster on the H200 than 256 and 128, as less workgroup memory lets more
+    workgroups run at once. Several pixels a thread (CPU adapters) stage the plain, smaller record
+    (docs/PERFORMANCE.md, "Set-up triangles")."""
+    if ppt == 1:
+        return Staging("stage_setup.wgsl", 80, 128, 64)
+    return Staging("stage_tri.wgsl", 48, 256, 128)
 #: the shared pieces of each kernel, in order, between the constants and the kernel file
 PIECES: dict[str, tuple[str, ...]] = {
     "bin.wgsl": ("scene_access.wgsl", "scan.wgsl", "schedule.wgsl"),
-    "forward.wgsl": ("scene_access.wgsl", FOCUS),
-    "backward.wgsl": ("scene_access.wgsl", REDUCTION, FOCUS),
+    "forward.wgsl": ("scene_access.wgsl", STAGING, FOCUS),
+    "backward.wgsl": ("scene_access.wgsl", STAGING, REDUCTION, FOCUS),
     "naive_forward.wgsl": ("scene_access.wgsl",),
     "render.wgsl": ("scene_access.wgsl",),
     "reduce.wgsl": ("reduce_param.wgsl",),
@@ -91,7 +117,10 @@ def constants(name: str, kb: int = 1, subgroup_size: int = 0, ppt: int = 1) -> s
     if name in _PPT_KERNELS:
         lines.append(f"const PPT: u32 = {int(ppt)}u;  // pixels per thread")
         lines.append(f"const THREADS: u32 = {threads}u;  // WG / PPT")
+    if name == "forward.wgsl":
+        lines.append(f"const STAGE: u32 = {staging(ppt).forward}u;  // triangles staged a round (render/gpu/shaders.py)")
     if name == "backward.wgsl":
+        lines.append(f"const STAGE: u32 = {staging(ppt).backward}u;  // triangles staged a round (render/gpu/shaders.py)")
         lines.append(f"const KB: u32 = {int(kb)}u;  // triangles per barrier pair (render/gpu/shaders.py)")
         lines.append(f"const MAX_SUBGROUPS: u32 = {max_subgroups(subgroup_size, threads)}u;  "
                      "// THREADS / probed subgroup size")
@@ -119,7 +148,8 @@ def kernel_source(name: str, subgroups: bool, kb: int = 1, subgroup_size: int = 
     if name not in PIECES:
         raise ValueError(f"unknown kernel {name!r} (kernels: {', '.join(PIECES)})")
     chosen = {REDUCTION: "reduce_subgroup.wgsl" if subgroups else "reduce_workgroup.wgsl",
-              FOCUS: "focus_map.wgsl" if weighted else "focus_none.wgsl"}
+              FOCUS: "focus_map.wgsl" if weighted else "focus_none.wgsl",
+              STAGING: staging(ppt).piece}
     pieces = [chosen.get(p, p) for p in PIECES[name]]
     parts = [("shaders/common.wgsl", source("common.wgsl")),
              ("constants (render/gpu/shaders.py)", constants(name, kb, subgroup_size, ppt))]
