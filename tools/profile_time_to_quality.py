@@ -8,6 +8,8 @@ cells with their passes, and long fits' host CPU and readback per iteration.
     python tools/profile_time_to_quality.py cells          # fit 512/1000, 1024/5000; fwd+bwd 512^2x1024, 1024^2x5000
     ... cells --cell fit:176:150 --cell fwdbwd:128:64 --calls 5   # other cells (a CPU adapter)
     python tools/profile_time_to_quality.py long [--seconds 20] [--size 512] [--tris 1000]
+    python tools/profile_time_to_quality.py host --seconds 20   # the same fit: this thread's CPU inside wgpu's
+                                                           # calls and the fit loop's encoding; each thread's CPU
     python tools/profile_time_to_quality.py readback       # 600 iterations, 128 px, 60 triangles
     ... long|readback --set placement=device               # fit settings (repeatable), e.g. events on the device
     python tools/profile_time_to_quality.py events [--size 512] [--tris 1000] [--repeats 5]
@@ -176,6 +178,71 @@ def long_fit(a) -> dict:
     return res
 
 
+def _thread_cpu() -> dict[str, tuple[str, float]]:
+    """Each thread of this process: (name, user + system CPU seconds), from /proc (Linux)."""
+    import os
+
+    tick, out = os.sysconf("SC_CLK_TCK"), {}
+    for tid in os.listdir("/proc/self/task"):
+        try:
+            name = open(f"/proc/self/task/{tid}/comm").read().strip()
+            fields = open(f"/proc/self/task/{tid}/stat").read().rsplit(")", 1)[1].split()
+        except OSError:  # the thread ended
+            continue
+        out[tid] = (name, (int(fields[11]) + int(fields[12])) / tick)
+    return out
+
+
+def host_calls(a) -> dict:
+    """A time-limited fit (as ``long``) with wgpu-py's per-chunk calls and the fit loop's direct
+    encoding wrapped: this thread's CPU and wall inside each, and every thread's CPU (/proc)."""
+    from collections import defaultdict
+
+    from wgpu.backends import wgpu_native as wn
+
+    from trifit import Engine, Fitter, StopConditions, load_image
+    from trifit.gpu.encode import Repeats
+    from trifit.resources import sample_path
+
+    inside: dict = defaultdict(lambda: [0, 0.0, 0.0])
+
+    def wrap(cls, name, label):
+        orig = getattr(cls, name)
+
+        def timed(*args, **kw):
+            c, t = time.thread_time(), time.perf_counter()
+            try:
+                return orig(*args, **kw)
+            finally:
+                row = inside[label]
+                row[0] += 1
+                row[1] += time.thread_time() - c
+                row[2] += time.perf_counter() - t
+        setattr(cls, name, timed)
+
+    for cls, name in [(wn.GPUCommandEncoder, "finish"), (Repeats, "encode"), (wn.GPUBuffer, "map_sync"),
+                      (wn.GPUQueue, "submit"), (wn.GPUBuffer, "read_mapped"), (wn.GPUDevice, "create_command_encoder"),
+                      (wn.GPUQueue, "write_buffer"), (wn.GPUCommandEncoder, "begin_compute_pass"),
+                      (wn.GPUDevice, "create_bind_group"), (wn.GPUComputePassEncoder, "end"), (wn.GPUBuffer, "unmap")]:
+        wrap(cls, name, f"{cls.__name__}.{name}")
+    eng = Engine("gpu")
+    target = load_image(sample_path(a.image), a.size)
+    settings = _settings(a)
+    Fitter(target, triangles=a.tris, size=a.size, engine=eng, **settings).close()  # pipelines first
+    inside.clear()
+    before, c0, t0 = _thread_cpu(), time.thread_time(), time.perf_counter()
+    f = Fitter(target, triangles=a.tris, size=a.size, seed=a.seed, engine=eng, **settings)
+    f.run(StopConditions(time_limit=a.seconds))
+    thread_cpu, wall, after = time.thread_time() - c0, time.perf_counter() - t0, _thread_cpu()
+    threads = sorted(((cpu - before.get(tid, (name, 0.0))[1], name, tid) for tid, (name, cpu) in after.items()),
+                     reverse=True)
+    return {"seconds": a.seconds, "size": a.size, "tris": a.tris, "iterations": f.iteration, "wall_s": wall,
+            "fit_thread_cpu_s": thread_cpu, "process_cpu_s": sum(t[0] for t in threads),
+            "threads": [{"name": n, "tid": tid, "cpu_s": c} for c, n, tid in threads if c > 0],
+            "inside": {k: {"calls": n, "thread_cpu_s": c, "wall_s": w} for k, (n, c, w) in
+                       sorted(inside.items(), key=lambda kv: -kv[1][1])}}
+
+
 def readback(a) -> dict:
     from trifit import Engine, Fitter, StopConditions, load_image
     from trifit.resources import sample_path
@@ -240,7 +307,7 @@ def events(a) -> dict:
 
 def main():
     p = argparse.ArgumentParser()
-    p.add_argument("what", choices=["start", "wall", "cells", "long", "readback", "events"])
+    p.add_argument("what", choices=["start", "wall", "cells", "long", "host", "readback", "events"])
     p.add_argument("--pythonpath", action="append", help="wall: a PYTHONPATH to time the CLI under (repeatable)")
     p.add_argument("--seconds", type=float, default=1.0)
     p.add_argument("--size", type=int, default=512)
@@ -253,7 +320,9 @@ def main():
     p.add_argument("--calls", type=int, default=25, help="cells: calls per timed submission")
     p.add_argument("--set", action="append", metavar="KEY=VALUE", help="a fit setting (long, readback)")
     a = p.parse_args()
-    res = {"start": start, "wall": wall, "cells": cells, "long": long_fit, "readback": readback, "events": events}[a.what](a)
+    modes = {"start": start, "wall": wall, "cells": cells, "long": long_fit, "host": host_calls, "readback": readback,
+             "events": events}
+    res = modes[a.what](a)
     print(json.dumps(res, indent=1, default=float), flush=True)
 
 
