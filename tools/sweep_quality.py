@@ -2,7 +2,7 @@
 samples at 176 px with 150 triangles, at fixed iteration budgets (or a time limit per fit).
 Prints one line per run.
 
-    python tools/sweep_quality.py [--iters 300,1000 | --time-limit 12 | --budgeted-plan 975]
+    python tools/sweep_quality.py [--iters 300,1000 | --time-limit 12 | --budgeted-plan 975 [--marks 0.3,0.85]]
                                   [--seeds 0] [--variants a,b]
 
 --budgeted-plan N runs N iterations planned as a time-limited fit would plan them (the coarse share
@@ -188,6 +188,8 @@ def main():
     p.add_argument("--time-limit", type=float, help="seconds per fit instead of --iters")
     p.add_argument("--images", default="astronaut.png,chelsea.png")
     p.add_argument("--budgeted-plan", type=int, help="N iterations planned like a time-limited fit")
+    p.add_argument("--marks", help="with --budgeted-plan: fractions of the plan (e.g. 0.3,0.85) at which to print each "
+                   "seed's working-size PSNR, and how its rank there predicts its final rank")
     a = p.parse_args()
     if a.budgeted_plan:
         return budgeted(a)
@@ -212,23 +214,39 @@ def budgeted(a):
     from trifit.quality import score_as_saved
 
     eng = Engine("gpu")
+    marks = [float(m) for m in a.marks.split(",")] if a.marks else []
     print(f"# budgeted plan of {a.budgeted_plan} on {eng.description}, {time.strftime('%Y-%m-%d')}", flush=True)
     for name in a.variants.split(","):
         for image in a.images.split(","):
             path = sample_path(image) if "/" not in image else image
             target = load_image(path, 176)
-            psnrs, sigmas = [], []
+            psnrs, sigmas, on_way = [], [], []
             for seed in [int(s) for s in a.seeds.split(",")]:
                 f = Fitter(target, triangles=a.tris, size=176, seed=seed, engine=eng, **VARIANTS[name])
                 f.plan(a.budgeted_plan, time_budgeted=True)  # as a time limit plans it
-                f.step(a.budgeted_plan)
+                done, seen = 0, []
+                for m in marks:  # the working-size PSNR on the way (the stage's size and count)
+                    k = int(m * a.budgeted_plan) - done
+                    seen.append(f.step(k).psnr)
+                    done += k
+                f.step(a.budgeted_plan - done)
                 scene = f.scene
                 psnrs.append(score_as_saved(scene, target)["psnr"])
                 sigmas.append(scene.sigma * min(scene.width, scene.height))
                 f.close()
+                if marks:
+                    on_way.append(seen)
+                    print(f"  {Path(image).name} s{seed}: " + " ".join(f"{v:.2f}" for v in seen) +
+                          f" -> {psnrs[-1]:.2f}", flush=True)
             print(f"{name:24s} {Path(image).name:14s} seeds {a.seeds}: PSNR mean {np.mean(psnrs):.2f} "
                   f"({min(psnrs):.2f}-{max(psnrs):.2f}) sigma {np.mean(sigmas):.2f} px "
                   f"[{' '.join(f'{p:.2f}' for p in psnrs)}]", flush=True)
+            if marks:  # does a seed's rank on the way predict its rank at the end?
+                ranks = np.argsort(np.argsort(np.array(on_way), axis=0), axis=0)
+                final = np.argsort(np.argsort(psnrs))
+                corr = [np.corrcoef(ranks[:, i], final)[0, 1] for i in range(len(marks))]
+                print(f"  rank correlation with the final PSNR at {', '.join(f'{m:g}' for m in marks)} of the plan: "
+                      + " / ".join(f"{c:.2f}" for c in corr), flush=True)
 
 
 if __name__ == "__main__":
