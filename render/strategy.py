@@ -193,10 +193,11 @@ class DefaultStrategy(FixedStrategy):
 
     def prune_cycles(self) -> int:
         """Pruning cycles in this plan: as many of at least prune_cycle_min iterations as fit
-        between growth_until and prune_until, up to overgrow_cycles."""
+        between growth_until and prune_until (up to overgrow_cycles where that is set)."""
         s = self.settings
         span = (s.prune_until - s.growth_until) * s.planned_iterations
-        return max(1, min(s.overgrow_cycles, int(span // max(1, s.prune_cycle_min))))
+        fit = int(span // max(1, s.prune_cycle_min))
+        return max(1, min(s.overgrow_cycles, fit) if s.overgrow_cycles > 0 else fit)
 
     def cycles(self) -> tuple[float, float, int]:
         """(first iteration, length, count) of the pruning cycles in this plan."""

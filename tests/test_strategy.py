@@ -21,7 +21,8 @@ def _wanted_by_formula(s, peak, it, pruning=False):
     """The count plan written out directly, one iteration at a time (growth stages up to the
     peak, then pruning cycles of prune_stages steps after a hold)."""
     plan, stages = s.planned_iterations, max(1, s.growth_stages)
-    n = max(1, min(s.overgrow_cycles, int((s.prune_until - s.growth_until) * plan // max(1, s.prune_cycle_min))))
+    fit = int((s.prune_until - s.growth_until) * plan // max(1, s.prune_cycle_min))
+    n = max(1, min(s.overgrow_cycles, fit) if s.overgrow_cycles > 0 else fit)
     start = s.growth_until * plan
     cycle = max(1.0, (s.prune_until - s.growth_until) * plan / n)
     if peak > s.triangles and (pruning or it >= start - 1e-6):
@@ -39,8 +40,23 @@ def _wanted_by_formula(s, peak, it, pruning=False):
     return max(1, math.ceil(peak * min(stages, int((it + 1e-9) // stage_len) + 1) / stages))
 
 
+def test_pruning_cycles_scale_with_the_plan(ref_engine):
+    # a longer plan revises its scene in more cycles of the same length, unless a cap is set
+    f = Fitter(_target(), triangles=150, size=24, seed=0, engine=ref_engine)
+    capped = Fitter(_target(), triangles=150, size=24, seed=0, engine=ref_engine, overgrow_cycles=24)
+    for plan, cycles in ((300, 1), (7500, 26), (30000, 105)):
+        f.plan(plan)
+        capped.plan(plan)
+        assert f.strategy.prune_cycles() == cycles
+        assert capped.strategy.prune_cycles() == min(cycles, 24)
+        first, length, n = f.strategy.cycles()
+        assert n == cycles and length >= f.settings.prune_cycle_min
+    f.close()
+    capped.close()
+
+
 @pytest.mark.parametrize("settings", [
-    {},                                                        # the defaults: up to 24 cycles
+    {},                                                        # the defaults: as many cycles as fit
     {"overgrow_cycles": 1, "prune_until": 0.75},               # one cycle
     {"prune_hold": 0.5},                                       # each cycle holds its peak first
     {"overgrow_cycles": 3, "prune_stages": 8, "prune_hold": 0.3},

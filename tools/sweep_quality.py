@@ -88,6 +88,11 @@ VARIANTS = {
     "cycles 6 until 0.9": {"overgrow_cycles": 6, "prune_until": 0.9},
     "cycles 6 until 0.85 sigma over 0.9": {"overgrow_cycles": 6, "prune_until": 0.85, "sigma_fraction": 0.9},
     "cycles 6 until 0.85 lr_final 0.3": {"overgrow_cycles": 6, "prune_until": 0.85, "lr_final": 0.3},
+    # long plans (issue #19: 30,000 iterations ended below 15,000): the knobs counted in iterations
+    "respawn 200": {"respawn_every": 200},
+    "cycles 96": {"overgrow_cycles": 96},
+    "cycles 48": {"overgrow_cycles": 48},
+    "cycles of 100": {"overgrow_cycles": 100_000},  # as many as fit, prune_cycle_min iterations each
     "cycles 6 until 0.85 x1.75": {"overgrow_cycles": 6, "prune_until": 0.85, "overgrow": 1.75},
     "overgrow any count": {"overgrow_max": 1 << 30},
     "cycles 9 growth 0.3 until 0.85": {"overgrow_cycles": 9, "prune_until": 0.85, "growth_until": 0.3},
