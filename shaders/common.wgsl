@@ -79,8 +79,9 @@ fn signed_distance(p: vec2f, t: TriPx) -> f32 {
 // place of a division per edge), the winding, and the bounding box grown by the walk's reach.
 // The walks set each triangle up once per tile as they stage it (once per thread where a thread
 // has several pixels: the staging pieces), so a pixel-entry pair costs only its own arithmetic.
-// Every coverage a walk or render computes goes through these functions, so the forward, the
-// backward and render-only calls compute the same alpha from the same set-up.
+// The forward and render-only calls compute a coverage through the same functions, so the same
+// alpha; the backward's distance comes with its gradient (setup_distance_grad), whose tie rule
+// may take an edge up to tie_margin farther than the nearest.
 struct TriSetup {
     p0: vec2f,
     e0: vec2f,             // p1 - p0
