@@ -88,6 +88,8 @@ def staging(ppt: int) -> Staging:
     if ppt == 1:
         return Staging("stage_setup.wgsl", 80, 128, 64)
     return Staging("stage_tri.wgsl", 48, 256, 128)
+
+
 #: the shared pieces of each kernel, in order, between the constants and the kernel file
 PIECES: dict[str, tuple[str, ...]] = {
     "bin.wgsl": ("scene_access.wgsl", "scan.wgsl", "schedule.wgsl"),
