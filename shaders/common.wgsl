@@ -134,26 +134,22 @@ fn setup_inside(s: TriSetup, w: array<vec2f, 3>) -> bool {
         && cross2(s.e2, w[2]) * s.orient > 0.0;
 }
 
-// Squared distance from a + w to segment a -> a + e (inv_ee = 1 / |e|^2, 0 for a point).
-fn seg_q(w: vec2f, e: vec2f, inv_ee: f32) -> f32 {
-    let r = w - clamp(dot(w, e) * inv_ee, 0.0, 1.0) * e;
-    return dot(r, r);
+// Nearest point of segment a -> a + e to a + w (inv_ee = 1 / |e|^2, 0 for a point): (squared
+// distance, t, r.x, r.y), r = w - t e, t in [0, 1] the nearest point's parameter.
+fn seg_near(w: vec2f, e: vec2f, inv_ee: f32) -> vec4f {
+    let t = clamp(dot(w, e) * inv_ee, 0.0, 1.0);
+    let r = w - t * e;
+    return vec4f(dot(r, r), t, r.x, r.y);
 }
 
 // Exact signed distance (positive inside), as signed_distance: the square root taken once, of
 // the smallest squared distance.
 fn setup_distance(p: vec2f, s: TriSetup) -> f32 {
     let w = setup_w(p, s);
-    let q = min(seg_q(w[0], s.e0, s.inv_ee.x), min(seg_q(w[1], s.e1, s.inv_ee.y), seg_q(w[2], s.e2, s.inv_ee.z)));
+    let q = min(seg_near(w[0], s.e0, s.inv_ee.x).x,
+                min(seg_near(w[1], s.e1, s.inv_ee.y).x, seg_near(w[2], s.e2, s.inv_ee.z).x));
     let d = sqrt(q);
     return select(-d, d, setup_inside(s, w));
-}
-
-// Distance from a + w to segment a -> a + e: (distance, t, r.x, r.y), r = w - t e.
-fn seg_dist_pre(w: vec2f, e: vec2f, inv_ee: f32) -> vec4f {
-    let t = clamp(dot(w, e) * inv_ee, 0.0, 1.0);
-    let r = w - t * e;
-    return vec4f(sqrt(dot(r, r)), t, r.x, r.y);
 }
 
 // Signed distance and its gradient with respect to the six vertex coordinates (pixel units).
@@ -166,9 +162,12 @@ struct DistGrad {
 
 fn setup_distance_grad(p: vec2f, s: TriSetup) -> DistGrad {
     let w = setup_w(p, s);
-    let s0 = seg_dist_pre(w[0], s.e0, s.inv_ee.x);
-    let s1 = seg_dist_pre(w[1], s.e1, s.inv_ee.y);
-    let s2 = seg_dist_pre(w[2], s.e2, s.inv_ee.z);
+    let n0 = seg_near(w[0], s.e0, s.inv_ee.x);  // (distances, not squares: the tie rule's margin is in pixels)
+    let n1 = seg_near(w[1], s.e1, s.inv_ee.y);
+    let n2 = seg_near(w[2], s.e2, s.inv_ee.z);
+    let s0 = vec4f(sqrt(n0.x), n0.yzw);
+    let s1 = vec4f(sqrt(n1.x), n1.yzw);
+    let s2 = vec4f(sqrt(n2.x), n2.yzw);
     // nearest edge; near-ties (within rounding) go to the lowest index, as in the reference, so
     // both engines hand a degenerate triangle's gradient to the same vertices
     var best = s0;
@@ -201,9 +200,7 @@ fn coverage(d: f32, inv_sig: f32) -> f32 {
 
 // Cheap pre-test: can p be within `reach` (>= 0) of the triangle? (bounding box grown by reach)
 fn near_bbox(p: vec2f, t: TriPx, reach: f32) -> bool {
-    let lo = min(t.p0, min(t.p1, t.p2)) - vec2f(reach);
-    let hi = max(t.p0, max(t.p1, t.p2)) + vec2f(reach);
-    return all(p >= lo) && all(p <= hi);
+    return bbox_meets(t, p, p, reach);
 }
 
 // Opacity of the set-up triangle at pixel p, a * sigmoid(d / sigma), or exactly 0 where its

@@ -10,8 +10,8 @@
 @group(0) @binding(1) var<storage, read> scene: array<f32>;  // scene records (scene_access.wgsl)
 @group(0) @binding(2) var<storage, read_write> image: array<f32>;
 
+const SCAN_THREADS: u32 = WG;  // (scan.wgsl)
 var<workgroup> staged: array<TriPx, 256>;
-var<workgroup> scan: array<u32, 256>;
 var<workgroup> n_done: atomic<u32>;
 var<workgroup> all_done: u32;
 
@@ -41,18 +41,11 @@ fn main(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_index) li: 
             tri = load_tri(sbase + i * TRI_FLOATS, frame);
             if (touches_tile(tri, ext[0], ext[1], reach)) { hit = 1u; }
         }
-        workgroupBarrier();  // the previous round's walk is done with `staged`
-        scan[li] = hit;
-        workgroupBarrier();
-        for (var off = 1u; off < WG; off = off * 2u) {  // Hillis-Steele inclusive scan
-            var add = 0u;
-            if (li >= off) { add = scan[li - off]; }
-            workgroupBarrier();
-            scan[li] = scan[li] + add;
-            workgroupBarrier();
-        }
-        if (hit == 1u) { staged[scan[li] - 1u] = tri; }
-        let n = workgroupUniformLoad(&scan[WG - 1u]);
+        workgroupBarrier();  // the previous round's walk is done with `staged` (and the scan's reads)
+        let prefix = exclusive_scan(li, hit);
+        if (hit == 1u) { staged[prefix.x] = tri; }
+        workgroupBarrier();  // staged before any pixel walks it
+        let n = prefix.y;
         if (!done) {
             for (var k = n; k > 0u; k--) {
                 let t = staged[k - 1u];

@@ -1,5 +1,5 @@
-// Workgroup exclusive prefix sum of one count per thread, for the binning kernels' order-preserving
-// compaction: a Hillis-Steele scan in workgroup memory, two barriers a step. The including kernel
+// Workgroup exclusive prefix sum of one count per thread, for the order-preserving compaction of
+// the binning kernels and the render-only kernel's own binning: a Hillis-Steele scan in workgroup memory, two barriers a step. The including kernel
 // sets SCAN_THREADS (its threads). Call from uniform control flow; a later call may follow once
 // every thread has passed a barrier after this one.
 
