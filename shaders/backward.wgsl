@@ -71,9 +71,15 @@ struct Walk {
     wh: vec2f,
 }
 
-// The canvas beneath list entry `m` at up to four pixels (PPT of them): composite list entries
-// 0..m-1 over the background. One shared loop: on CPU adapters the loop costs a pass even where no
-// pixel needs it, so it runs once per thread and entry, not once per pixel (round 8).
+// The canvas beneath list entry `m` at up to four pixels (PPT of them): list entries 0..m-1
+// composited over the background. One shared loop: on CPU adapters the loop costs a pass even where
+// no pixel needs it, so it runs once per thread and entry, not once per pixel (round 8).
+// With ROUND_BASE (the staging piece's; GPUs), the canvas beneath the staged round's first entry
+// `start` is kept from the round's first re-composite, and later ones loop only over the staged
+// entries above it: a subgroup re-composites wherever any of its lanes needs to, and fitted scenes
+// have many nearly opaque triangles (docs/PERFORMANCE.md). The operations and their order are
+// those of one loop from the background. CPU adapters loop from the background each time: there a
+// workgroup-memory read is a gather per lane, and the kept canvas measured slower.
 struct Below4 {
     c0: vec3f,
     c1: vec3f,
@@ -86,17 +92,38 @@ fn over(c: vec3f, p: vec2f, t: TriSetup, inv_sig: f32) -> vec3f {
     return c * (1.0 - alpha) + t.rgba.rgb * alpha;
 }
 
-fn composite_below(w: Walk, m: u32, p0: vec2f, p1: vec2f, p2: vec2f, p3: vec2f) -> Below4 {
+fn over4(r: ptr<function, Below4>, t: TriSetup, inv_sig: f32, p0: vec2f, p1: vec2f, p2: vec2f, p3: vec2f) {
+    (*r).c0 = over((*r).c0, p0, t, inv_sig);
+    if (PPT > 1u) { (*r).c1 = over((*r).c1, p1, t, inv_sig); }
+    if (PPT > 2u) {
+        (*r).c2 = over((*r).c2, p2, t, inv_sig);
+        (*r).c3 = over((*r).c3, p3, t, inv_sig);
+    }
+}
+
+// List entries 0..m-1 over the background, read from the scene.
+fn composite_scene(w: Walk, m: u32, p0: vec2f, p1: vec2f, p2: vec2f, p3: vec2f) -> Below4 {
     let bg = background(w.b, frame);
     var r = Below4(bg, bg, bg, bg);
     for (var q = 0u; q < m; q++) {
         let t = setup_tri(load_tri(record_tri(w.b, tile_list[w.list_base + q], frame), frame), -w.reach);
-        r.c0 = over(r.c0, p0, t, w.inv_sig);
-        if (PPT > 1u) { r.c1 = over(r.c1, p1, t, w.inv_sig); }
-        if (PPT > 2u) {
-            r.c2 = over(r.c2, p2, t, w.inv_sig);
-            r.c3 = over(r.c3, p3, t, w.inv_sig);
-        }
+        over4(&r, t, w.inv_sig, p0, p1, p2, p3);
+    }
+    return r;
+}
+
+var<private> round_base: Below4;  // (ROUND_BASE) the canvas beneath the staged round's first entry
+var<private> round_based: bool;   // round_base holds this round's
+
+fn composite_below(w: Walk, m: u32, start: u32, p0: vec2f, p1: vec2f, p2: vec2f, p3: vec2f) -> Below4 {
+    if (!ROUND_BASE) { return composite_scene(w, m, p0, p1, p2, p3); }
+    if (!round_based) {
+        round_base = composite_scene(w, start, p0, p1, p2, p3);
+        round_based = true;
+    }
+    var r = round_base;
+    for (var q = start; q < m; q++) {
+        over4(&r, staged_setup(staged[q - start], -w.reach), w.inv_sig, p0, p1, p2, p3);
     }
     return r;
 }
@@ -227,6 +254,7 @@ fn main(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_index) li: 
             staged_id[q] = id;
         }
         workgroupBarrier();
+        round_based = false;
         var j = 0u;  // slots stashed since the last flush
         for (var k = n; k > 0u; k--) {
             let t = staged_setup(staged[k - 1u], -w.reach);
@@ -243,7 +271,7 @@ fn main(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_index) li: 
                 recompose = recompose || h2.recompose || h3.recompose;
             }
             if (recompose) {
-                let c = composite_below(w, m, s0.p, s1.p, s2.p, s3.p);
+                let c = composite_below(w, m, start, s0.p, s1.p, s2.p, s3.p);
                 if (h0.recompose) { h0.below = c.c0; }
                 if (h1.recompose) { h1.below = c.c1; }
                 if (h2.recompose) { h2.below = c.c2; }

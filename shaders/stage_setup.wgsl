@@ -2,6 +2,9 @@
 // tile, as it is staged, and its 256 pixels read the set-up record.
 alias Staged = TriSetup;
 
+// the backward keeps the canvas beneath a staged round (backward.wgsl composite_below)
+const ROUND_BASE: bool = true;
+
 fn stage_tri(t: TriPx, reach: f32) -> Staged {
     return setup_tri(t, reach);
 }

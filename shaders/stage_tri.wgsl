@@ -3,6 +3,9 @@
 // the smaller record is cheaper to stage and read than the set-up one (docs/PERFORMANCE.md).
 alias Staged = TriPx;
 
+// the backward re-composites from the background each time (backward.wgsl composite_below)
+const ROUND_BASE: bool = false;
+
 fn stage_tri(t: TriPx, reach: f32) -> Staged {
     return t;
 }

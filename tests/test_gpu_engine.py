@@ -170,11 +170,20 @@ def _assert_removal_costs_match(eng, scene, target):
     assert _rel(grad.triangles, gt) <= GRAD_TOL
 
 
-@pytest.mark.parametrize("segmented, ppt", [(False, 1), (True, 1), (False, 4)])
-def test_opaque_stacks_use_the_recompositing_path(gpu_ctx, segmented, ppt):
+def _deep_opaque_scene():
+    """150 faint triangles, every tenth opaque: the walks reach the bottom of the list, through
+    nearly opaque entries in every staged round of the backward."""
+    scene = Scene.random(150, 32, 32, seed=4, size=(0.5, 1.0), sigma_px=0.7, opacity=(0.02, 0.06))
+    scene.triangles[::10, 9] = 1.0
+    return scene
+
+
+@pytest.mark.parametrize("segmented, ppt, deep", [(False, 1, False), (True, 1, False), (False, 4, False),
+                                                  (False, 1, True), (True, 1, True), (False, 4, True)])
+def test_opaque_stacks_use_the_recompositing_path(gpu_ctx, segmented, ppt, deep):
     gpu_engine = Engine("gpu", segmented=segmented, pixels_per_thread=ppt)
     # opacity 1 makes 1 - alpha ~ 0 inside: division is unusable, the backward must re-composite
-    scene = Scene.random(60, 32, 32, seed=4, sigma_px=0.7, opacity=(0.97, 1.0))
+    scene = _deep_opaque_scene() if deep else Scene.random(60, 32, 32, seed=4, sigma_px=0.7, opacity=(0.97, 1.0))
     target = np.random.default_rng(1).uniform(0, 1, (32, 32, 3))
     assert np.abs(gpu_engine.render(scene) - R.render(scene)).max() <= FWD_TOL
     _, grad = gpu_engine.loss_and_grad(scene, target)
