@@ -93,6 +93,12 @@ VARIANTS = {
     "cycles 96": {"overgrow_cycles": 96},
     "cycles 48": {"overgrow_cycles": 48},
     "cycles of 100": {"overgrow_cycles": 100_000},  # as many as fit, prune_cycle_min iterations each
+    # (sixth session) cycle length and shape at a 1 s fit's length
+    "cycles of 50": {"prune_cycle_min": 50},
+    "cycles of 70": {"prune_cycle_min": 70},
+    "cycles of 150": {"prune_cycle_min": 150},
+    "peak hold 0.5": {"prune_stages": 1, "prune_hold": 0.5},
+    "prune stages 3": {"prune_stages": 3},
     "cycles 6 until 0.85 x1.75": {"overgrow_cycles": 6, "prune_until": 0.85, "overgrow": 1.75},
     "overgrow any count": {"overgrow_max": 1 << 30},
     "cycles 9 growth 0.3 until 0.85": {"overgrow_cycles": 9, "prune_until": 0.85, "growth_until": 0.3},
