@@ -91,6 +91,9 @@ class FitSettings:
                                   # moves again around the triangles the cycle grew back
     overgrow_max: int = 1000      # ... for counts up to this (larger counts are not over-grown: not measured)
     host_snapshot_every: int = 200  # parameters copied to the host this often (GPU): what a lost device resumes from
+    cull_tolerance: float = 1e-3  # the fit's iterations on the GPU skip coverage that could change a pixel by at most
+                                  # this in all (below half an 8-bit level); renders, exports, scores and the
+                                  # engine's passes keep render/gpu/workspace.py CULL_TOLERANCE (docs/PERFORMANCE.md)
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -98,8 +101,14 @@ class FitSettings:
 
 def recorded_settings(d: dict) -> dict:
     """Settings as a scene's meta or a checkpoint recorded them, as this version reads them: a
-    record from before ``placement`` existed was placed on the host, and replays or resumes so."""
-    return d if "placement" in d else {**d, "placement": "host"}
+    record from before ``placement`` existed was placed on the host, and one from before
+    ``cull_tolerance`` culled its iterations as renders do; each replays or resumes so."""
+    legacy = {"placement": "host", "cull_tolerance": LEGACY_CULL_TOLERANCE}
+    return {**{k: v for k, v in legacy.items() if k not in d}, **d}
+
+
+#: what a fit recorded before ``cull_tolerance`` existed culled its iterations at (the renders' budget)
+LEGACY_CULL_TOLERANCE = 1e-5
 
 
 @dataclass

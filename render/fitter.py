@@ -97,6 +97,8 @@ class Fitter(FitState):
             raise TrifitError(f"unknown strategy {s.strategy!r}; choose one of {', '.join(STRATEGIES)}")
         if s.placement not in PLACEMENTS:
             raise TrifitError(f"unknown placement {s.placement!r}; choose one of {', '.join(PLACEMENTS)}")
+        if not 0 < s.cull_tolerance < 1:
+            raise TrifitError(f"cull_tolerance must be in (0, 1), got {s.cull_tolerance}")
         self._initial_settings = s.as_dict()
         targets = [as_target(t, s.size) for t in images]
         if len({t.shape for t in targets}) != 1:

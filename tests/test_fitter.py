@@ -11,6 +11,8 @@ from trifit import AdapterError, Fitter, Scene, StopConditions, fitstate, fitter
 from trifit.run import COARSE_COST_GUESS, FitRun, TimePlanner
 from trifit.strategy import plan_schedule
 
+RENDER_CULL = 1e-5  # render/gpu/workspace.py CULL_TOLERANCE: the GPU loop culls as renders do
+
 
 def _target(W=40, H=30, seed=0):
     rng = np.random.default_rng(seed)
@@ -21,7 +23,9 @@ def _target(W=40, H=30, seed=0):
 @pytest.mark.gpu
 def test_gpu_loop_follows_the_reference_loop(gpu_engine, ref_engine):
     t = _target()
-    fg = Fitter(t, triangles=10, size=40, seed=3, engine=gpu_engine)
+    # (the renders' culling budget: the mechanism against the float64 loop; the fit's looser
+    # budget is its own test, test_the_fit_culls_at_its_own_tolerance)
+    fg = Fitter(t, triangles=10, size=40, seed=3, engine=gpu_engine, cull_tolerance=RENDER_CULL)
     fr = Fitter(t, triangles=10, size=40, seed=3, engine=ref_engine)
     lg = [fg.step(5).loss for _ in range(2)]
     lr = [fr.step(5).loss for _ in range(2)]
@@ -450,7 +454,7 @@ def test_a_count_set_by_hand_caches_no_workspace_for_its_pruning(gpu_engine):
 def test_gpu_loop_follows_the_reference_loop_through_a_restart(gpu_engine, ref_engine):
     from trifit.fitloop import FitSettings, Schedule
     t = _target()
-    settings = FitSettings(triangles=6, size=40)
+    settings = FitSettings(triangles=6, size=40, cull_tolerance=RENDER_CULL)
     raw = fitter_mod.raw_from_scene(Scene.random(6, 40, 30, seed=2, sigma_px=1.0))
     # sigma anneals from iteration 4; the learning rate restarts at 3x at iteration 5
     sched = Schedule(0.05, 0.02, 10, 20, 0.1, iter_offset=4, lr_offset=5, lr_start=3.0)
@@ -606,3 +610,49 @@ def test_a_batch_too_large_for_one_buffer_renders_in_parts(gpu_engine, monkeypat
         gpu_engine.impl.render_batch(tris3, bg3, s3, 48, 36, transient=True)
     parts = f.render(tris3, bg3, s3, transient=True)
     assert parts.tobytes() == whole.tobytes()
+
+
+@pytest.mark.gpu
+def test_the_fit_culls_at_its_own_tolerance(gpu_engine):
+    """A fit's iterations cull coverage at FitSettings.cull_tolerance (looser than renders', whose
+    budget stays CULL_TOLERANCE): the fit loop's frame reaches ln(T / tolerance) sigma, and a fit at
+    the renders' budget takes another path."""
+    from trifit.gpu import workspace
+    from trifit.gpu.layouts import FRAME
+
+    target = np.random.default_rng(4).uniform(0, 1, (40, 56, 3)).astype(np.float32)
+    scenes = {}
+    for tol in (None, workspace.CULL_TOLERANCE):
+        kw = {} if tol is None else {"cull_tolerance": tol}
+        f = Fitter(target, triangles=30, size=56, seed=2, engine=gpu_engine, strategy="fixed", **kw)
+        f.step(40)
+        ws = f._loop.ws
+        frame = FRAME.unpack(ws.frame_bytes(f.settings.loss))
+        assert ws.cull_tolerance == f.settings.cull_tolerance
+        assert frame["cull_k"] == pytest.approx(np.log(30 / f.settings.cull_tolerance), rel=1e-6)
+        scenes[tol] = f.scene.to_json()
+        f.close()
+    assert Fitter(target, triangles=30, size=56, engine=gpu_engine).settings.cull_tolerance == 1e-3
+    assert scenes[None] != scenes[workspace.CULL_TOLERANCE]
+    assert gpu_engine.impl.workspace(workspace.Shape(1, 56, 40, 30)).cull_tolerance == workspace.CULL_TOLERANCE
+
+
+@pytest.mark.parametrize("bad", [0.0, -1e-3, 1.0, float("nan")])
+def test_a_cull_tolerance_outside_zero_one_is_refused(ref_engine, bad):
+    with pytest.raises(fitter_mod.TrifitError, match="cull_tolerance must be in"):
+        Fitter(np.zeros((8, 8, 3)), triangles=2, size=8, engine=ref_engine, cull_tolerance=bad)
+
+
+def test_a_record_from_before_cull_tolerance_resumes_culled_as_renders(ref_engine):
+    from trifit.fitloop import LEGACY_CULL_TOLERANCE, recorded_settings
+
+    f = Fitter(_target(), triangles=4, size=24, engine=ref_engine)
+    f.step(3)
+    ck = f.checkpoint()
+    for key in ("settings", "initial_settings"):
+        del ck.state[key]["cull_tolerance"]
+    g = Fitter.resume(_target(), ck, engine=ref_engine)
+    assert g.settings.cull_tolerance == LEGACY_CULL_TOLERANCE == 1e-5 and f.settings.cull_tolerance == 1e-3
+    assert recorded_settings({"cull_tolerance": 0.01})["cull_tolerance"] == 0.01
+    g.close()
+    f.close()

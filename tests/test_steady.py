@@ -48,7 +48,7 @@ def test_anchor_penalty_gradient_matches_finite_differences():
 
 
 def _loops(engines, raw, n, anchor=None, weights=None, locked=()):
-    settings = FitSettings(triangles=n, size=40)
+    settings = FitSettings(triangles=n, size=40, cull_tolerance=1e-5)  # (culled as renders are: the float64 loop's match)
     sched = Schedule(0.05, 0.02, 10, 20, 0.1)
     out = []
     for e in engines:

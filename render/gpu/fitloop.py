@@ -53,7 +53,9 @@ class GpuFitLoop:
         self.target_shape = target.shape
         self.shape = Shape(B, W, H, n_tris, backend.segmented, backend.pixels_per_thread, weights is not None)
         pool = backend.pool
-        self.ws = Workspace(backend.ctx, pool, self.shape, ring_len=RING, subgroups=backend.subgroups)
+        # the iterations cull at the fit's budget (FitSettings.cull_tolerance), looser than a render's
+        self.ws = Workspace(backend.ctx, pool, self.shape, ring_len=RING, subgroups=backend.subgroups,
+                            cull_tolerance=settings.cull_tolerance)
         n_params = n_tris * 10 + 3
         self.extra = {
             "params": pool.acquire(STORAGE | COPY_DST | COPY_SRC, B * n_params * 4, "params"),

@@ -29,7 +29,8 @@ MAP_READ = wgpu.BufferUsage.MAP_READ
 
 #: front-to-back walks stop once transmittance is below this (the forward's error is below it)
 STOP_TRANSMITTANCE = 1e-6
-#: culling's budget: what dropping far coverage may change a pixel by, at most, in all
+#: culling's budget: what dropping far coverage may change a pixel by, at most, in all (renders and the
+#: engine's passes; a fit's iterations use FitSettings.cull_tolerance)
 CULL_TOLERANCE = 1e-5
 #: the backward un-composites by division while 1 - alpha >= this, else re-composites
 RECOMPUTE_BELOW = 1.0 / 16.0
@@ -53,14 +54,14 @@ def reduce_groups(n_tris: int) -> int:
     return (n_tris * 10 + shaders.PARAMS_PER_GROUP - 1) // shaders.PARAMS_PER_GROUP + 1
 
 
-def cull_sigmas(n_tris: int) -> float:
-    """How many sigma outside a triangle its coverage is culled: ln(T / CULL_TOLERANCE).
+def cull_sigmas(n_tris: int, tolerance: float = CULL_TOLERANCE) -> float:
+    """How many sigma outside a triangle its coverage is culled: ln(T / tolerance).
 
     A culled triangle would have changed a pixel by at most its coverage there (compositing is a
     convex blend of values in [0, 1] and the layers above only scale the change down), and
     coverage k sigma outside is sigmoid(-k) < e^-k; so T triangles change a pixel by less than
-    T e^-k = CULL_TOLERANCE in all. 150 triangles: 16.5 sigma (21 before this rule)."""
-    return math.log(max(n_tris, 1) / CULL_TOLERANCE)
+    T e^-k = tolerance in all. 150 triangles: 16.5 sigma at CULL_TOLERANCE."""
+    return math.log(max(n_tris, 1) / tolerance)
 
 
 @dataclass(frozen=True)
@@ -177,8 +178,11 @@ class Workspace:
     """Buffers and bind groups for one :class:`Shape`, taken from (and given back to) a pool."""
 
     def __init__(self, ctx: GpuContext, pool: BufferPool, shape: Shape, ring_len: int = 1,
-                 subgroups: bool | None = None):
+                 subgroups: bool | None = None, cull_tolerance: float = CULL_TOLERANCE):
+        """``cull_tolerance``: what culling may change a pixel by, at most, in all (the fit loop's
+        own workspace passes its looser FitSettings.cull_tolerance)."""
         check_limits(ctx, shape, ring_len)
+        self.cull_tolerance = cull_tolerance
         self.ctx = ctx
         self.device = ctx.device
         self.pool = pool
@@ -210,7 +214,7 @@ class Workspace:
             mask_words=s.mask_words, loss_kind=LOSS_KINDS[loss or "mse"],
             inv_values=1.0 / (s.width * s.height * 3),
             stop_t=STOP_TRANSMITTANCE if loss is None else STOP_TRANSMITTANCE_WITH_LOSS,
-            cull_k=cull_sigmas(s.n_tris), recompute_below=RECOMPUTE_BELOW,
+            cull_k=cull_sigmas(s.n_tris, self.cull_tolerance), recompute_below=RECOMPUTE_BELOW,
             ring_len=self.ring_len, with_loss=0 if loss is None else 1, n_seg=s.n_seg, seg_len=s.seg_len,
             removal_costs=int(removal_costs),
         )
