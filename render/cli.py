@@ -221,12 +221,31 @@ def _picture_options(p) -> None:
                         "fit: the softness the fit optimised, scaled with the picture")
 
 
+class LogLines(logging.Formatter):
+    """What the libraries log, as the command's lines: "trifit: message", and an exception logged
+    with it as one line of its type and message -- its traceback only under --verbose (a
+    library's callback that fails while Ctrl+C stops a cluster logs one; the user sees no
+    traceback)."""
+
+    def __init__(self, verbose: bool = False):
+        super().__init__("trifit: %(message)s")
+        self.verbose = verbose
+
+    def format(self, record: logging.LogRecord) -> str:
+        if self.verbose or not record.exc_info:
+            return super().format(record)
+        exc = record.exc_info[1]
+        line = f"trifit: {record.getMessage()}"
+        return f"{line} ({type(exc).__name__}: {exc})" if exc is not None else line
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     try:
         args = build_parser().parse_args(argv)
-        logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
-                            format="trifit: %(message)s")
+        handler = logging.StreamHandler()
+        handler.setFormatter(LogLines(args.verbose))
+        logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, handlers=[handler])
         command = args.command or "gui"
         if command == "gui" and not hasattr(args, "start"):
             args.image, args.start = None, False

@@ -205,3 +205,22 @@ def test_version_and_help_load_neither_numpy_nor_the_engine(args):
             "print('LOADED', heavy)")
     out = subprocess.run([sys.executable, "-P", "-c", code], capture_output=True, text=True, timeout=60)
     assert "LOADED []" in out.stdout, out.stdout[-500:] + out.stderr[-500:]
+
+
+def test_a_logged_exception_is_one_line_without_its_traceback_unless_verbose():
+    """A library that logs an exception (tornado's failed callback as Ctrl+C stops a Dask cluster)
+    shows the user one line, "trifit: message (Type: text)"; -v keeps the traceback."""
+    import logging
+
+    from trifit.cli import LogLines
+
+    try:
+        raise NameError("cannot access free variable 'future'")
+    except NameError:
+        record = logging.LogRecord("tornado.application", logging.ERROR, __file__, 1, "Exception in callback %s",
+                                   ("cancel",), sys.exc_info())
+    quiet = LogLines(verbose=False).format(record)
+    assert quiet == "trifit: Exception in callback cancel (NameError: cannot access free variable 'future')"
+    assert "Traceback" in LogLines(verbose=True).format(record)
+    plain = logging.LogRecord("trifit", logging.WARNING, __file__, 1, "a note", (), None)
+    assert LogLines().format(plain) == "trifit: a note"
