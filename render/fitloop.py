@@ -99,16 +99,16 @@ class FitSettings:
         return asdict(self)
 
 
+#: what a fit recorded before ``cull_tolerance`` existed culled its iterations at (the renders' budget)
+LEGACY_CULL_TOLERANCE = 1e-5
+
+
 def recorded_settings(d: dict) -> dict:
     """Settings as a scene's meta or a checkpoint recorded them, as this version reads them: a
     record from before ``placement`` existed was placed on the host, and one from before
     ``cull_tolerance`` culled its iterations as renders do; each replays or resumes so."""
     legacy = {"placement": "host", "cull_tolerance": LEGACY_CULL_TOLERANCE}
     return {**{k: v for k, v in legacy.items() if k not in d}, **d}
-
-
-#: what a fit recorded before ``cull_tolerance`` existed culled its iterations at (the renders' budget)
-LEGACY_CULL_TOLERANCE = 1e-5
 
 
 @dataclass
