@@ -92,11 +92,8 @@ fn bin_super(wid: vec3u, li: u32) {
             hit = select(0u, 1u, bbox_meets(t, lo, hi, reach));
             if (first_super) { tri_tiles[b * frame.n_tris + i] = tile_range(t, reach); }
         }
-        let prefix = exclusive_scan(li, hit);  // (its barriers order `running` too)
-        if (hit == 1u) { super_list[list_base + running + prefix.x] = i; }
-        workgroupBarrier();
-        if (li == 0u) { running = running + prefix.y; }
-        workgroupBarrier();
+        let at = append_at(li, hit);
+        if (hit == 1u) { super_list[list_base + at] = i; }
     }
     if (li == 0u) { super_count[slot] = running; }
 }
@@ -124,14 +121,11 @@ fn fine_main(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_index)
             id = super_list[sup * frame.n_tris + k];
             hit = select(0u, 1u, touches_tile(load_tri(sbase + id * TRI_FLOATS, frame), ext[0], ext[1], reach));
         }
-        let prefix = exclusive_scan(li, hit);
+        let at = append_at(li, hit);
         if (hit == 1u) {
-            tile_list[list_base + running + prefix.x] = id;
+            tile_list[list_base + at] = id;
             atomicOr(&fine_mask[id / 32u], 1u << (id % 32u));
         }
-        workgroupBarrier();
-        if (li == 0u) { running = running + prefix.y; }
-        workgroupBarrier();
     }
     for (var w = li; w < frame.mask_words; w += THREADS) { tile_mask[mask_base + w] = atomicLoad(&fine_mask[w]); }
     if (li == 0u) { tile_count[slot] = running; }
@@ -149,6 +143,18 @@ fn tile_range(t: TriPx, reach: f32) -> vec2u {
     let a = min(vec2u(clamp(floor(lo / f32(TILE)) - 1.0, vec2f(0.0), last)), top);
     let z = min(vec2u(clamp(floor(hi / f32(TILE)) + 1.0, vec2f(0.0), last)), top);
     return vec2u(a.x | (a.y << 16u), z.x | (z.y << 16u));
+}
+
+// Order-preserving append to the workgroup's running list (the two-pass entries): this thread's
+// first position for its `count` entries; `running` moves past the round's. Call from uniform
+// control flow (the scan's first barrier orders an earlier write of `running`).
+fn append_at(li: u32, count: u32) -> u32 {
+    let prefix = exclusive_scan(li, count);
+    let at = running + prefix.x;
+    workgroupBarrier();  // every thread has read `running`
+    if (li == 0u) { running = running + prefix.y; }
+    workgroupBarrier();
+    return at;
 }
 
 // Super-tiles (SUPER x SUPER tiles) across and down the frame.
