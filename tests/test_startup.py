@@ -60,8 +60,13 @@ _PARSES_OF_A_FIT = textwrap.dedent("""
         seen.append(cdecl)
         return orig(self, cdecl)
     cp.Parser.parse_type_and_quals = counting
-    from wgpu.backends.wgpu_native import ffi  # its import parses its log callback's types
+    from trifit.gpu import typecache
+    typecache.import_backend()  # wgpu-py's backend, as a fit imports it: its own two types primed first
+    from wgpu.backends.wgpu_native import ffi
     at_import = len(seen)
+    ffi.typeof("WGPUTextureDescriptor *")  # (a type no fit uses: the hook sees cffi's parses)
+    hook_saw = seen[at_import:]
+    del seen[at_import:]
     from trifit import Engine, Fitter, StopConditions, load_image
     from trifit.resources import sample_path
     engine = Engine("gpu")
@@ -71,7 +76,8 @@ _PARSES_OF_A_FIT = textwrap.dedent("""
     fitter.run(StopConditions(iterations=160))
     engine.render(fitter.scene)
     engine.loss_and_grad(fitter.scene, target)
-    json.dump({"at_import": at_import, "after_import": seen[at_import:], "iterations": fitter.iteration}, sys.stdout)
+    json.dump({"at_import": at_import, "after_import": seen[at_import:], "iterations": fitter.iteration,
+               "hook_saw": hook_saw}, sys.stdout)
 """)
 
 
@@ -85,7 +91,8 @@ def test_a_fit_parses_no_c_type_beyond_the_primed_ones(gpu_ctx):
     assert out.returncode == 0, out.stderr[-2000:]
     got = json.loads(out.stdout)
     assert got["iterations"] == 160
-    assert got["at_import"] > 0  # (the hook sees cffi's parses)
+    assert got["hook_saw"] == ["WGPUTextureDescriptor *"]
+    assert got["at_import"] == 0  # the backend's own two types, primed before its module body
     assert got["after_import"] == []
 
 
@@ -151,12 +158,13 @@ def test_declarations_from_the_cache_define_what_parsing_wgpu_h_defines(tmp_path
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
     header = _ffi.get_wgpu_header()
     parsed = cffi.FFI()
-    assert not typecache.restore_declarations(parsed, header)  # nothing cached yet
+    assert typecache.restore_declarations(parsed, header) is None  # nothing cached yet
     parsed.cdef(header)
-    typecache.store_declarations(parsed, header)
+    typecache.store_declarations(parsed, header, typecache.parse_types(parsed, typecache.STARTUP_CDECLS))
     (stored,) = (tmp_path / "trifit").glob("wgpu-declarations-*.pickle")
     loaded = cffi.FFI()
-    assert typecache.restore_declarations(loaded, header)
+    types = typecache.restore_declarations(loaded, header)
+    assert set(types) == set(typecache.STARTUP_CDECLS)
     names = sorted(k.split(" ", 1)[1] for k in parsed._parser._declarations if k.startswith("typedef "))
     assert len(names) > 300
     assert _shape(loaded, names) == _shape(parsed, names)
@@ -165,28 +173,38 @@ def test_declarations_from_the_cache_define_what_parsing_wgpu_h_defines(tmp_path
     lib_a, lib_b = parsed.dlopen(_ffi.lib_path), loaded.dlopen(_ffi.lib_path)
     assert lib_b.wgpuGetVersion() == lib_a.wgpuGetVersion() > 0
     assert lib_b.WGPUBufferUsage_MapRead == lib_a.WGPUBufferUsage_MapRead
+    # the kept types prime with no parse, to the ctypes cffi's own parse makes of them
+    assert typecache.prime(loaded, typecache.STARTUP_CDECLS, types) == len(typecache.STARTUP_CDECLS)
+    for cdecl in typecache.STARTUP_CDECLS:
+        ctype, function = loaded._parsed_types.pop(cdecl)
+        assert loaded._typeof(cdecl, consider_function_as_funcptr=True) is ctype, cdecl
+        assert loaded._parsed_types[cdecl][1] == function, cdecl
 
     # another header (another wgpu-py) misses the entry; a damaged file is not used
-    assert not typecache.restore_declarations(cffi.FFI(), header + "\n")
+    assert typecache.restore_declarations(cffi.FFI(), header + "\n") is None
     stored.write_bytes(stored.read_bytes()[:1000])
-    assert not typecache.restore_declarations(cffi.FFI(), header)
+    assert typecache.restore_declarations(cffi.FFI(), header) is None
 
 
 _TWO_STARTS = textwrap.dedent("""
     import hashlib, json, sys
     import cffi.cparser as cp
-    parses = []
-    orig = cp.Parser._internal_parse
+    parses, any_parse = [], []
+    orig, orig_any = cp.Parser._internal_parse, cp.Parser._parse
     def counting(self, csource):
         parses.append(len(csource))
         return orig(self, csource)
+    def counting_any(self, csource):
+        any_parse.append(len(csource))
+        return orig_any(self, csource)
     cp.Parser._internal_parse = counting
+    cp.Parser._parse = counting_any
     from trifit import Engine, Fitter, StopConditions, load_image
     from trifit.resources import sample_path
     engine = Engine("gpu")
     fitter = Fitter(load_image(sample_path("chelsea.png"), 40), triangles=16, size=40, seed=3, engine=engine)
     fitter.run(StopConditions(iterations=60))
-    json.dump({"big_parses": sum(n > 100000 for n in parses),
+    json.dump({"big_parses": sum(n > 100000 for n in parses), "parses": len(any_parse),
                "scene": hashlib.sha256(fitter.scene.to_json().encode()).hexdigest()}, sys.stdout)
 """)
 
@@ -206,6 +224,7 @@ def test_a_second_process_loads_wgpu_h_from_the_cache_and_fits_the_same_bytes(gp
     (stored,) = (tmp_path / "trifit").glob("wgpu-declarations-*.pickle")
     second = start()
     assert second["big_parses"] == 0
+    assert second["parses"] == 0  # nor any C type: they were kept with the declarations
     assert second["scene"] == first["scene"]
     stored.write_bytes(b"not a pickle")  # damaged: parsed again, and stored again
     third = start()
@@ -256,5 +275,5 @@ def test_a_cache_folder_that_cannot_be_written_costs_only_the_parse(tmp_path, mo
     ffi.cdef(header)
     typecache.store_declarations(ffi, header)  # no error: the folder cannot be made
     assert blocker.read_text().startswith("a file")
-    assert not typecache.restore_declarations(cffi.FFI(), header)
+    assert typecache.restore_declarations(cffi.FFI(), header) is None
     assert ffi.sizeof("WGPUBufferDescriptor") > 0

@@ -7,10 +7,12 @@ wgpu-py talks to wgpu-native through cffi's ABI mode, which parses with pycparse
   folder, keyed by the header's text and the versions of cffi, pycparser and Python; later
   processes load it instead of parsing;
 - each C type name it uses, such as ``"WGPUBufferDescriptor *"``, is parsed on first use, and
-  every such parse re-reads a ``typedef`` line for each of the hundreds of types in ``wgpu.h``. A
-  first device and fit use about fifty. :func:`prime` parses them in one pass and puts them in
-  cffi's cache under the names wgpu-py asks for, through the steps cffi's own ``FFI.typeof``
-  takes (so the ctypes are the objects cffi would have made).
+  every such parse re-reads a ``typedef`` line for each of the hundreds of types in ``wgpu.h``. The
+  backend's import uses two and a first device and fit about fifty. :func:`parse_types` parses
+  them in one pass into cffi's model types, which the cache keeps with the declarations;
+  :func:`prime` puts them in cffi's cache under the names wgpu-py asks for, through the steps
+  cffi's own ``FFI.typeof`` takes (so the ctypes are the objects cffi would have made), before the
+  backend's module body asks for its first. A later process parses no C at all.
 
 Together they were a good part of a short fit's start (docs/PERFORMANCE.md). Both reach into cffi's
 private parser: where it has changed shape (a parser attribute this module does not know of, a
@@ -55,34 +57,64 @@ FIT_CDECLS = (
     "void(WGPUQueueWorkDoneStatus, void *, void *)", "WGPUQueueWorkDoneCallbackInfo *",
 )
 
+#: The C types wgpu-py's backend parses while it imports (its log callback's, and the empty and
+#: null strings it keeps): primed with FIT_CDECLS as soon as wgpu.h's declarations are in, so the
+#: import's own two parses -- each a pass over every typedef name -- find them parsed.
+IMPORT_CDECLS = ("void(WGPULogLevel, WGPUStringView, void *)", "WGPUStringView *")
+#: what the declarations' cache keeps parsed, and the import primes
+STARTUP_CDECLS = tuple(dict.fromkeys(IMPORT_CDECLS + FIT_CDECLS))
+
 _primed: set[int] = set()
 
 
-def prime(ffi, cdecls=FIT_CDECLS) -> int:
-    """Parse ``cdecls`` (those not cached yet) in one pass into ``ffi``'s type cache; returns how many
-    it added (0 when cffi's internals are not what this expects, or all were cached)."""
+def parse_types(ffi, cdecls) -> dict:
+    """``cdecls`` parsed in one pass into cffi's model types, ``{cdecl: (type, is_function)}``, as
+    ``FFI.typeof`` would parse each (empty when cffi's internals are not what this expects, or a
+    name is not declared)."""
+    try:
+        with ffi._lock:
+            return _parse_types_locked(ffi, list(dict.fromkeys(cdecls)))
+    except Exception as exc:  # a cffi whose insides differ, or a wgpu.h without one of these types
+        log.debug("cffi type parse skipped: %s: %s", type(exc).__name__, exc)
+        return {}
+
+
+def _parse_types_locked(ffi, todo: list[str]) -> dict:
+    if not todo:
+        return {}
+    parser = ffi._parser
+    source = "".join(f"void __trifit_prime{k}(\n{c}\n);\n" for k, c in enumerate(todo))
+    ast = parser._parse(source)[0]
+    found = {}
+    for ext in ast.ext[len(ast.ext) - len(todo):]:
+        k = int(ext.name[len("__trifit_prime"):])
+        # what CParser.parse_type_and_quals and FFI._typeof_locked do with one declaration
+        tp, _quals = parser._get_type_and_quals(ext.type.args.params[0].type)
+        function = tp.is_raw_function
+        found[todo[k]] = (tp.as_function_pointer() if function else tp, function)
+    return found if len(found) == len(todo) else {}
+
+
+def prime(ffi, cdecls=FIT_CDECLS, parsed: dict | None = None) -> int:
+    """Put ``cdecls`` (those not cached yet) into ``ffi``'s type cache, from ``parsed`` (model types
+    of :func:`parse_types`, kept with wgpu.h's declarations) or parsed in one pass; returns how
+    many it added (0 when cffi's internals are not what this expects, or all were cached)."""
     try:
         with ffi._lock:
             cache = ffi._parsed_types
             todo = [c for c in dict.fromkeys(cdecls) if c not in cache]
             if not todo:
                 return 0
-            parser = ffi._parser
-            source = "".join(f"void __trifit_prime{k}(\n{c}\n);\n" for k, c in enumerate(todo))
-            ast = parser._parse(source)[0]
-            found = {}
-            for ext in ast.ext[len(ast.ext) - len(todo):]:
-                k = int(ext.name[len("__trifit_prime"):])
-                # what CParser.parse_type_and_quals and FFI._typeof_locked do with one declaration
-                tp, _quals = parser._get_type_and_quals(ext.type.args.params[0].type)
-                function = tp.is_raw_function
-                if function:
-                    tp = tp.as_function_pointer()
-                found[todo[k]] = (ffi._get_cached_btype(tp), function)
-            if len(found) != len(todo):
-                return 0
-            cache.update(found)
-            return len(found)
+            types = {c: parsed[c] for c in todo if parsed and c in parsed}
+            missing = [c for c in todo if c not in types]
+            if missing:
+                more = _parse_types_locked(ffi, missing)
+                if not more:
+                    return 0
+                types.update(more)
+            # (the ctypes FFI._typeof_locked makes of them)
+            cache.update({c: (ffi._get_cached_btype(tp), function) for c, (tp, function) in types.items()})
+            return len(types)
     except Exception as exc:  # a cffi whose insides differ, or a wgpu.h without one of these types
         log.debug("cffi type priming skipped: %s: %s", type(exc).__name__, exc)
         return 0
@@ -105,7 +137,7 @@ def prime_wgpu() -> int:
 _PARSER_STATE = ("_anonymous_counter", "_declarations", "_included_declarations", "_int_constants",
                  "_recomplete", "_uses_new_feature")
 _PARSER_SCRATCH = ("_options", "_structnode2type", "_inside_extern_python", "_partial_length")
-_CACHE_FORMAT = 1
+_CACHE_FORMAT = 2  # (2: with the start-up C types' model types)
 
 
 def cache_dir() -> Path:
@@ -124,7 +156,7 @@ def _declarations_path(csource: str) -> Path:
     import pycparser
 
     key = hashlib.sha256("\0".join((str(_CACHE_FORMAT), cffi.__version__, pycparser.__version__, sys.version,
-                                     csource)).encode()).hexdigest()[:24]
+                                     csource, *STARTUP_CDECLS)).encode()).hexdigest()[:24]
     return cache_dir() / f"wgpu-declarations-{key}.pickle"
 
 
@@ -134,38 +166,46 @@ def _parser_fits(parser) -> bool:
     return set(_PARSER_STATE) <= names <= set(_PARSER_STATE + _PARSER_SCRATCH)
 
 
-def restore_declarations(ffi, csource: str) -> bool:
+def restore_declarations(ffi, csource: str) -> dict | None:
     """Load ``csource``'s declarations into ``ffi`` (one with none yet) from the cache, as its
-    ``cdef(csource)`` would have made them; False when there is no usable cache entry."""
+    ``cdef(csource)`` would have made them; returns the start-up C types kept with them (model
+    types for :func:`prime`, from the same pickle so they share its declarations' objects), or
+    None when there is no usable cache entry."""
     parser = ffi._parser
     if parser._declarations or not _parser_fits(parser):
-        return False
+        return None
     try:
-        state = pickle.loads(_declarations_path(csource).read_bytes())
+        stored = pickle.loads(_declarations_path(csource).read_bytes())
     except FileNotFoundError:
-        return False
+        return None
     except Exception as exc:  # a damaged file: parse, and store it again
         log.debug("wgpu declarations cache unreadable: %s: %s", type(exc).__name__, exc)
-        return False
-    if not isinstance(state, dict) or set(state) != set(_PARSER_STATE) or state["_recomplete"]:
-        return False
+        return None
+    if not isinstance(stored, dict) or set(stored) != {"parser", "types"}:
+        return None
+    state, types = stored["parser"], stored["types"]
+    if not isinstance(state, dict) or set(state) != set(_PARSER_STATE) or state["_recomplete"] \
+            or not isinstance(types, dict):
+        return None
     with ffi._lock:
         for name in _PARSER_STATE:
             setattr(parser, name, state[name])
         ffi._cdef_version = object()  # what cdef does besides parsing (render/gpu/typecache.py)
         ffi._cdefsources.append(csource)
-    return True
+    return types
 
 
-def store_declarations(ffi, csource: str) -> None:
-    """Keep ``ffi``'s declarations, just made by ``cdef(csource)`` alone, for later processes
-    (written whole or not at all; a folder that cannot be written to is left alone)."""
+def store_declarations(ffi, csource: str, types: dict | None = None) -> None:
+    """Keep ``ffi``'s declarations, just made by ``cdef(csource)`` alone, for later processes, with
+    ``types`` (:func:`parse_types` of them) -- written whole or not at all; a folder that cannot
+    be written to is left alone."""
     parser = ffi._parser
     if not _parser_fits(parser) or parser._recomplete:
         return
     path = _declarations_path(csource)
     try:
-        blob = pickle.dumps({name: getattr(parser, name) for name in _PARSER_STATE}, protocol=pickle.HIGHEST_PROTOCOL)
+        blob = pickle.dumps({"parser": {name: getattr(parser, name) for name in _PARSER_STATE},
+                             "types": dict(types or {})}, protocol=pickle.HIGHEST_PROTOCOL)
         path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(prefix=path.name, suffix=".tmp", dir=path.parent)
         try:
@@ -181,7 +221,8 @@ def store_declarations(ffi, csource: str) -> None:
 
 def import_backend() -> None:
     """Import wgpu-py's wgpu-native backend, its ``wgpu.h`` declarations from the cache where they
-    are there (and put there where they are not)."""
+    are there (and put there where they are not), and the C types it and a fit use primed in one
+    parse before its module body asks for any (:func:`prime`)."""
     if "wgpu.backends.wgpu_native" in sys.modules:
         return
     import cffi
@@ -191,11 +232,15 @@ def import_backend() -> None:
     def cdef(self, csource, override=False, **options):
         if override or options or not isinstance(csource, str) or "wgpuCreateInstance" not in csource:
             return original(self, csource, override=override, **options)
-        if not restore_declarations(self, csource):
+        types = restore_declarations(self, csource)
+        if types is None:
             fresh = not self._parser._declarations
             original(self, csource)
+            types = parse_types(self, STARTUP_CDECLS)
             if fresh:
-                store_declarations(self, csource)
+                store_declarations(self, csource, types)
+        if prime(self, STARTUP_CDECLS, types):  # (before the import's own parses: see IMPORT_CDECLS)
+            _primed.add(id(self))
 
     cffi.FFI.cdef = cdef
     try:
