@@ -172,6 +172,13 @@ def warm_up() -> None:
     with _lock:
         if _shared is not None or _warming is not None or os.environ.get("TRIFIT_NO_GPU"):
             return
+        # wgpu-py's import is Python that holds the GIL: made here, before the thread starts, the
+        # thread's work is the driver's, which releases it, and so overlaps the caller's own imports
+        # (shared with them, the import would finish late and the device later still)
+        try:
+            _configure_instance()
+        except Exception as exc:  # get_context() raises it again, where it is handled
+            log.debug("GPU warm-up: %s", exc)
 
         def make():
             try:
