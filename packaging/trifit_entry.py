@@ -3,9 +3,7 @@
 With no arguments it opens the window (``trifit gui``), as the installed ``trifit`` does.
 """
 
-import sys
-
-from trifit.cli import main
+from trifit.cli import entry
 
 if __name__ == "__main__":
-    sys.exit(main())
+    entry()

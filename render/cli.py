@@ -10,7 +10,9 @@ import argparse
 import json
 import logging
 import math
+import os
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -18,6 +20,10 @@ from . import __version__
 from .errors import TrifitError
 
 EXIT_OK, EXIT_INTERNAL, EXIT_BAD_INPUT, EXIT_INTERRUPTED = 0, 1, 2, 130
+#: commands whose every output is written and closed when they return: after one, :func:`entry`
+#: leaves the process without Python's teardown (see there)
+FAST_EXIT = ("fit", "render")
+_finished: str | None = None  # the command main() last ran to its end
 
 
 class UsageError(TrifitError):
@@ -249,8 +255,11 @@ def main(argv: list[str] | None = None) -> int:
         command = args.command or "gui"
         if command == "gui" and not hasattr(args, "start"):
             args.image, args.start = None, False
-        return {"fit": cmd_fit, "render": cmd_render, "batch": cmd_batch, "video": cmd_video, "bench": cmd_bench,
+        code = {"fit": cmd_fit, "render": cmd_render, "batch": cmd_batch, "video": cmd_video, "bench": cmd_bench,
                 "gui": cmd_gui}[command](args)
+        global _finished
+        _finished = command
+        return code
     except TrifitError as exc:
         print(f"trifit: error: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
@@ -640,5 +649,29 @@ def cmd_gui(args) -> int:
     return run_gui(args.image, start=args.start)
 
 
+def entry() -> None:
+    """The ``trifit`` console script (and ``python -m trifit.cli``): :func:`main`, then exit.
+
+    After a command of FAST_EXIT the process leaves at once (``os._exit``) rather than through
+    Python's teardown, where the driver releases each GPU object in turn and the modules are
+    finalised -- a noticeable part of a short fit's process (docs/PERFORMANCE.md, "Start-up").
+    Its files are written and closed by then (atomic writes), and the standard streams and log
+    handlers are flushed first; a thread still running that Python would wait for keeps the
+    ordinary exit."""
+    global _finished
+    _finished = None
+    code = main()
+    others = [t for t in threading.enumerate() if t is not threading.main_thread() and not t.daemon]
+    if _finished in FAST_EXIT and not others:
+        logging.shutdown()
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except (OSError, ValueError):  # a closed pipe: nothing more can reach it anyway
+                pass
+        os._exit(code)
+    sys.exit(code)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    entry()

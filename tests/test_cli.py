@@ -224,3 +224,52 @@ def test_a_logged_exception_is_one_line_without_its_traceback_unless_verbose():
     assert "Traceback" in LogLines(verbose=True).format(record)
     plain = logging.LogRecord("trifit", logging.WARNING, __file__, 1, "a note", (), None)
     assert LogLines().format(plain) == "trifit: a note"
+
+
+class _Left(Exception):
+    """What the patched os._exit raises: the process would have left here, without teardown."""
+
+
+def _entry(monkeypatch, argv):
+    """trifit.cli.entry with ``argv``: ("fast", code) where it leaves through os._exit, else
+    ("normal", code) where it leaves through sys.exit."""
+    import os
+
+    from trifit import cli
+
+    def leave(code):
+        raise _Left(code)
+
+    monkeypatch.setattr(os, "_exit", leave)
+    monkeypatch.setattr(sys, "argv", ["trifit", *map(str, argv)])
+    try:
+        cli.entry()
+    except _Left as left:
+        return "fast", left.args[0]
+    except SystemExit as exc:
+        return "normal", exc.code
+    raise AssertionError("entry() returned")
+
+
+def test_entry_leaves_without_teardown_only_after_a_command_whose_outputs_are_closed(tmp_path, small_png,
+                                                                                      monkeypatch):
+    import threading
+
+    out = tmp_path / "s.json"
+    fit = ["fit", small_png, "--tris", "4", "--size", "16", "--iters", "3", "--backend", "reference", "--quiet",
+           "-o", out]
+    assert _entry(monkeypatch, fit) == ("fast", 0)
+    assert Scene.load(out).meta["iterations"] == 3  # written and closed before the process leaves
+    # no command ran to its end: an error, --version
+    assert _entry(monkeypatch, ["fit", tmp_path / "missing.png", "-o", out]) == ("normal", 2)
+    assert _entry(monkeypatch, ["--version"]) == ("normal", 0)
+    assert _entry(monkeypatch, ["batch", tmp_path / "none", "-o", tmp_path / "b"]) == ("normal", 2)
+    # a thread Python would wait for at exit keeps the ordinary exit
+    release = threading.Event()
+    worker = threading.Thread(target=release.wait)
+    worker.start()
+    try:
+        assert _entry(monkeypatch, fit) == ("normal", 0)
+    finally:
+        release.set()
+        worker.join()

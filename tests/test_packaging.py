@@ -89,7 +89,7 @@ def test_wheel_carries_shaders_and_resources(wheel):
                 "trifit/shaders/__init__.py", "trifit/resources/__init__.py", "trifit/app/window.py"):
         assert mod in names, mod
     entry = next(n for n in names if n.endswith(".dist-info/entry_points.txt"))
-    assert "trifit = trifit.cli:main" in zipfile.ZipFile(wheel).read(entry).decode()
+    assert "trifit = trifit.cli:entry" in zipfile.ZipFile(wheel).read(entry).decode()
 
 
 def test_wheel_has_one_top_level_package(wheel):
