@@ -22,7 +22,6 @@ from __future__ import annotations
 import math
 from collections.abc import Iterator
 from pathlib import Path
-from xml.sax.saxutils import quoteattr
 
 import numpy as np
 
@@ -290,6 +289,8 @@ def svg_text(scene: Scene, width: int | None = None, height: int | None = None) 
 
 
 def _xml_text(text: str) -> str:
+    from xml.sax.saxutils import quoteattr  # (here: it imports urllib and http, which a fit does not need)
+
     return quoteattr(text)[1:-1]
 
 
