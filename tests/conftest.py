@@ -57,6 +57,15 @@ def distributed_or_fail():
     return import_or_fail("distributed", "cluster")
 
 
+def terminal_sigint() -> None:
+    """In a child before it runs: Ctrl+C's signal as a terminal's foreground job has it (a suite
+    started from a script's background job inherits it ignored, and Python then raises no
+    KeyboardInterrupt)."""
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def interrupt_when(cmd: list[str], ready, timeout: float = 120) -> tuple[int, str]:
     """Run ``cmd`` and press Ctrl+C once ``ready()`` (or the command ended, or the timeout):
     SIGINT to its whole process group, as a terminal sends it. (exit status, stderr)."""
@@ -64,7 +73,7 @@ def interrupt_when(cmd: list[str], ready, timeout: float = 120) -> tuple[int, st
     import subprocess
     import time
 
-    p = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    p = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True, start_new_session=True, preexec_fn=terminal_sigint)
     deadline = time.monotonic() + timeout
     while not ready() and p.poll() is None and time.monotonic() < deadline:
         time.sleep(0.05)

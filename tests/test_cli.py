@@ -1,6 +1,7 @@
 """The trifit command line: exit codes, one-line errors, outputs, the report."""
 
 import json
+import re
 import subprocess
 import sys
 
@@ -137,15 +138,18 @@ def test_ctrl_c_ends_the_fit_and_keeps_the_scene_so_far(small_png, tmp_path, gpu
     import threading
     import time
 
+    from conftest import terminal_sigint
+
     out = tmp_path / "s.json"
     p = subprocess.Popen([sys.executable, "-m", "trifit.cli", "fit", str(small_png), "--iters", "1000000",
                           "--size", "24", "--tris", "6", "--backend", "gpu", "-o", str(out)],
-                         stderr=subprocess.PIPE, text=True)
+                         stderr=subprocess.PIPE, text=True, preexec_fn=terminal_sigint)
     seen = []
     reader = threading.Thread(target=lambda: seen.extend(iter(lambda: p.stderr.read(1), "")), daemon=True)
     reader.start()
     deadline = time.monotonic() + 120
-    while "it/s" not in "".join(seen) and time.monotonic() < deadline:  # the fit is under way
+    # the fit is under way: its bar counts iterations done (it shows 0/1000000 before the first chunk)
+    while not re.search(r"[1-9][0-9]*/1000000", "".join(seen)) and time.monotonic() < deadline:
         time.sleep(0.1)
     p.send_signal(signal.SIGINT)
     assert p.wait(timeout=120) == 130
