@@ -90,13 +90,13 @@ class FitState:
         the pixels and shapes the triangles; no image leaves the device."""
         from . import placement
 
-        if self._device_placement is None:
-            self._device_placement = self.engine.impl.placement(self.targets, self.focus)
-        dp = self._device_placement
+        dp = self.device_placement()
         image = None if self.coarse else self._loop.image_buffer()
+        sums = None if image is None else self._loop.tile_sums(dp)  # (they came back with the chunk)
         if image is None:  # the half-size stage's forward, or none since a new state: render the records
             image = self._loop.render_on_device(self.width, self.height)
-        sums = dp.error_tiles(image)
+        if sums is None:
+            sums = dp.error_tiles(image)
         records = [placement.device_records(b, k, sums[b], self.height, self.width, self.rngs[b], self.settings,
                                             radius_scale, n_after) for b, k in enumerate(counts)]
         placed = dp.place(image, np.concatenate(records))
@@ -106,6 +106,12 @@ class FitState:
                        if k else None)
             at += k
         return out
+
+    def device_placement(self):
+        """The fit's placement on the device (render/gpu/events.py), made at its first use."""
+        if self._device_placement is None:
+            self._device_placement = self.engine.impl.placement(self.targets, self.focus)
+        return self._device_placement
 
     def stopped_on_device(self, alpha_min: float) -> list[np.ndarray]:
         """Each image's triangles (indices) that stopped contributing -- opacity under

@@ -222,13 +222,16 @@ class Fitter(FitState):
             for_event = event and self.strategy.needs_state(start + k)
             read_state = for_event or self._snapshot_due(start + k)
             rule = self.strategy.respawn_rule(start + k) if event else None
+            places = event and self.strategy.wants_image(start + k)
             self._cached = None
             try:
                 losses = self._loop.run(k, read_state=read_state,
-                                        read_image=event and not self.places_on_device
-                                        and self.strategy.wants_image(start + k),
+                                        read_image=places and not self.places_on_device,
                                         state_kind="state" if for_event else "snapshot",
-                                        flags=None if rule is None else (rule, self.width, self.height))
+                                        flags=None if rule is None else (rule, self.width, self.height),
+                                        # (the tiles' error sums placement starts from, at full size)
+                                        sums=self.device_placement() if places and self.places_on_device
+                                        and not self.coarse else None)
             except NumericalFault as fault:
                 consecutive += 1
                 self._on_numerical_fault(fault, consecutive)

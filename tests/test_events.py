@@ -265,6 +265,56 @@ def test_respawn_checks_come_back_with_the_chunk_and_fit_the_same(gpu_engine, mo
 
 
 @pytest.mark.gpu
+def test_error_sums_come_back_with_the_chunk_and_fit_the_same(gpu_engine, monkeypatch):
+    """An event that may place at full size brings its tiles' error sums back with the chunk's
+    losses; placement then starts from them, with no pass and readback of its own -- and fits the
+    same bytes as with the sums read apart."""
+    from trifit.gpu import events
+    from trifit.gpu.fitloop import GpuFitLoop
+
+    apart = []
+    real = events.DevicePlacement.error_tiles
+
+    def counted(self, image):
+        apart.append(1)
+        return real(self, image)
+
+    monkeypatch.setattr(events.DevicePlacement, "error_tiles", counted)
+    runs = []
+    for folded in (True, False):
+        if not folded:  # the sums that came back ignored: each placement sums and reads apart, as before
+            monkeypatch.setattr(GpuFitLoop, "tile_sums", lambda self, placement: None)
+        apart.clear()
+        before = gpu_engine.counters()
+        f = _eventful_fitter(gpu_engine, placement="device")
+        f.step(150)
+        got = {k: v - before[k] for k, v in gpu_engine.counters().items()}
+        runs.append((f.scene.triangles.tobytes(), f.respawned, got["submissions"], len(apart)))
+        f.close()
+    (scene_a, respawned_a, subs_a, apart_a), (scene_b, respawned_b, subs_b, apart_b) = runs
+    assert scene_a == scene_b and respawned_a == respawned_b > 0
+    assert apart_a < apart_b and subs_a == subs_b - (apart_b - apart_a)
+
+
+@pytest.mark.gpu
+def test_error_sums_brought_back_are_dropped_when_the_image_changes(gpu_engine):
+    f = _eventful_fitter(gpu_engine, placement="device")
+    f.step(60)
+    loop, dp = f._loop, f.device_placement()
+    loop.run(5, sums=dp)
+    image = loop.image_buffer()
+    assert image is not None
+    assert np.array_equal(loop.tile_sums(dp), dp.error_tiles(image))  # the sums of the image the loop holds
+    loop.run(1)
+    assert loop.tile_sums(dp) is None  # another forward since
+    loop.run(5, sums=dp)
+    raw, m, v = loop.get_state()
+    loop.set_state(raw, m, v)
+    assert loop.image_buffer() is None and loop.tile_sums(dp) is None
+    f.close()
+
+
+@pytest.mark.gpu
 def test_flags_brought_back_are_dropped_when_the_records_change(gpu_engine):
     f = _eventful_fitter(gpu_engine, placement="device", respawn_alpha=0.3)
     f.step(60)

@@ -91,10 +91,11 @@ class DevicePlacement:
             self._read[size] = buf
         return buf
 
-    def _encode_pass(self, entry: str, names: list[str], image, groups: tuple[int, int, int]):
-        """A command encoder holding one compute pass of ``entry`` over ``groups`` workgroups."""
+    def _encode_pass(self, entry: str, names: list[str], image, groups: tuple[int, int, int], enc=None):
+        """One compute pass of ``entry`` over ``groups`` workgroups, into ``enc`` or a new command
+        encoder; returns the encoder."""
         pl, bg = self._bind(entry, names, image)
-        enc = self.device.create_command_encoder()
+        enc = self.device.create_command_encoder() if enc is None else enc
         cpass = enc.begin_compute_pass()
         cpass.set_pipeline(pl)
         cpass.set_bind_group(0, bg)
@@ -117,10 +118,19 @@ class DevicePlacement:
         """(B, tiles_y * tiles_x) float32: each tile's summed (weighted) squared error of the
         render in ``image`` (a device buffer, (B, H, W, 3) float32) against the targets; the
         per-pixel errors stay on the device for :meth:`place`."""
+        enc = self.encode_error_tiles(self.device.create_command_encoder(), image)
+        return self._submit_read(enc, self.buffers["tile_err"], self.sums_bytes).reshape(self.batch, self.n_tiles)
+
+    def encode_error_tiles(self, enc, image):
+        """:meth:`error_tiles`'s pass into the command encoder ``enc`` (the fit loop's last
+        submission before an event that may place: the sums come back with its losses);
+        returns ``enc``. The sums are then in ``buffers["tile_err"]`` (:attr:`sums_bytes`)."""
         names = ["place", "image", "target_img", "weights", "err", "tile_err"]
-        enc = self._encode_pass("error_tiles", names, image, (self.tiles_x, self.tiles_y, self.batch))
-        size = self.batch * self.n_tiles * 4
-        return self._submit_read(enc, self.buffers["tile_err"], size).reshape(self.batch, self.n_tiles)
+        return self._encode_pass("error_tiles", names, image, (self.tiles_x, self.tiles_y, self.batch), enc)
+
+    @property
+    def sums_bytes(self) -> int:
+        return self.batch * self.n_tiles * 4
 
     def place(self, image, records: np.ndarray) -> np.ndarray:
         """(n, PLACE_OUT) float32: a triangle for each record (n, PLACE_IN) of

@@ -31,7 +31,7 @@ from ..fitloop import FitSettings, Schedule, values_from_raw
 from .backend import GpuBackend
 from .encode import Recorder, Repeats, per_image, submission_sizes
 from .layouts import OPTIM, SCENE, SCHEDULE, STATE
-from .workspace import COPY_DST, COPY_SRC, MAP_READ, STORAGE, UNIFORM, Shape, Workspace, reduce_groups
+from .workspace import COPY_DST, COPY_SRC, MAP_READ, STORAGE, TILE, UNIFORM, Shape, Workspace, reduce_groups
 
 RING = 256  # loss ring entries; a submission never encodes more iterations than this
 
@@ -74,7 +74,8 @@ class GpuFitLoop:
         # is a round trip through the driver, while the GPU waits for the next chunk)
         self._out_size = {"ring": B * RING * 4, "timestamps": backend.timer.capacity * 8,
                           "params": B * n_params * 4, "moments": B * n_params * 8,
-                          "image": B * H * W * 12, "flags": B * n_tris * 4}
+                          "image": B * H * W * 12, "flags": B * n_tris * 4,
+                          "sums": B * -(-W // TILE) * -(-H // TILE) * 4}
         self._out_at, end = {}, 0
         for name, size in self._out_size.items():
             self._out_at[name], end = end, end + (size + 7) // 8 * 8
@@ -82,6 +83,7 @@ class GpuFitLoop:
         self._dispatches = None
         self._image_iter = None  # the iteration whose forward the image buffer holds (None: stale)
         self._read_flags = None   # (iteration, (alpha, width, height), flags) from the last run's end
+        self._read_sums = None    # (iteration, placement, (B, tiles) error sums) from the last run's end
         self._flags_pass = None   # the respawn rule's (args, flags, bind group, args written), made once
         backend.counters.upload_bytes += self.ws.set_frame(settings.loss) + self.ws.write(
             "target", np.ascontiguousarray(targets, dtype=np.float32))
@@ -222,7 +224,7 @@ class GpuFitLoop:
     def _forget_reads(self) -> None:
         """The device's parameters, moments and records changed outside an iteration: what the
         last chunk brought back (state, image, respawn flags) and the image buffer are stale."""
-        self._read_state = self._read_image = self._image_iter = self._read_flags = None
+        self._read_state = self._read_image = self._image_iter = self._read_flags = self._read_sums = None
 
     def _records_of(self, raw: np.ndarray) -> np.ndarray:
         """(B, stride) float32 scene records of float32 raw parameters (B, n_params) as
@@ -359,7 +361,7 @@ class GpuFitLoop:
         finally:
             self._out.unmap()
         kinds = {"ring": "losses", "timestamps": "losses", "params": state_kind, "moments": state_kind, "image": "image",
-                 "flags": "events"}
+                 "flags": "events", "sums": "events"}
         for name in names:
             self.backend.counters.read(kinds[name], sizes[name])
         return got
@@ -433,6 +435,23 @@ class GpuFitLoop:
         cpass.dispatch_workgroups(-(-self.n_tris // 64), self.batch, 1)
         cpass.end()
         return flags
+
+    def _encode_sums(self, enc, placement):
+        """The placement's error sums of this loop's last forward image into ``enc``; returns the
+        buffer that holds them."""
+        if placement.sums_bytes != self._out_size["sums"]:
+            raise ValueError("the placement's frame is not this loop's (the half-size stage places at full size)")
+        placement.encode_error_tiles(enc, self.ws.buffers["image"])
+        return placement.buffers["tile_err"]
+
+    def tile_sums(self, placement) -> np.ndarray | None:
+        """(B, tiles) float32: ``placement``'s error sums of the image :meth:`image_buffer` holds, as
+        the last ``run(..., sums=placement)`` brought them back with its losses; None when that run
+        did not, or the image changed since."""
+        got = self._read_sums
+        if got is None or got[0] != self.iter or got[1] is not placement or self._image_iter != self.iter:
+            return None
+        return got[2]
 
     def permute(self, source: np.ndarray, fresh: np.ndarray) -> None:
         """Reorder every image's triangles on the device: new slot t of image b takes old slot
@@ -552,7 +571,7 @@ class GpuFitLoop:
                              (reduce_groups(self.n_tris), B, 1), self.extra)
 
     def run(self, n: int, read_state: bool = False, read_image: bool = False, state_kind: str = "state",
-            flags: tuple[float, int, int] | None = None) -> np.ndarray:
+            flags: tuple[float, int, int] | None = None, sums=None) -> np.ndarray:
         """Run ``n`` iterations; returns their losses, (n,) or (n, B) for a stack (read from the
         ring once per submission). ``read_state``: the last submission also copies the parameters
         and moments back, so a ``get_state`` right after costs no round trip of its own (the
@@ -561,19 +580,22 @@ class GpuFitLoop:
         readback counters name it ("state" for an event, "snapshot" for a crash-recovery copy).
         ``flags``: (alpha_min, width, height), the respawn rule the event after these iterations
         checks -- its flags come back with the losses, so that check is no round trip of its own.
+        ``sums``: the fit's DevicePlacement (render/gpu/events.py) over this loop's frame, when the
+        event may place triangles: the error sums of the last forward's tiles come back with the
+        losses too (:meth:`tile_sums`), so placement starts without a round trip.
 
         A non-finite loss rolls the device back to the last good parameters and raises
         NumericalFault; a lost device raises DeviceLostError."""
         try:
-            return self._run(n, read_state, read_image, state_kind, flags)
+            return self._run(n, read_state, read_image, state_kind, flags, sums)
         except wgpu.GPUError as exc:
             if "lost" in str(exc).lower():
                 raise DeviceLostError(f"the GPU device was lost: {str(exc).splitlines()[-1].strip()}") from None
             raise
 
-    def _run(self, n: int, read_state: bool, read_image: bool, state_kind: str, flags) -> np.ndarray:
+    def _run(self, n: int, read_state: bool, read_image: bool, state_kind: str, flags, sums) -> np.ndarray:
         out = []
-        self._read_state = self._read_image = self._read_flags = None
+        self._read_state = self._read_image = self._read_flags = self._read_sums = None
         H, W = self.shape.height, self.shape.width
         host = self.backend.host
         done = 0
@@ -602,10 +624,13 @@ class GpuFitLoop:
             with host.phase("encode"):
                 last = done + k >= n
                 wanted = ["ring"] + (["params", "moments"] if read_state and last else []) + \
-                    (["image"] if read_image and last else []) + (["flags"] if flags and last else [])
+                    (["image"] if read_image and last else []) + (["flags"] if flags and last else []) + \
+                    (["sums"] if sums is not None and last else [])
                 sources = {"image": self.ws.buffers["image"], **self.extra}
                 if "flags" in wanted:  # (a pass after the iterations': the last iteration's records)
                     sources["flags"] = self._encode_flags(enc, flags)
+                if "sums" in wanted:  # (and the last forward's image)
+                    sources["sums"] = self._encode_sums(enc, sums)
                 self._copy_ring(enc, k)
                 for name in wanted[1:]:
                     enc.copy_buffer_to_buffer(sources[name], 0, self._out, self._out_at[name], self._out_size[name])
@@ -618,6 +643,7 @@ class GpuFitLoop:
                 state = self._parse_state(got["params"], got["moments"]) if "params" in got else None
                 image = got["image"].view(np.float32).reshape(self.batch, H, W, 3) if "image" in got else None
                 dead = got["flags"].view(np.uint32).reshape(self.batch, self.n_tris) != 0 if "flags" in got else None
+                tile_sums = got["sums"].view(np.float32).reshape(self.batch, -1) if "sums" in got else None
                 self.backend.timer.collect(got.get("timestamps"))
             self.snap_iter[slot] = self.iter
             if not np.all(np.isfinite(losses)):
@@ -635,6 +661,8 @@ class GpuFitLoop:
                 self._read_image = (self.iter, image)
             if dead is not None:
                 self._read_flags = (self.iter, tuple(flags), dead)
+            if tile_sums is not None:
+                self._read_sums = (self.iter, sums, tile_sums)
         self.sigmas = self.schedule.sigmas(self.iter, self.batch)
         losses = np.concatenate(out) if out else np.empty((0, self.batch))
         return losses if self.batched else losses[:, 0]
