@@ -654,8 +654,8 @@ def entry() -> None:
 
     After a command of FAST_EXIT the process leaves at once (``os._exit``) rather than through
     Python's teardown, where the driver releases each GPU object in turn and the modules are
-    finalised -- a noticeable part of a short fit's process (docs/PERFORMANCE.md, "Start-up").
-    Its files are written and closed by then (atomic writes), and the standard streams and log
+    finalised -- a noticeable part of a short fit's process (docs/PERFORMANCE.md, "Start-up of a
+    1 s fit"). Its files are written and closed by then (atomic writes), and the standard streams and log
     handlers are flushed first; a thread still running that Python would wait for keeps the
     ordinary exit."""
     global _finished
