@@ -7,6 +7,7 @@ Subcommands: fit, render, batch, video, bench, gui (also the default with no sub
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import logging
 import math
@@ -18,6 +19,9 @@ from pathlib import Path
 
 from . import __version__
 from .errors import TrifitError
+
+_IMPORTED = time.perf_counter()  # (the start-up timeline that fit logs under --verbose counts from here)
+log = logging.getLogger("trifit.cli")
 
 EXIT_OK, EXIT_INTERNAL, EXIT_BAD_INPUT, EXIT_INTERRUPTED = 0, 1, 2, 130
 #: commands whose every output is written and closed when they return: after one, :func:`entry`
@@ -276,17 +280,42 @@ def main(argv: list[str] | None = None) -> int:
 
 
 # ---------------------------------------------------------------------- fit
-def _warm_up_gpu(args) -> None:
+def _warm_up_gpu(args, fit: bool = False) -> None:
     """Bring the GPU up in the background while the command imports the engine and reads its input
-    (the driver's start is a good part of a short fit's start-up: docs/PERFORMANCE.md)."""
+    (the driver's start is a good part of a short fit's start-up: docs/PERFORMANCE.md); for a
+    ``fit``, compile its pipelines there next."""
     if getattr(args, "backend", "auto") != "reference":
         from .gpu.device import warm_up
 
-        warm_up()
+        warm_up(then=functools.partial(_prebuild_fit, args) if fit else None)
+
+
+def _prebuild_fit(args, ctx) -> None:
+    """The pipelines of the fit ``args`` asks for, compiled in the warm-up thread -- on a GPU: on a
+    CPU adapter (lavapipe) the compiler would run on the cores the command imports on, and the
+    fit would start later, not sooner."""
+    if ctx.info.get("type") == "CPU":
+        return
+    from .gpu.fitloop import prebuild
+
+    prebuild(ctx, **_prebuild_variant(args))
+
+
+def _prebuild_variant(args) -> dict:
+    """What :func:`_prebuild_fit` compiles for: focus-weighted or not, and binning in two passes
+    too where the fit's over-grown count at its working size would."""
+    from .fitloop import FitSettings
+    from .gpu.workspace import Shape
+
+    side = args.size or 0
+    peak = Shape(1, side, side, math.ceil(FitSettings().overgrow * (args.tris or 0)))
+    return {"weighted": getattr(args, "weights", None) is not None, "coarse_bin": peak.coarse_bin}
 
 
 def cmd_fit(args) -> int:
-    _warm_up_gpu(args)
+    marks = [("command", time.perf_counter())]  # the start-up timeline (logged under --verbose)
+    _warm_up_gpu(args, fit=True)
+    marks.append(("wgpu-py imported", time.perf_counter()))
     from tqdm import tqdm
 
     from .engine import Engine
@@ -294,6 +323,8 @@ def cmd_fit(args) -> int:
     from .imageio import load_image
     from .run import FitRun, StopConditions, replay_run
     from .scene import Scene
+
+    marks.append(("engine imported", time.perf_counter()))
 
     settings = {"triangles": args.tris, "size": args.size, "seed": args.seed, "loss": args.loss,
                 "strategy": args.strategy}
@@ -324,9 +355,14 @@ def cmd_fit(args) -> int:
 
         # frames spaced over the planned iterations; with none planned (a time limit) the gaps grow as it goes
         recorder = AnimationRecorder(args.animation, total=stop.iterations)
+    marks.append(("input read", time.perf_counter()))
     engine = Engine(args.backend)
+    marks.append(("GPU ready", time.perf_counter()))
     fitter = Fitter(target, engine=engine, init_scene=init, source=str(args.image), weights=weights, **settings)
     t0 = time.perf_counter()
+    marks.append(("fitter made", t0))
+    log.info("start-up, seconds since trifit.cli was imported: %s",
+             ", ".join(f"{name} {t - _IMPORTED:.3f}" for name, t in marks))
     total = stop.iterations if stop.iterations else None
     timed = total is None and stop.time_limit is not None  # the bar counts seconds: it shows the time left
     if timed:
