@@ -7,7 +7,6 @@ Subcommands: fit, render, batch, video, bench, gui (also the default with no sub
 from __future__ import annotations
 
 import argparse
-import functools
 import json
 import logging
 import math
@@ -280,41 +279,18 @@ def main(argv: list[str] | None = None) -> int:
 
 
 # ---------------------------------------------------------------------- fit
-def _warm_up_gpu(args, fit: bool = False) -> None:
+def _warm_up_gpu(args) -> None:
     """Bring the GPU up in the background while the command imports the engine and reads its input
-    (the driver's start is a good part of a short fit's start-up: docs/PERFORMANCE.md); for a
-    ``fit``, compile its pipelines there next."""
+    (the driver's start is a good part of a short fit's start-up: docs/PERFORMANCE.md)."""
     if getattr(args, "backend", "auto") != "reference":
         from .gpu.device import warm_up
 
-        warm_up(then=functools.partial(_prebuild_fit, args) if fit else None)
-
-
-def _prebuild_fit(args, ctx) -> None:
-    """The pipelines of the fit ``args`` asks for, compiled in the warm-up thread -- on a GPU: on a
-    CPU adapter (lavapipe) the compiler would run on the cores the command imports on, and the
-    fit would start later, not sooner."""
-    if ctx.info.get("type") == "CPU":
-        return
-    from .gpu.fitloop import prebuild
-
-    prebuild(ctx, **_prebuild_variant(args))
-
-
-def _prebuild_variant(args) -> dict:
-    """What :func:`_prebuild_fit` compiles for: focus-weighted or not, and binning in two passes
-    too where the fit's over-grown count at its working size would."""
-    from .fitloop import FitSettings
-    from .gpu.workspace import Shape
-
-    side = args.size or 0
-    peak = Shape(1, side, side, math.ceil(FitSettings().overgrow * (args.tris or 0)))
-    return {"weighted": getattr(args, "weights", None) is not None, "coarse_bin": peak.coarse_bin}
+        warm_up()
 
 
 def cmd_fit(args) -> int:
     marks = [("command", time.perf_counter())]  # the start-up timeline (logged under --verbose)
-    _warm_up_gpu(args, fit=True)
+    _warm_up_gpu(args)
     marks.append(("wgpu-py imported", time.perf_counter()))
     from tqdm import tqdm
 

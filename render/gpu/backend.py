@@ -28,12 +28,6 @@ CPU_PIXELS_PER_THREAD = 4
 _ZERO_STATE = STATE.pack(iter=0, sigma=0.0, lr_scale=0.0)
 
 
-def default_pixels_per_thread(ctx: GpuContext) -> int:
-    """Pixels per thread of the walks on ``ctx``'s adapter: CPU adapters (lavapipe) sum and wait
-    at barriers at a higher cost than they compute, so one sum serves 4 pixels there."""
-    return CPU_PIXELS_PER_THREAD if ctx.info.get("type") == "CPU" else 1
-
-
 class GpuBackend:
     name = "gpu"
 
@@ -48,7 +42,8 @@ class GpuBackend:
         # CPU adapters (lavapipe) have parallelism to spare: segmenting the backward only adds work there
         cpu = self.ctx.info.get("type") == "CPU"
         self.segmented = not cpu if segmented is None else segmented
-        self.pixels_per_thread = default_pixels_per_thread(self.ctx) if pixels_per_thread is None \
+        # ... and workgroup sums and barriers cost more than arithmetic there: one sum per 4 pixels
+        self.pixels_per_thread = (CPU_PIXELS_PER_THREAD if cpu else 1) if pixels_per_thread is None \
             else shaders.check_pixels_per_thread(pixels_per_thread)
         self.counters = Counters()
         self.host = HostPhases()

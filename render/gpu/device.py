@@ -164,12 +164,10 @@ def get_context(force_new: bool = False) -> GpuContext:
 _warming: threading.Thread | None = None
 
 
-def warm_up(then=None) -> None:
+def warm_up() -> None:
     """Start making the process's GPU context in a background thread, so the driver's instance,
     adapter and device come up while the caller imports and reads its input; :func:`get_context`
-    then waits for it (or, when it failed, tries again and raises). ``then(context)`` runs next in
-    that thread (the command line compiles the fit's pipelines there); what it raises is logged
-    and dropped. Does nothing once started."""
+    then waits for it (or, when it failed, tries again and raises). Does nothing once started."""
     global _warming
     with _lock:
         if _shared is not None or _warming is not None or os.environ.get("TRIFIT_NO_GPU"):
@@ -184,11 +182,9 @@ def warm_up(then=None) -> None:
 
         def make():
             try:
-                ctx = get_context()
-                if then is not None:
-                    then(ctx)
-            except Exception as exc:  # the caller's own get_context() (or compile) raises it, where it is handled
-                log.debug("GPU warm-up: %s: %s", type(exc).__name__, exc)
+                get_context()
+            except Exception as exc:  # the caller's own get_context() raises it, where it is handled
+                log.debug("GPU warm-up: %s", exc)
 
         # not a daemon: an early exit (bad input) waits for the driver rather than unloading under it
         _warming = threading.Thread(target=make, name="trifit-gpu-warm-up")

@@ -36,30 +36,6 @@ from .workspace import COPY_DST, COPY_SRC, MAP_READ, STORAGE, TILE, UNIFORM, Sha
 RING = 256  # loss ring entries; a submission never encodes more iterations than this
 
 
-def fit_kernels(bin_entries) -> tuple[tuple[str, str], ...]:
-    """(kernel, entry) of every pipeline a fit loop uses, with binning's ``bin_entries``."""
-    return (*(("bin.wgsl", entry) for entry in bin_entries), ("forward.wgsl", "main"), ("backward.wgsl", "main"),
-            ("adam.wgsl", "main"), ("render.wgsl", "main"), ("loss_reduce.wgsl", "main"),
-            ("reduce.wgsl", "reduce_grad"), ("costs.wgsl", "main"), ("events.wgsl", "error_tiles"),
-            ("events.wgsl", "place_new"), ("respawn_flags.wgsl", "main"), ("permute.wgsl", "main"))
-
-
-def prebuild(ctx, *, weighted: bool = False, coarse_bin: bool = False) -> None:
-    """Compile a fit's pipelines in the variant a GpuBackend's fit loops ask for on ``ctx`` by
-    default (the adapter's subgroups and pixels per thread; focus-weighted or not; binning in one
-    pass, and in two where ``coarse_bin``), before any fit asks for them: the command line's
-    warm-up thread does this while the command imports. A fit that asks for one still compiling
-    waits for it (render/gpu/shaders.py pipeline)."""
-    from . import shaders
-    from .backend import default_pixels_per_thread
-    from .workspace import BIN_ENTRIES
-
-    entries = BIN_ENTRIES[False] + (BIN_ENTRIES[True] if coarse_bin else ())
-    storage = ctx.limits.get("max-compute-workgroup-storage-size", 16384)
-    shaders.build([(ctx.device, kernel, entry, ctx.has_subgroups, storage, ctx.subgroup_size,
-                    default_pixels_per_thread(ctx), weighted) for kernel, entry in fit_kernels(entries)])
-
-
 class GpuFitLoop:
     def __init__(self, backend: GpuBackend, target: np.ndarray, raw: np.ndarray, n_tris: int,
                  settings: FitSettings, schedule: Schedule, iteration: int = 0, weights: np.ndarray | None = None):
@@ -123,7 +99,11 @@ class GpuFitLoop:
         # into a cold cache would spend a time-limited fit's time there (a process's first fit
         # overran 1 s by ~0.2 s when the iteration's pipelines were built inside it); and events on
         # the device's (placement, respawn flags, the reordering). Compiled several at once.
-        self.ws.build_pipelines(fit_kernels(self.ws.bin_entries()))
+        self.ws.build_pipelines((
+            *(("bin.wgsl", entry) for entry in self.ws.bin_entries()), ("forward.wgsl", "main"), ("backward.wgsl", "main"),
+            ("adam.wgsl", "main"), ("render.wgsl", "main"), ("loss_reduce.wgsl", "main"),
+            ("reduce.wgsl", "reduce_grad"), ("costs.wgsl", "main"), ("events.wgsl", "error_tiles"),
+            ("events.wgsl", "place_new"), ("respawn_flags.wgsl", "main"), ("permute.wgsl", "main")))
         self._iteration_dispatches()
 
     # ------------------------------------------------------------------ state

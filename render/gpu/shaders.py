@@ -23,7 +23,6 @@ from . import layouts
 _lock = threading.Lock()
 _PPT_KERNELS = ("bin.wgsl", "forward.wgsl", "backward.wgsl")  # several pixels (bin: triangles) per thread
 _pipelines: dict[tuple, object] = {}
-_building: dict[tuple, threading.Event] = {}  # variants a thread is compiling now (set when done)
 SUPER_TILES = 4         # binning in two passes (bin.wgsl coarse_main): super-tiles of 4 x 4 tiles
 PARAMS_PER_GROUP = 32   # the gradient reduction's triangle parameters a workgroup (reduce_param.wgsl)
 FINE_MASK_WORDS = 512   # ... and fine_main's mask in workgroup memory: up to 16,384 triangles
@@ -184,44 +183,16 @@ def pipeline(device, name: str, entry: str = "main", subgroups: bool = False, wo
     bin kernel (1, 2 or 4); others ignore it. ``weighted``: the focus-map variant of the kernels
     that have one (FOCUS); others ignore it."""
     key, kb, ppt, weighted = _variant(device, name, entry, subgroups, workgroup_storage, subgroup_size, ppt, weighted)
-    while True:  # another thread compiling this variant (a warm-up's prebuild): wait for its pipeline
-        with _lock:
-            found = _pipelines.get(key)
-            if found is not None:
-                return found
-            other = _building.get(key)
-            if other is None:
-                mine = _building[key] = threading.Event()
-                break
-        other.wait()  # (if that build failed, this thread builds it, and raises what it raises)
-    try:
-        module = device.create_shader_module(label=name,
-                                             code=kernel_source(name, subgroups, kb, subgroup_size, ppt, weighted))
-        pl = device.create_compute_pipeline(
-            label=f"{name}:{entry}", layout="auto", compute={"module": module, "entry_point": entry}
-        )
-        with _lock:
-            return _pipelines.setdefault(key, pl)
-    finally:
-        with _lock:
-            del _building[key]
-        mine.set()
-
-
-def build(variants) -> None:
-    """Compile the pipelines of ``variants`` (:func:`pipeline`'s argument tuples) not built yet,
-    several at once: the driver's compiler runs outside the GIL, so the caller waits for the
-    slowest pipeline rather than for their sum."""
-    todo = [v for v in dict.fromkeys(variants) if not built(*v)]
-    if len(todo) < 2:
-        for v in todo:
-            pipeline(*v)
-        return
-    from concurrent.futures import ThreadPoolExecutor
-
-    with ThreadPoolExecutor(max_workers=min(8, len(todo)), thread_name_prefix="trifit-pipeline") as pool:
-        for done in [pool.submit(pipeline, *v) for v in todo]:
-            done.result()  # a compile error raises here, as it would have in line
+    with _lock:
+        found = _pipelines.get(key)
+        if found is not None:
+            return found
+    module = device.create_shader_module(label=name, code=kernel_source(name, subgroups, kb, subgroup_size, ppt, weighted))
+    pl = device.create_compute_pipeline(
+        label=f"{name}:{entry}", layout="auto", compute={"module": module, "entry_point": entry}
+    )
+    with _lock:  # two threads that built the same variant at once return the same one
+        return _pipelines.setdefault(key, pl)
 
 
 def built(device, name: str, entry: str = "main", subgroups: bool = False, workgroup_storage: int = 16384,

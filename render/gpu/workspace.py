@@ -21,8 +21,6 @@ from .layouts import FRAME, SCENE, STATE
 from .pool import BufferPool
 
 TILE = 16
-#: bin.wgsl's entry points a workspace dispatches, for a fit and not: in one pass, or in two (Shape.coarse_bin)
-BIN_ENTRIES = {False: ("fit_main", "main"), True: ("coarse_fit_main", "coarse_main", "fine_main")}
 STORAGE = wgpu.BufferUsage.STORAGE
 COPY_DST = wgpu.BufferUsage.COPY_DST
 COPY_SRC = wgpu.BufferUsage.COPY_SRC
@@ -246,9 +244,19 @@ class Workspace:
                 self.ctx.subgroup_size, self.shape.ppt, self.shape.weighted)
 
     def build_pipelines(self, kernels) -> None:
-        """Compile ``kernels`` ((kernel, entry) pairs) in this workspace's variant, several at once
-        (shaders.build)."""
-        shaders.build([self._variant(*k) for k in kernels])
+        """Compile ``kernels`` ((kernel, entry) pairs) in this workspace's variant, several at once:
+        the driver's compiler runs outside the GIL, so a process's first fit waits for the slowest
+        pipeline rather than for their sum."""
+        todo = [k for k in dict.fromkeys(kernels) if not shaders.built(*self._variant(*k))]
+        if len(todo) < 2:
+            for kernel, entry in todo:
+                self.pipeline(kernel, entry)
+            return
+        from concurrent.futures import ThreadPoolExecutor
+
+        with ThreadPoolExecutor(max_workers=min(8, len(todo)), thread_name_prefix="trifit-pipeline") as pool:
+            for done in [pool.submit(self.pipeline, kernel, entry) for kernel, entry in todo]:
+                done.result()  # a compile error raises here, as it would have in line
 
     def bind_group(self, kernel: str, names: list[str | None], entry: str = "main", extra: dict | None = None):
         """Pipeline and bind group for ``kernel`` with buffers bound in order (None: a binding this
@@ -278,7 +286,7 @@ class Workspace:
 
     def bin_entries(self) -> tuple[str, ...]:
         """The bin.wgsl entry points :meth:`encode_bin` dispatches, for a fit and not (what to build)."""
-        return BIN_ENTRIES[self.shape.coarse_bin]
+        return ("coarse_fit_main", "coarse_main", "fine_main") if self.shape.coarse_bin else ("fit_main", "main")
 
     def encode_bin(self, cpass, fit: dict | None = None) -> None:
         """``fit``: the fit loop's buffers (its ``sched``); binning then also starts the iteration
