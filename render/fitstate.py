@@ -91,11 +91,13 @@ class FitState:
         from . import placement
 
         dp = self.device_placement()
-        image = None if self.coarse else self._loop.image_buffer()
-        sums = None if image is None else self._loop.tile_sums(dp)  # (they came back with the chunk)
-        if image is None:  # the half-size stage's forward, or none since a new state: render the records
-            image = self._loop.render_on_device(self.width, self.height)
-        if sums is None:
+        got = self._loop.tile_sums(dp)  # (they came back with the chunk, with the image they are of)
+        if got is not None:
+            sums, image = got
+        else:
+            image = None if self.coarse else self._loop.image_buffer()
+            if image is None:  # the half-size stage's forward, or none since a new state: render the records
+                image = self._loop.render_on_device(self.width, self.height)
             sums = dp.error_tiles(image)
         records = [placement.device_records(b, k, sums[b], self.height, self.width, self.rngs[b], self.settings,
                                             radius_scale, n_after) for b, k in enumerate(counts)]

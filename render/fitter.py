@@ -222,16 +222,16 @@ class Fitter(FitState):
             for_event = event and self.strategy.needs_state(start + k)
             read_state = for_event or self._snapshot_due(start + k)
             rule = self.strategy.respawn_rule(start + k) if event else None
-            places = event and self.strategy.wants_image(start + k)
+            on_device = self.places_on_device
             self._cached = None
             try:
                 losses = self._loop.run(k, read_state=read_state,
-                                        read_image=places and not self.places_on_device,
+                                        read_image=event and not on_device and self.strategy.wants_image(start + k),
                                         state_kind="state" if for_event else "snapshot",
                                         flags=None if rule is None else (rule, self.width, self.height),
                                         # (the tiles' error sums placement starts from, at full size)
-                                        sums=self.device_placement() if places and self.places_on_device
-                                        and not self.coarse else None)
+                                        sums=self.device_placement() if event and on_device
+                                        and self.strategy.may_place(start + k) else None)
             except NumericalFault as fault:
                 consecutive += 1
                 self._on_numerical_fault(fault, consecutive)

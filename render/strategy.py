@@ -93,7 +93,13 @@ class FixedStrategy:
         return _NEVER
 
     def wants_image(self, iteration: int) -> bool:
-        """Whether the event at ``iteration`` may place triangles (the chunk brings its image)."""
+        """Whether the event at ``iteration`` may place triangles from the last forward's image
+        (the chunk brings it back, where placement is on the host)."""
+        return False
+
+    def may_place(self, iteration: int) -> bool:
+        """Whether the event at ``iteration`` may place triangles (where placement is on the
+        device, the chunk brings back the error sums it starts from)."""
         return False
 
     def needs_state(self, iteration: int) -> bool:
@@ -348,6 +354,9 @@ class DefaultStrategy(FixedStrategy):
     def wants_image(self, iteration: int) -> bool:
         if self.fit.coarse and iteration < self.coarse_until():
             return False  # placement renders at full size
+        return self.may_place(iteration)
+
+    def may_place(self, iteration: int) -> bool:
         change = self._count_change(iteration)
         return self._respawn_due(iteration) or (change is not None and change[0] == "grow")
 

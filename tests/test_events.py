@@ -266,9 +266,9 @@ def test_respawn_checks_come_back_with_the_chunk_and_fit_the_same(gpu_engine, mo
 
 @pytest.mark.gpu
 def test_error_sums_come_back_with_the_chunk_and_fit_the_same(gpu_engine, monkeypatch):
-    """An event that may place at full size brings its tiles' error sums back with the chunk's
-    losses; placement then starts from them, with no pass and readback of its own -- and fits the
-    same bytes as with the sums read apart."""
+    """An event that may place brings its tiles' error sums back with the chunk's losses (in the
+    half-size stage, of a full-size render encoded there too); placement then starts from them,
+    with no pass and readback of its own -- and fits the same bytes as with the sums read apart."""
     from trifit.gpu import events
     from trifit.gpu.fitloop import GpuFitLoop
 
@@ -293,18 +293,28 @@ def test_error_sums_come_back_with_the_chunk_and_fit_the_same(gpu_engine, monkey
         f.close()
     (scene_a, respawned_a, subs_a, apart_a), (scene_b, respawned_b, subs_b, apart_b) = runs
     assert scene_a == scene_b and respawned_a == respawned_b > 0
-    assert apart_a < apart_b and subs_a == subs_b - (apart_b - apart_a)
+    # (each sum read apart was a submission of its own, and in the half-size stage its render another)
+    assert apart_a == 0 < apart_b and subs_a < subs_b - apart_b
 
 
 @pytest.mark.gpu
 def test_error_sums_brought_back_are_dropped_when_the_image_changes(gpu_engine):
     f = _eventful_fitter(gpu_engine, placement="device")
+    dp = f.device_placement()
+    f.step(3)
+    assert f.coarse  # a half-size loop: the sums are of a full-size render of its records
+    f._loop.run(2, sums=dp)
+    sums, image = f._loop.tile_sums(dp)
+    assert image is not f._loop.image_buffer()
+    assert np.array_equal(sums, dp.error_tiles(f._loop.render_on_device(f.width, f.height)))
     f.step(60)
-    loop, dp = f._loop, f.device_placement()
+    loop = f._loop
+    assert not f.coarse
     loop.run(5, sums=dp)
     image = loop.image_buffer()
     assert image is not None
-    assert np.array_equal(loop.tile_sums(dp), dp.error_tiles(image))  # the sums of the image the loop holds
+    sums, of = loop.tile_sums(dp)
+    assert of is image and np.array_equal(sums, dp.error_tiles(image))  # the sums of the image the loop holds
     loop.run(1)
     assert loop.tile_sums(dp) is None  # another forward since
     loop.run(5, sums=dp)

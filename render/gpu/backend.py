@@ -118,15 +118,21 @@ class GpuBackend:
         """Render the B scene records in the device buffer ``scene`` (a fit loop's) into a cached
         workspace's image buffer and leave them there: the buffer ((B, H, W, 3) float32), valid
         until the next call of that shape."""
+        enc = self.device.create_command_encoder()
+        image = self.encode_render_records(enc, scene, batch, n_tris, width, height)
+        self.device.queue.submit([enc.finish()])
+        self.counters.submissions += 1
+        return image
+
+    def encode_render_records(self, enc, scene, batch: int, n_tris: int, width: int, height: int):
+        """:meth:`render_records_on_device`'s copy and pass into the command encoder ``enc`` (a fit
+        loop's chunk); returns the image buffer they fill."""
         ws = self.workspace(Shape(batch, width, height, n_tris, self.segmented, self.pixels_per_thread))
         self.counters.upload_bytes += ws.set_frame(None)
-        enc = self.device.create_command_encoder()
         enc.copy_buffer_to_buffer(scene, 0, ws.buffers["scene"], 0, batch * SCENE.stride(n_tris) * 4)
         cpass = enc.begin_compute_pass()
         ws.encode_render(cpass)
         cpass.end()
-        self.device.queue.submit([enc.finish()])
-        self.counters.submissions += 1
         return ws.buffers["image"]
 
     def placement(self, targets, weights):

@@ -31,7 +31,7 @@ from ..fitloop import FitSettings, Schedule, values_from_raw
 from .backend import GpuBackend
 from .encode import Recorder, Repeats, per_image, submission_sizes
 from .layouts import OPTIM, SCENE, SCHEDULE, STATE
-from .workspace import COPY_DST, COPY_SRC, MAP_READ, STORAGE, TILE, UNIFORM, Shape, Workspace, reduce_groups
+from .workspace import COPY_DST, COPY_SRC, MAP_READ, STORAGE, UNIFORM, Shape, Workspace, reduce_groups
 
 RING = 256  # loss ring entries; a submission never encodes more iterations than this
 
@@ -75,15 +75,13 @@ class GpuFitLoop:
         self._out_size = {"ring": B * RING * 4, "timestamps": backend.timer.capacity * 8,
                           "params": B * n_params * 4, "moments": B * n_params * 8,
                           "image": B * H * W * 12, "flags": B * n_tris * 4,
-                          "sums": B * -(-W // TILE) * -(-H // TILE) * 4}
-        self._out_at, end = {}, 0
-        for name, size in self._out_size.items():
-            self._out_at[name], end = end, end + (size + 7) // 8 * 8
-        self._out = pool.acquire(MAP_READ | COPY_DST, end, "read:chunk")
+                          "sums": 0}  # (sized at the first run that brings sums: the placement's frame)
+        self._out = None
+        self._lay_out()
         self._dispatches = None
         self._image_iter = None  # the iteration whose forward the image buffer holds (None: stale)
         self._read_flags = None   # (iteration, (alpha, width, height), flags) from the last run's end
-        self._read_sums = None    # (iteration, placement, (B, tiles) error sums) from the last run's end
+        self._read_sums = None    # (iteration, placement, sums (B, tiles), image) from the last run's end
         self._flags_pass = None   # the respawn rule's (args, flags, bind group, args written), made once
         backend.counters.upload_bytes += self.ws.set_frame(settings.loss) + self.ws.write(
             "target", np.ascontiguousarray(targets, dtype=np.float32))
@@ -436,22 +434,38 @@ class GpuFitLoop:
         cpass.end()
         return flags
 
-    def _encode_sums(self, enc, placement):
-        """The placement's error sums of this loop's last forward image into ``enc``; returns the
-        buffer that holds them."""
-        if placement.sums_bytes != self._out_size["sums"]:
-            raise ValueError("the placement's frame is not this loop's (the half-size stage places at full size)")
-        placement.encode_error_tiles(enc, self.ws.buffers["image"])
-        return placement.buffers["tile_err"]
+    def _lay_out(self) -> None:
+        """(Re)make the buffer a chunk's readback is mapped from: one region for each of _out_size."""
+        self._out_at, end = {}, 0
+        for name, size in self._out_size.items():
+            self._out_at[name], end = end, end + (size + 7) // 8 * 8
+        if self._out is not None:
+            self.backend.pool.release(self._out)
+        self._out = self.backend.pool.acquire(MAP_READ | COPY_DST, end, "read:chunk")
 
-    def tile_sums(self, placement) -> np.ndarray | None:
-        """(B, tiles) float32: ``placement``'s error sums of the image :meth:`image_buffer` holds, as
-        the last ``run(..., sums=placement)`` brought them back with its losses; None when that run
-        did not, or the image changed since."""
+    def _encode_sums(self, enc, placement):
+        """The placement's error sums into ``enc``, of what placement places against: this loop's
+        last forward image at full size, or (a half-size loop) a full-size render of the records
+        encoded here too. Returns (the buffer holding the sums, the image)."""
+        if (placement.width, placement.height) == (self.shape.width, self.shape.height):
+            image = self.ws.buffers["image"]
+        else:
+            image = self.backend.encode_render_records(enc, self.ws.buffers["scene"], self.batch, self.n_tris,
+                                                       placement.width, placement.height)
+        placement.encode_error_tiles(enc, image)
+        return placement.buffers["tile_err"], image
+
+    def tile_sums(self, placement):
+        """(sums (B, tiles) float32, image buffer): ``placement``'s error sums as the last
+        ``run(..., sums=placement)`` brought them back with its losses, and the image they are of
+        -- this loop's last forward (:meth:`image_buffer`), or a full-size render of the records
+        for a half-size loop; None when that run did not, or the state changed since."""
         got = self._read_sums
-        if got is None or got[0] != self.iter or got[1] is not placement or self._image_iter != self.iter:
+        if got is None or got[0] != self.iter or got[1] is not placement:
             return None
-        return got[2]
+        if got[3] is self.ws.buffers["image"] and self._image_iter != self.iter:
+            return None
+        return got[2], got[3]
 
     def permute(self, source: np.ndarray, fresh: np.ndarray) -> None:
         """Reorder every image's triangles on the device: new slot t of image b takes old slot
@@ -594,6 +608,9 @@ class GpuFitLoop:
             raise
 
     def _run(self, n: int, read_state: bool, read_image: bool, state_kind: str, flags, sums) -> np.ndarray:
+        if sums is not None and self._out_size["sums"] != sums.sums_bytes:
+            self._out_size["sums"] = sums.sums_bytes  # (before the chunk's copies into the buffer are encoded)
+            self._lay_out()
         out = []
         self._read_state = self._read_image = self._read_flags = self._read_sums = None
         H, W = self.shape.height, self.shape.width
@@ -629,8 +646,8 @@ class GpuFitLoop:
                 sources = {"image": self.ws.buffers["image"], **self.extra}
                 if "flags" in wanted:  # (a pass after the iterations': the last iteration's records)
                     sources["flags"] = self._encode_flags(enc, flags)
-                if "sums" in wanted:  # (and the last forward's image)
-                    sources["sums"] = self._encode_sums(enc, sums)
+                if "sums" in wanted:  # (after the iterations: the last forward's image or the records)
+                    sources["sums"], sums_image = self._encode_sums(enc, sums)
                 self._copy_ring(enc, k)
                 for name in wanted[1:]:
                     enc.copy_buffer_to_buffer(sources[name], 0, self._out, self._out_at[name], self._out_size[name])
@@ -662,7 +679,7 @@ class GpuFitLoop:
             if dead is not None:
                 self._read_flags = (self.iter, tuple(flags), dead)
             if tile_sums is not None:
-                self._read_sums = (self.iter, sums, tile_sums)
+                self._read_sums = (self.iter, sums, tile_sums, sums_image)
         self.sigmas = self.schedule.sigmas(self.iter, self.batch)
         losses = np.concatenate(out) if out else np.empty((0, self.batch))
         return losses if self.batched else losses[:, 0]
