@@ -292,8 +292,6 @@ def cmd_fit(args) -> int:
     marks = [("command", time.perf_counter())]  # the start-up timeline (logged under --verbose)
     _warm_up_gpu(args)
     marks.append(("wgpu-py imported", time.perf_counter()))
-    from tqdm import tqdm
-
     from .engine import Engine
     from .fitter import Fitter
     from .imageio import load_image
@@ -341,11 +339,17 @@ def cmd_fit(args) -> int:
              ", ".join(f"{name} {t - _IMPORTED:.3f}" for name, t in marks))
     total = stop.iterations if stop.iterations else None
     timed = total is None and stop.time_limit is not None  # the bar counts seconds: it shows the time left
-    if timed:
-        bar = tqdm(total=stop.time_limit, disable=args.quiet, desc="fit", dynamic_ncols=True,
+    if args.quiet:
+        bar = _NoBar()  # (and tqdm not imported: a quiet fit's start-up is shorter by its import)
+    elif timed:
+        from tqdm import tqdm
+
+        bar = tqdm(total=stop.time_limit, desc="fit", dynamic_ncols=True,
                    bar_format="{l_bar}{bar}| {elapsed} of " + f"{stop.time_limit:g} s" + " [{remaining} left{postfix}]")
     else:
-        bar = tqdm(total=total, unit="it", disable=args.quiet, desc="fit", dynamic_ncols=True,
+        from tqdm import tqdm
+
+        bar = tqdm(total=total, unit="it", desc="fit", dynamic_ncols=True,
                    bar_format="{l_bar}{bar}| {n_fmt}/{total_fmt} [{elapsed}<{remaining}, {rate_fmt}{postfix}]"
                    if total else "{desc}: {n_fmt} it [{elapsed}, {rate_fmt}{postfix}]")
 
@@ -386,9 +390,11 @@ def cmd_fit(args) -> int:
         W, H = export.picture_size(source_size(args.image), scale=args.scale, width=args.width)
         export.save_render(scene, out, W, H, engine=engine, edges=args.edges)
         written.insert(0, out)
-    final = engine.render(scene)
-    mse = float(((final.astype("float64") - fitter.target) ** 2).mean())
-    psnr = 10 * math.log10(1 / mse) if mse > 0 else float("inf")
+    told = not args.quiet or interrupted  # (the summary line; quiet and no report: no render of the result)
+    if told or args.report:
+        final = engine.render(scene)
+        mse = float(((final.astype("float64") - fitter.target) ** 2).mean())
+        psnr = 10 * math.log10(1 / mse) if mse > 0 else float("inf")
     if args.report:
         report = fit_report(fitter, engine, wall, mse, psnr, args)
         _write_report(Path(args.report), report, fitter)
@@ -397,12 +403,27 @@ def cmd_fit(args) -> int:
             written.append(Path(args.report).with_suffix(".json"))
     if recorder is not None:
         written.append(Path(args.animation))
-    if not args.quiet or interrupted:
+    if told:
         print(f"trifit: {'interrupted after ' if interrupted else ''}{fitter.iteration} iterations in "
               f"{wall:.1f} s on {engine.description}; PSNR {psnr:.2f} dB{_focus_note(fitter, final)}; wrote "
               f"{', '.join(str(p) for p in written)}", file=sys.stderr)
     fitter.close()
     return EXIT_INTERRUPTED if interrupted else EXIT_OK
+
+
+class _NoBar:
+    """The progress bar of a --quiet fit: counts, shows nothing."""
+
+    n = 0
+
+    def update(self, n=1) -> None:
+        self.n += n
+
+    def set_postfix_str(self, text: str) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
 
 
 def _focus_note(fitter, final) -> str:

@@ -301,3 +301,24 @@ def test_a_fit_compiles_every_pipeline_it_uses_before_its_first_iteration(gpu_ct
     got = json.loads(out.stdout)
     assert got["iterations"] == 200 and got["built"] >= 13
     assert got["after"] == got["built"]
+
+
+def test_a_quiet_fit_does_not_import_the_progress_bar(tmp_path):
+    """--quiet shows no bar, and a short scripted fit does not pay for tqdm's import (its version
+    lookup reads the installed packages' metadata); the summary line is a render it skips too."""
+    code = textwrap.dedent(f"""
+        import sys
+        from trifit.cli import main
+        from trifit.resources import sample_path
+        out = {str(tmp_path / "a.json")!r}
+        args = ["fit", str(sample_path("astronaut.png")), "--iters", "5", "--size", "24", "--tris", "4",
+                "--backend", "reference", "-o", out]
+        assert main(args + ["--quiet"]) == 0
+        quiet = "tqdm" in sys.modules
+        assert main(args) == 0
+        print(quiet, "tqdm" in sys.modules)
+    """)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.split() == ["False", "True"]
+    assert "PSNR" in out.stderr and out.stderr.count("trifit:") == 1  # the second fit's summary line only
