@@ -229,7 +229,7 @@ class Fitter(FitState):
                                         read_image=event and not on_device and self.strategy.wants_image(start + k),
                                         state_kind="state" if for_event else "snapshot",
                                         flags=None if rule is None else (rule, self.width, self.height),
-                                        # (the tiles' error sums placement starts from, at full size)
+                                        # (the tiles' error sums placement starts from)
                                         sums=self.device_placement() if event and on_device
                                         and self.strategy.may_place(start + k) else None)
             except NumericalFault as fault:

@@ -221,7 +221,8 @@ class GpuFitLoop:
 
     def _forget_reads(self) -> None:
         """The device's parameters, moments and records changed outside an iteration: what the
-        last chunk brought back (state, image, respawn flags) and the image buffer are stale."""
+        last chunk brought back (state, image, respawn flags, error sums) and the image buffer are
+        stale."""
         self._read_state = self._read_image = self._image_iter = self._read_flags = self._read_sums = None
 
     def _records_of(self, raw: np.ndarray) -> np.ndarray:
@@ -594,9 +595,10 @@ class GpuFitLoop:
         readback counters name it ("state" for an event, "snapshot" for a crash-recovery copy).
         ``flags``: (alpha_min, width, height), the respawn rule the event after these iterations
         checks -- its flags come back with the losses, so that check is no round trip of its own.
-        ``sums``: the fit's DevicePlacement (render/gpu/events.py) over this loop's frame, when the
-        event may place triangles: the error sums of the last forward's tiles come back with the
-        losses too (:meth:`tile_sums`), so placement starts without a round trip.
+        ``sums``: the fit's DevicePlacement (render/gpu/events.py), when the event may place
+        triangles: the error sums of the image placement places against (the last forward's, or
+        for a half-size loop a full-size render of the records, encoded here too) come back with
+        the losses (:meth:`tile_sums`), so placement starts without a round trip.
 
         A non-finite loss rolls the device back to the last good parameters and raises
         NumericalFault; a lost device raises DeviceLostError."""
