@@ -221,8 +221,8 @@ def store_declarations(ffi, csource: str, types: dict | None = None) -> None:
 
 def import_backend() -> None:
     """Import wgpu-py's wgpu-native backend, its ``wgpu.h`` declarations from the cache where they
-    are there (and put there where they are not), and the C types it and a fit use primed in one
-    parse before its module body asks for any (:func:`prime`)."""
+    are there (and put there where they are not), and the C types it and a fit use primed before
+    its module body asks for any (:func:`prime`: from the cache too, else in one parse)."""
     if "wgpu.backends.wgpu_native" in sys.modules:
         return
     import cffi
