@@ -214,6 +214,9 @@ class FitState:
         scene records on the device where the fit places there (no state comes back)."""
         # (the targets as they are: float32, what the pass uploads -- no copies of the full-size images)
         if self.places_on_device:
+            got = self._loop.removal_costs(self.targets, weights)  # (they came back with the chunk)
+            if got is not None:
+                return got
             return np.asarray(self.engine.impl.removal_costs_records(
                 self._loop.records_buffer(), self.n_triangles, np.asarray(self._loop.sigmas, float),
                 self.targets, transient=transient, weights=weights))

@@ -231,7 +231,10 @@ class Fitter(FitState):
                                         flags=None if rule is None else (rule, self.width, self.height),
                                         # (the tiles' error sums placement starts from)
                                         sums=self.device_placement() if event and on_device
-                                        and self.strategy.may_place(start + k) else None)
+                                        and self.strategy.may_place(start + k) else None,
+                                        # (what pruning ranks by: removal_costs)
+                                        costs=(self.targets, self.focus) if event and on_device
+                                        and self.strategy.prunes(start + k) else None)
             except NumericalFault as fault:
                 consecutive += 1
                 self._on_numerical_fault(fault, consecutive)

@@ -102,6 +102,11 @@ class FixedStrategy:
         device, the chunk brings back the error sums it starts from)."""
         return False
 
+    def prunes(self, iteration: int) -> bool:
+        """Whether the event at ``iteration`` ranks the triangles by removal cost (where events are
+        on the device, the chunk brings the costs back)."""
+        return False
+
     def needs_state(self, iteration: int) -> bool:
         """Whether the event at ``iteration`` reads the state on the host (the chunk brings it
         back with its losses; a wrong answer costs a round trip, never a different fit)."""
@@ -359,6 +364,10 @@ class DefaultStrategy(FixedStrategy):
     def may_place(self, iteration: int) -> bool:
         change = self._count_change(iteration)
         return self._respawn_due(iteration) or (change is not None and change[0] == "grow")
+
+    def prunes(self, iteration: int) -> bool:
+        change = self._count_change(iteration)
+        return change is not None and change[0] == "prune"
 
     def respawn_rule(self, iteration: int) -> float | None:
         fit = self.fit

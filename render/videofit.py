@@ -138,7 +138,8 @@ class FrameStrategy(DefaultStrategy):
                         sigma_ends=tuple(float(e) for e in ends))
 
     # no events inside a frame, and the count never grows past the one asked for: the fixed strategy's
-    next_event, wants_image, may_place = FixedStrategy.next_event, FixedStrategy.wants_image, FixedStrategy.may_place
+    next_event, wants_image = FixedStrategy.next_event, FixedStrategy.wants_image
+    may_place, prunes = FixedStrategy.may_place, FixedStrategy.prunes
     on_event, finish = FixedStrategy.on_event, FixedStrategy.finish
 
     # ------------------------------------------------------------------ progress (checkpoints)

@@ -325,6 +325,61 @@ def test_error_sums_brought_back_are_dropped_when_the_image_changes(gpu_engine):
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("weighted", [False, True])
+def test_removal_costs_come_back_with_the_chunk_and_fit_the_same(gpu_engine, monkeypatch, weighted):
+    """A pruning event's removal costs come back with the chunk before it (the passes encoded
+    after its iterations), so pruning ranks without a pass and readback of its own -- and fits the
+    same bytes as with the costs computed apart."""
+    from trifit.gpu.backend import GpuBackend
+    from trifit.gpu.fitloop import GpuFitLoop
+
+    apart = []
+    real = GpuBackend.removal_costs_records
+
+    def counted(self, *args, **kw):
+        apart.append(1)
+        return real(self, *args, **kw)
+
+    monkeypatch.setattr(GpuBackend, "removal_costs_records", counted)
+    weights = np.random.default_rng(2).uniform(0.2, 1.0, (48, 64)) if weighted else None
+    runs = []
+    for folded in (True, False):
+        if not folded:  # the costs that came back ignored: each pruning computes them apart, as before
+            monkeypatch.setattr(GpuFitLoop, "removal_costs", lambda self, targets, weights: None)
+        apart.clear()
+        before = gpu_engine.counters()
+        f = _eventful_fitter(gpu_engine, placement="device", weights=weights)
+        f.step(150)
+        got = {k: v - before[k] for k, v in gpu_engine.counters().items()}
+        runs.append((f.scene.triangles.tobytes(), got["submissions"], len(apart)))
+        f.close()
+    (scene_a, subs_a, apart_a), (scene_b, subs_b, apart_b) = runs
+    assert scene_a == scene_b
+    # (the run's end keeps the count by removal cost too: finish() is no event, and computes apart)
+    assert apart_a <= 1 < apart_b and subs_a == subs_b - (apart_b - apart_a)
+
+
+@pytest.mark.gpu
+def test_removal_costs_brought_back_are_the_ones_computed_apart_and_go_stale(gpu_engine):
+    f = _eventful_fitter(gpu_engine, placement="device")
+    f.step(60)
+    loop = f._loop
+    loop.run(5, costs=(f.targets, f.focus))
+    got = loop.removal_costs(f.targets, f.focus)
+    apart = gpu_engine.impl.removal_costs_records(loop.records_buffer(), f.n_triangles,
+                                                  np.asarray(loop.sigmas, float), f.targets)
+    assert got is not None and np.array_equal(got, apart)
+    assert loop.removal_costs(f.targets.copy(), f.focus) is None  # other targets
+    loop.run(1)
+    assert loop.removal_costs(f.targets, f.focus) is None  # another iteration since
+    loop.run(5, costs=(f.targets, f.focus))
+    raw, m, v = loop.get_state()
+    loop.set_state(raw, m, v)
+    assert loop.removal_costs(f.targets, f.focus) is None  # the records were written since
+    f.close()
+
+
+@pytest.mark.gpu
 def test_flags_brought_back_are_dropped_when_the_records_change(gpu_engine):
     f = _eventful_fitter(gpu_engine, placement="device", respawn_alpha=0.3)
     f.step(60)

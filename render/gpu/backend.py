@@ -202,6 +202,51 @@ class GpuBackend:
         multiplies each pixel's loss term by. ``records``: (device buffer, T, which) scene records to
         copy in on the device instead of ``tris`` and ``bg`` (None) -- scene i is record which[i], or
         record i where ``which`` is None -- with ``sigma`` (one per scene) written over theirs."""
+        enc = self.device.create_command_encoder()
+        ws, transient, held, B, T = self._prepare_loss_pass(enc, tris, bg, sigma, targets, loss, removal_costs,
+                                                            transient, weights, records)
+        try:
+            self._encode_loss_passes(enc, ws, backward, removal_costs)
+            if not backward:
+                l_staging, _ = ws.copy_out(enc, "ring", B * 4)
+                self.timer.resolve(enc)
+                losses = self._submit_and_read(enc, [(l_staging, B * 4)], "events")[0]
+                return losses.astype(np.float64), None
+            gsize = B * T * 4 if removal_costs else B * (T + 1) * 10 * 4
+            g_staging, _ = ws.copy_out(enc, "costs" if removal_costs else "grad", gsize)
+            l_staging, _ = ws.copy_out(enc, "ring", B * 4)
+            self.timer.resolve(enc)
+            grads, losses = self._submit_and_read(enc, [(g_staging, gsize), (l_staging, B * 4)], "sums")
+            if removal_costs:
+                return losses.astype(np.float64), grads.reshape(B, T).astype(np.float64)
+            return losses.astype(np.float64), grads.reshape(B, T + 1, 10).astype(np.float64)
+        finally:
+            for buf in held:
+                self.pool.release(buf)
+            if transient:
+                ws.release()
+
+    def encode_removal_costs_records(self, enc, records, n_tris: int, sigma, targets, weights=None):
+        """:meth:`removal_costs_records`' uploads and passes into the command encoder ``enc`` (a fit
+        loop's chunk, untimed): returns (the device buffer holding the (B, T) float32 costs, its
+        bytes, a function to call once ``enc``'s submission has run -- it gives back what the passes
+        held)."""
+        sigma = np.asarray(sigma, dtype=np.float64).reshape(-1)
+        ws, _, held, B, T = self._prepare_loss_pass(enc, None, None, sigma, targets, "mse", True, False, weights,
+                                                    (records, n_tris, None))
+        self._encode_loss_passes(enc, ws, True, True, timed=False)
+
+        def done():
+            for buf in held:
+                self.pool.release(buf)
+
+        return ws.buffers["costs"], B * T * 4, done
+
+    def _prepare_loss_pass(self, enc, tris, bg, sigma, targets, loss: str, removal_costs: bool, transient: bool,
+                           weights, records):
+        """A loss pass's workspace, its uploads, and (``records``) the copies of the records into
+        it encoded into ``enc``: (workspace, transient, pooled buffers held until the submission
+        has run, B, T)."""
         if records is None:
             tris, bg, sigma = _check_batch(tris, bg, sigma)
             B, T = tris.shape[:2]
@@ -219,7 +264,6 @@ class GpuBackend:
             with self.host.phase("pack"):
                 packed = SCENE.pack(tris, bg, sigma) if records is None else None
                 tgt = np.ascontiguousarray(targets)
-            enc = self.device.create_command_encoder()
             with self.host.phase("upload"):
                 self.counters.upload_bytes += ws.set_frame(loss, removal_costs) + ws.write("target", tgt)
                 if records is None:
@@ -241,39 +285,31 @@ class GpuBackend:
                         enc.copy_buffer_to_buffer(sigmas, b * 4, ws.buffers["scene"], (b * stride + slot) * 4, 4)
                 if weights is not None:
                     self.counters.upload_bytes += ws.write("weights", np.ascontiguousarray(weights, dtype=np.float32))
-            cpass = enc.begin_compute_pass()
-            with self.timer.span(cpass, "bin"):
-                ws.encode_bin(cpass)
-            with self.timer.span(cpass, "forward"):
-                ws.encode_forward(cpass)
-            with self.timer.span(cpass, "loss"):
-                ws.encode_loss(cpass)
-            if not backward:
-                cpass.end()
-                l_staging, _ = ws.copy_out(enc, "ring", B * 4)
-                self.timer.resolve(enc)
-                losses = self._submit_and_read(enc, [(l_staging, B * 4)], "events")[0]
-                return losses.astype(np.float64), None
-            with self.timer.span(cpass, "backward"):
-                ws.encode_backward(cpass)
-            with self.timer.span(cpass, "reduce"):
-                ws.encode_reduce(cpass)
-            if removal_costs:
-                ws.encode_costs(cpass)
-            cpass.end()
-            gsize = B * T * 4 if removal_costs else B * (T + 1) * 10 * 4
-            g_staging, _ = ws.copy_out(enc, "costs" if removal_costs else "grad", gsize)
-            l_staging, _ = ws.copy_out(enc, "ring", B * 4)
-            self.timer.resolve(enc)
-            grads, losses = self._submit_and_read(enc, [(g_staging, gsize), (l_staging, B * 4)], "sums")
-            if removal_costs:
-                return losses.astype(np.float64), grads.reshape(B, T).astype(np.float64)
-            return losses.astype(np.float64), grads.reshape(B, T + 1, 10).astype(np.float64)
-        finally:
+        except BaseException:
             for buf in held:
                 self.pool.release(buf)
             if transient:
                 ws.release()
+            raise
+        return ws, transient, held, B, T
+
+    def _encode_loss_passes(self, enc, ws, backward: bool, removal_costs: bool, timed: bool = True) -> None:
+        """bin -> forward (+ loss) [-> backward -> reduce (-> the removal costs)] as one compute pass."""
+        cpass = enc.begin_compute_pass()
+        with self.timer.span(cpass, "bin", timed):
+            ws.encode_bin(cpass)
+        with self.timer.span(cpass, "forward", timed):
+            ws.encode_forward(cpass)
+        with self.timer.span(cpass, "loss", timed):
+            ws.encode_loss(cpass)
+        if backward:
+            with self.timer.span(cpass, "backward", timed):
+                ws.encode_backward(cpass)
+            with self.timer.span(cpass, "reduce", timed):
+                ws.encode_reduce(cpass)
+            if removal_costs:
+                ws.encode_costs(cpass)
+        cpass.end()
 
     def _submit_and_read(self, encoder, reads, kind: str):
         with self.host.phase("submit"):

@@ -75,13 +75,15 @@ class GpuFitLoop:
         self._out_size = {"ring": B * RING * 4, "timestamps": backend.timer.capacity * 8,
                           "params": B * n_params * 4, "moments": B * n_params * 8,
                           "image": B * H * W * 12, "flags": B * n_tris * 4,
-                          "sums": 0}  # (sized at the first run that brings sums: the placement's frame)
+                          "sums": 0,  # (sized at the first run that brings sums: the placement's frame)
+                          "costs": B * n_tris * 4}
         self._out = None
         self._lay_out()
         self._dispatches = None
         self._image_iter = None  # the iteration whose forward the image buffer holds (None: stale)
         self._read_flags = None   # (iteration, (alpha, width, height), flags) from the last run's end
         self._read_sums = None    # (iteration, placement, sums (B, tiles), image) from the last run's end
+        self._read_costs = None   # (iteration, targets, weights, removal costs (B, T)) from the last run's end
         self._flags_pass = None   # the respawn rule's (args, flags, bind group, args written), made once
         backend.counters.upload_bytes += self.ws.set_frame(settings.loss) + self.ws.write(
             "target", np.ascontiguousarray(targets, dtype=np.float32))
@@ -133,8 +135,11 @@ class GpuFitLoop:
         # one whose chunk began with a finite loss is good. Slot 1 starts as this state.
         self.snap_iter = [iteration, iteration]
         self.snap_turn = 0
+        if raw is None and self._anchored is not None:
+            return  # (take() snapshots the state it gathers: no submission here)
         enc = self.device.create_command_encoder()
-        self._encode_snapshot(enc, 1)
+        if raw is not None:
+            self._encode_snapshot(enc, 1)
         if self._anchored is None:  # a new loop: no anchor (a device-side clear, no upload)
             enc.clear_buffer(self.extra["anchor"], 0, self.extra["anchor"].size)
             self._anchored = False
@@ -224,6 +229,7 @@ class GpuFitLoop:
         last chunk brought back (state, image, respawn flags, error sums) and the image buffer are
         stale."""
         self._read_state = self._read_image = self._image_iter = self._read_flags = self._read_sums = None
+        self._read_costs = None
 
     def _records_of(self, raw: np.ndarray) -> np.ndarray:
         """(B, stride) float32 scene records of float32 raw parameters (B, n_params) as
@@ -253,7 +259,7 @@ class GpuFitLoop:
                        for i, v in zip(locked, values)]
         flags = np.zeros((B, T), dtype=np.uint32)
         stride = self.shape.scene_stride
-        self._read_flags = None
+        self._read_flags = self._read_costs = None
         up = 0
         for b, (idx, vals) in enumerate(self._locks):
             flags[b, idx] = 1
@@ -360,7 +366,7 @@ class GpuFitLoop:
         finally:
             self._out.unmap()
         kinds = {"ring": "losses", "timestamps": "losses", "params": state_kind, "moments": state_kind, "image": "image",
-                 "flags": "events", "sums": "events"}
+                 "flags": "events", "sums": "events", "costs": "sums"}
         for name in names:
             self.backend.counters.read(kinds[name], sizes[name])
         return got
@@ -467,6 +473,15 @@ class GpuFitLoop:
         if got[3] is self.ws.buffers["image"] and self._image_iter != self.iter:
             return None
         return got[2], got[3]
+
+    def removal_costs(self, targets, weights) -> np.ndarray | None:
+        """(B, T): each triangle's removal cost against ``targets`` (weighted by ``weights``), as
+        the last ``run(..., costs=(targets, weights))`` brought them back with its losses; None when
+        that run did not, or the records changed since."""
+        got = self._read_costs
+        if got is None or got[0] != self.iter or got[1] is not targets or got[2] is not weights:
+            return None
+        return got[3].copy()
 
     def permute(self, source: np.ndarray, fresh: np.ndarray) -> None:
         """Reorder every image's triangles on the device: new slot t of image b takes old slot
@@ -586,7 +601,7 @@ class GpuFitLoop:
                              (reduce_groups(self.n_tris), B, 1), self.extra)
 
     def run(self, n: int, read_state: bool = False, read_image: bool = False, state_kind: str = "state",
-            flags: tuple[float, int, int] | None = None, sums=None) -> np.ndarray:
+            flags: tuple[float, int, int] | None = None, sums=None, costs=None) -> np.ndarray:
         """Run ``n`` iterations; returns their losses, (n,) or (n, B) for a stack (read from the
         ring once per submission). ``read_state``: the last submission also copies the parameters
         and moments back, so a ``get_state`` right after costs no round trip of its own (the
@@ -598,23 +613,25 @@ class GpuFitLoop:
         ``sums``: the fit's DevicePlacement (render/gpu/events.py), when the event may place
         triangles: the error sums of the image placement places against (the last forward's, or
         for a half-size loop a full-size render of the records, encoded here too) come back with
-        the losses (:meth:`tile_sums`), so placement starts without a round trip.
+        the losses (:meth:`tile_sums`), so placement starts without a round trip. ``costs``:
+        (full-size targets, weights or None) when the event prunes: each triangle's removal cost
+        against them, of the records after these iterations, comes back too (:meth:`removal_costs`).
 
         A non-finite loss rolls the device back to the last good parameters and raises
         NumericalFault; a lost device raises DeviceLostError."""
         try:
-            return self._run(n, read_state, read_image, state_kind, flags, sums)
+            return self._run(n, read_state, read_image, state_kind, flags, sums, costs)
         except wgpu.GPUError as exc:
             if "lost" in str(exc).lower():
                 raise DeviceLostError(f"the GPU device was lost: {str(exc).splitlines()[-1].strip()}") from None
             raise
 
-    def _run(self, n: int, read_state: bool, read_image: bool, state_kind: str, flags, sums) -> np.ndarray:
+    def _run(self, n: int, read_state: bool, read_image: bool, state_kind: str, flags, sums, costs) -> np.ndarray:
         if sums is not None and self._out_size["sums"] != sums.sums_bytes:
             self._out_size["sums"] = sums.sums_bytes  # (before the chunk's copies into the buffer are encoded)
             self._lay_out()
         out = []
-        self._read_state = self._read_image = self._read_flags = self._read_sums = None
+        self._read_state = self._read_image = self._read_flags = self._read_sums = self._read_costs = None
         H, W = self.shape.height, self.shape.width
         host = self.backend.host
         done = 0
@@ -644,12 +661,16 @@ class GpuFitLoop:
                 last = done + k >= n
                 wanted = ["ring"] + (["params", "moments"] if read_state and last else []) + \
                     (["image"] if read_image and last else []) + (["flags"] if flags and last else []) + \
-                    (["sums"] if sums is not None and last else [])
+                    (["sums"] if sums is not None and last else []) + (["costs"] if costs is not None and last else [])
                 sources = {"image": self.ws.buffers["image"], **self.extra}
                 if "flags" in wanted:  # (a pass after the iterations': the last iteration's records)
                     sources["flags"] = self._encode_flags(enc, flags)
                 if "sums" in wanted:  # (after the iterations: the last forward's image or the records)
                     sources["sums"], sums_image = self._encode_sums(enc, sums)
+                if "costs" in wanted:  # (the records after the last iteration, at its sigma)
+                    sources["costs"], _, costs_done = self.backend.encode_removal_costs_records(
+                        enc, self.ws.buffers["scene"], self.n_tris, self.schedule.sigmas(self.iter + k, self.batch),
+                        costs[0], costs[1])
                 self._copy_ring(enc, k)
                 for name in wanted[1:]:
                     enc.copy_buffer_to_buffer(sources[name], 0, self._out, self._out_at[name], self._out_size[name])
@@ -657,12 +678,17 @@ class GpuFitLoop:
                 self.device.queue.submit([enc.finish()])
                 self.backend.counters.submissions += 1
             with host.phase("readback"):
-                got = self._read_out(wanted, ts_bytes, self.batch * k * 4, state_kind)
+                try:
+                    got = self._read_out(wanted, ts_bytes, self.batch * k * 4, state_kind)
+                finally:
+                    if "costs" in wanted:
+                        costs_done()
                 losses = got["ring"].view(np.float32).reshape(self.batch, k).T.astype(np.float64)  # (k, B)
                 state = self._parse_state(got["params"], got["moments"]) if "params" in got else None
                 image = got["image"].view(np.float32).reshape(self.batch, H, W, 3) if "image" in got else None
                 dead = got["flags"].view(np.uint32).reshape(self.batch, self.n_tris) != 0 if "flags" in got else None
                 tile_sums = got["sums"].view(np.float32).reshape(self.batch, -1) if "sums" in got else None
+                removal = got["costs"].view(np.float32).reshape(self.batch, self.n_tris) if "costs" in got else None
                 self.backend.timer.collect(got.get("timestamps"))
             self.snap_iter[slot] = self.iter
             if not np.all(np.isfinite(losses)):
@@ -682,6 +708,8 @@ class GpuFitLoop:
                 self._read_flags = (self.iter, tuple(flags), dead)
             if tile_sums is not None:
                 self._read_sums = (self.iter, sums, tile_sums, sums_image)
+            if removal is not None:
+                self._read_costs = (self.iter, costs[0], costs[1], removal.astype(np.float64))
         self.sigmas = self.schedule.sigmas(self.iter, self.batch)
         losses = np.concatenate(out) if out else np.empty((0, self.batch))
         return losses if self.batched else losses[:, 0]
