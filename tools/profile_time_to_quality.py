@@ -266,8 +266,11 @@ def readback(a) -> dict:
 def events(a) -> dict:
     """The host's cost of one event, each placement: a fit of --tris at --size (no half-size
     stage) stepped a few iterations, then --repeats placements of 5% of the count and respawn
-    events (re-placing 5% of the triangles, marked dead by opacity); this thread's CPU seconds
-    and wall per event, medians and min-max, and the bytes read back per event."""
+    events (re-placing 5% of the triangles, marked dead by opacity); with placement on the device
+    also a growth (placing 5% more and adding them: a count change) and a pruning back (ranking by
+    removal cost and keeping the count); this thread's CPU seconds and wall per event, medians
+    and min-max, and the bytes read back per event. (In a fit the error sums and the removal
+    costs come back with the chunk before the event; here each event computes its own.)"""
     import numpy as np
 
     from trifit import Engine, Fitter, load_image
@@ -281,13 +284,17 @@ def events(a) -> dict:
         f = Fitter(target, triangles=a.tris, size=a.size, seed=a.seed, engine=eng, placement=mode,
                    coarse_fraction=0.0, growth_stages=1, overgrow=1.0, respawn_alpha=0.0)
         f.step(3)
-        rows = {"place": [], "respawn": []}
+        rows = {"place": [], "respawn": []} if mode == "host" else {"place": [], "respawn": [], "grow": [], "prune": []}
         for _ in range(a.repeats):
             for kind in rows:
                 f.step(1)  # a fresh forward to place against, as after a chunk
                 b0, t0, w0 = eng.counters()["readback_bytes"], time.thread_time(), time.perf_counter()
                 if kind == "place":
                     f.strategy._place([k])
+                elif kind == "grow":
+                    f.add(f.strategy._place([k]))
+                elif kind == "prune":
+                    f.keep(f.most_costly(a.tris))
                 else:
                     tris = f.values()[0] if mode == "host" else None
                     dead = [np.arange(0, a.tris, 20)[:k]]
