@@ -529,3 +529,49 @@ def test_a_checkpoint_from_before_placement_resumes_placed_on_the_host(ref_engin
         del ck.state[key]["placement"]
     g = Fitter.resume(_target(16, 12), ck, engine=ref_engine)
     assert g.settings.placement == "host" and f.settings.placement == "device"
+
+
+@pytest.mark.gpu
+def test_count_changes_reuse_their_gathers_bind_groups_and_skip_uploads_already_there(gpu_engine, monkeypatch):
+    """Pruning cycles return to the same counts dozens of times a second: once each loop has
+    gathered from the other, a growth and a pruning back make no bind group, and a reset uploads
+    no schedule, rates or locks it already holds."""
+    f = _eventful_fitter(gpu_engine, placement="device")
+    f.step(20)
+    T = f.n_triangles
+    for _ in range(2):  # each loop gathers from the other once
+        f.add(f.strategy._place([3]))
+        f.keep(f.most_costly(T))
+    made, uploads = [], []
+    device_cls = type(gpu_engine.impl.device)
+    real_bg = device_cls.create_bind_group
+    monkeypatch.setattr(device_cls, "create_bind_group", lambda self, **kw: made.append(kw.get("label")) or
+                        real_bg(self, **kw))
+    queue_cls = next(c for c in type(gpu_engine.impl.device.queue).__mro__ if "write_buffer" in vars(c))
+    real_write = vars(queue_cls)["write_buffer"]
+
+    def write(self, buf, *args, **kw):
+        uploads.append(buf.label)
+        return real_write(self, buf, *args, **kw)
+
+    monkeypatch.setattr(queue_cls, "write_buffer", write)
+    for _ in range(3):
+        f.add(f.strategy._place([3]))
+        f.keep(f.most_costly(T))
+    assert made == []
+    assert not {"sched", "opt", "sigma_end", "locked"} & set(uploads), uploads
+    assert f.n_triangles == T and np.isfinite(f.step(5).loss)
+    f.close()
+
+
+@pytest.mark.gpu
+def test_an_upload_of_other_bytes_to_a_host_written_buffer_is_made(gpu_engine):
+    f = _eventful_fitter(gpu_engine, placement="device")
+    loop = f._loop
+    rates = np.arange(8, dtype=np.float32)
+    assert loop._write_extra("opt", rates) > 0
+    assert loop._write_extra("opt", rates.copy()) == 0
+    assert loop._write_extra("opt", rates + 1) > 0
+    assert loop._write_extra("params", np.zeros(4, np.float32)) > 0  # (the device writes these: always uploaded)
+    assert loop._write_extra("params", np.zeros(4, np.float32)) > 0
+    f.close()

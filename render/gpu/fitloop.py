@@ -36,6 +36,11 @@ from .workspace import COPY_DST, COPY_SRC, MAP_READ, STORAGE, UNIFORM, Shape, Wo
 RING = 256  # loss ring entries; a submission never encodes more iterations than this
 
 
+#: the fit loop's buffers that only the host writes (uniforms and read-only storage): an upload of
+#: the bytes one already holds is skipped
+HOST_WRITTEN = frozenset(("sched", "opt", "sigma_end", "locked"))
+
+
 class GpuFitLoop:
     def __init__(self, backend: GpuBackend, target: np.ndarray, raw: np.ndarray, n_tris: int,
                  settings: FitSettings, schedule: Schedule, iteration: int = 0, weights: np.ndarray | None = None):
@@ -67,6 +72,7 @@ class GpuFitLoop:
             "anchor": pool.acquire(STORAGE | COPY_DST, max(16, B * n_tris * 80), "anchor"),  # set_anchor
         }
         self._anchored = None  # the anchor buffer holds an anchor (None: a pooled buffer's old bytes)
+        self._written: dict[str, bytes] = {}  # what the HOST_WRITTEN buffers hold
         self.snaps = [{k: pool.acquire(STORAGE | COPY_DST | COPY_SRC, n * 4, f"snap-{k}")
                        for k, n in (("params", B * n_params), ("moments", 2 * B * n_params))} for _ in range(2)]
         # what a chunk brings back, in one buffer mapped once: the loss ring, the first iteration's
@@ -85,6 +91,8 @@ class GpuFitLoop:
         self._read_sums = None    # (iteration, placement, sums (B, tiles), image) from the last run's end
         self._read_costs = None   # (iteration, targets, weights, removal costs (B, T)) from the last run's end
         self._flags_pass = None   # the respawn rule's (args, flags, bind group, args written), made once
+        self._gather_bufs = None  # a gather's (source, fresh rows, old count) buffers and permute's copies, made once
+        self._gather_groups: dict = {}  # the gather's bind group for each set of old buffers
         backend.counters.upload_bytes += self.ws.set_frame(settings.loss) + self.ws.write(
             "target", np.ascontiguousarray(targets, dtype=np.float32))
         if weights is not None:
@@ -108,7 +116,14 @@ class GpuFitLoop:
 
     # ------------------------------------------------------------------ state
     def _write_extra(self, name, data) -> int:
+        """Upload ``data`` to the extra buffer ``name``; returns the bytes uploaded -- none where
+        the buffer is one only the host writes (HOST_WRITTEN) and holds these bytes already (a
+        count change resets a kept loop with the schedule and rates it had)."""
         raw = data if isinstance(data, bytes) else memoryview(np.ascontiguousarray(data)).cast("B")
+        if name in HOST_WRITTEN:
+            if self._written.get(name) == raw:
+                return 0
+            self._written[name] = bytes(raw)
         self.device.queue.write_buffer(self.extra[name], 0, raw)
         return len(raw)
 
@@ -491,12 +506,8 @@ class GpuFitLoop:
         B, n = self.batch, self.n_tris * 10 + 3
         live = (self.extra["params"], self.extra["moments"], self.ws.buffers["scene"])
         sizes = (B * n * 4, B * n * 8, B * self.shape.scene_stride * 4)
-        old = [self.backend.pool.acquire(STORAGE | COPY_DST, size, "permute-old") for size in sizes]
-        try:
-            self._gather(old, self.n_tris, source, fresh, copies=list(zip(live, old, sizes)))
-        finally:
-            for buf in old:
-                self.backend.pool.release(buf)
+        old = self._gather_buffers()[3:]
+        self._gather(old, self.n_tris, source, fresh, copies=list(zip(live, old, sizes)))
 
     def take(self, other: GpuFitLoop, source: np.ndarray, fresh: np.ndarray) -> None:
         """This loop's state gathered from ``other``'s, a loop of another triangle count over the
@@ -506,42 +517,56 @@ class GpuFitLoop:
         old = (other.extra["params"], other.extra["moments"], other.ws.buffers["scene"])
         self._gather(old, other.n_tris, source, fresh, snapshot=True)
 
+    def _gather_buffers(self) -> tuple:
+        """(source indices, fresh rows, old count; permute's copies of parameters, moments and
+        records): made at the first gather and kept with the loop -- a count change is a gather,
+        and pruning cycles make them dozens of times a second."""
+        if self._gather_bufs is None:
+            B, T, n = self.batch, self.n_tris, self.n_tris * 10 + 3
+            sizes = [(max(16, B * T * 4), "permute-source"), (max(80, B * T * 80), "permute-fresh"),
+                     (16, "permute-old-tris"), (B * n * 4, "permute-old"), (B * n * 8, "permute-old"),
+                     (B * self.shape.scene_stride * 4, "permute-old")]
+            self._gather_bufs = tuple(self.backend.pool.acquire(STORAGE | COPY_DST, size, label)
+                                      for size, label in sizes)
+        return self._gather_bufs
+
     def _gather(self, old, old_tris: int, source, fresh, copies=(), snapshot: bool = False) -> None:
         B, T = self.batch, self.n_tris
-        pool = self.backend.pool
         source = np.ascontiguousarray(source, dtype=np.int32).reshape(B, T)
         fresh = np.ascontiguousarray(fresh, dtype=np.float32).reshape(-1, 20)
-        live = (self.extra["params"], self.extra["moments"], self.ws.buffers["scene"])
-        src_buf = pool.acquire(STORAGE | COPY_DST, max(16, source.nbytes), "permute-source")
-        fresh_buf = pool.acquire(STORAGE | COPY_DST, max(80, fresh.nbytes), "permute-fresh")
-        shape_buf = pool.acquire(STORAGE | COPY_DST, 16, "permute-old-tris")
-        try:
-            queue = self.device.queue
-            queue.write_buffer(src_buf, 0, source)
-            queue.write_buffer(shape_buf, 0, np.array([old_tris, 0, 0, 0], np.uint32))
-            if len(fresh):
-                queue.write_buffer(fresh_buf, 0, fresh)
-            self.backend.counters.upload_bytes += source.nbytes + fresh.nbytes + 16
-            pl = self.ws.pipeline("permute.wgsl")
+        if len(fresh) > B * T:
+            raise ValueError(f"{len(fresh)} fresh rows for {B} x {T} slots")
+        src_buf, fresh_buf, shape_buf = self._gather_buffers()[:3]
+        queue = self.device.queue
+        queue.write_buffer(src_buf, 0, source)
+        queue.write_buffer(shape_buf, 0, np.array([old_tris, 0, 0, 0], np.uint32))
+        if len(fresh):
+            queue.write_buffer(fresh_buf, 0, fresh)
+        self.backend.counters.upload_bytes += source.nbytes + fresh.nbytes + 16
+        pl = self.ws.pipeline("permute.wgsl")
+        key = tuple(old)  # (a bind group is the buffers it binds: the same ones, the same group)
+        bg = self._gather_groups.get(key)
+        if bg is None:
+            live = (self.extra["params"], self.extra["moments"], self.ws.buffers["scene"])
             bufs = (self.ws.buffers["frame"], *live, *old, src_buf, fresh_buf, shape_buf)
             bg = self.device.create_bind_group(layout=pl.get_bind_group_layout(0), entries=[
                 {"binding": i, "resource": {"buffer": buf}} for i, buf in enumerate(bufs)])
-            enc = self.device.create_command_encoder()
-            for buf, copy, size in copies:
-                enc.copy_buffer_to_buffer(buf, 0, copy, 0, size)
-            cpass = enc.begin_compute_pass()
-            cpass.set_pipeline(pl)
-            cpass.set_bind_group(0, bg)
-            cpass.dispatch_workgroups(-(-(T * 10 + 3) // 64), B, 1)
-            cpass.end()
-            if snapshot:
-                self._encode_snapshot(enc, 1)
-                self.snap_iter, self.snap_turn = [self.iter, self.iter], 0
-            queue.submit([enc.finish()])
-            self.backend.counters.submissions += 1
-        finally:
-            for buf in (src_buf, fresh_buf, shape_buf):
-                pool.release(buf)
+            if len(self._gather_groups) >= 8:
+                self._gather_groups.clear()
+            self._gather_groups[key] = bg
+        enc = self.device.create_command_encoder()
+        for buf, copy, size in copies:
+            enc.copy_buffer_to_buffer(buf, 0, copy, 0, size)
+        cpass = enc.begin_compute_pass()
+        cpass.set_pipeline(pl)
+        cpass.set_bind_group(0, bg)
+        cpass.dispatch_workgroups(-(-(T * 10 + 3) // 64), B, 1)
+        cpass.end()
+        if snapshot:
+            self._encode_snapshot(enc, 1)
+            self.snap_iter, self.snap_turn = [self.iter, self.iter], 0
+        queue.submit([enc.finish()])
+        self.backend.counters.submissions += 1
         self._forget_reads()
 
     def render_on_device(self, width: int, height: int):
@@ -569,9 +594,10 @@ class GpuFitLoop:
     def release(self) -> None:
         self.ws.release()
         held = list(self.extra.values()) + [b for snap in self.snaps for b in snap.values()] + [self._out]
-        for buf in held + (self._flags_pass[:2] if self._flags_pass else []):
+        for buf in held + (self._flags_pass[:2] if self._flags_pass else []) + list(self._gather_bufs or ()):
             self.backend.pool.release(buf)
-        self._flags_pass = None
+        self._flags_pass = self._gather_bufs = None
+        self._gather_groups = {}
         self.extra = {}
         self.snaps = []
 
