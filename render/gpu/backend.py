@@ -228,11 +228,10 @@ class GpuBackend:
 
     def encode_removal_costs_records(self, enc, records, n_tris: int, sigma, targets, weights=None):
         """:meth:`removal_costs_records`' uploads and passes into the command encoder ``enc`` (a fit
-        loop's chunk, untimed): returns (the device buffer holding the (B, T) float32 costs, its
-        bytes, a function to call once ``enc``'s submission has run -- it gives back what the passes
-        held)."""
+        loop's chunk, untimed): returns (the device buffer holding the (B, T) float32 costs, a
+        function to call once ``enc``'s submission has run -- it gives back what the passes held)."""
         sigma = np.asarray(sigma, dtype=np.float64).reshape(-1)
-        ws, _, held, B, T = self._prepare_loss_pass(enc, None, None, sigma, targets, "mse", True, False, weights,
+        ws, _, held, _, _ = self._prepare_loss_pass(enc, None, None, sigma, targets, "mse", True, False, weights,
                                                     (records, n_tris, None))
         self._encode_loss_passes(enc, ws, True, True, timed=False)
 
@@ -240,7 +239,7 @@ class GpuBackend:
             for buf in held:
                 self.pool.release(buf)
 
-        return ws.buffers["costs"], B * T * 4, done
+        return ws.buffers["costs"], done
 
     def _prepare_loss_pass(self, enc, tris, bg, sigma, targets, loss: str, removal_costs: bool, transient: bool,
                            weights, records):

@@ -212,7 +212,8 @@ class GpuFitLoop:
 
     def inject_fault(self) -> None:
         """Testing aid: put a NaN into the first vertex on the device, as a diverged step would."""
-        self._read_state = self._read_image = self._read_flags = None
+        self._read_state = self._read_image = None
+        self._drop_brought()
         nan = np.array([np.nan], dtype=np.float32)
         self.device.queue.write_buffer(self.extra["params"], 0, nan)
         self.device.queue.write_buffer(self.ws.buffers["scene"], 0, nan)
@@ -243,8 +244,13 @@ class GpuFitLoop:
         """The device's parameters, moments and records changed outside an iteration: what the
         last chunk brought back (state, image, respawn flags, error sums) and the image buffer are
         stale."""
-        self._read_state = self._read_image = self._image_iter = self._read_flags = self._read_sums = None
-        self._read_costs = None
+        self._read_state = self._read_image = self._image_iter = None
+        self._drop_brought()
+
+    def _drop_brought(self) -> None:
+        """What the last chunk brought back for the event after it -- respawn flags, error sums,
+        removal costs -- is stale: the records changed (or a new chunk starts)."""
+        self._read_flags = self._read_sums = self._read_costs = None
 
     def _records_of(self, raw: np.ndarray) -> np.ndarray:
         """(B, stride) float32 scene records of float32 raw parameters (B, n_params) as
@@ -274,7 +280,7 @@ class GpuFitLoop:
                        for i, v in zip(locked, values)]
         flags = np.zeros((B, T), dtype=np.uint32)
         stride = self.shape.scene_stride
-        self._read_flags = self._read_costs = None
+        self._drop_brought()
         up = 0
         for b, (idx, vals) in enumerate(self._locks):
             flags[b, idx] = 1
@@ -411,7 +417,7 @@ class GpuFitLoop:
     def put_records(self, records) -> None:
         """Write back what :meth:`records` read (after ``set_state`` of the same parameters)."""
         rec = np.ascontiguousarray(records, dtype=np.float32).reshape(self.batch, self.shape.scene_stride)
-        self._read_flags = None
+        self._drop_brought()
         self.backend.counters.upload_bytes += self.ws.write("scene", rec)
 
     # ------------------------------------------------------------------ events on the device
@@ -657,7 +663,8 @@ class GpuFitLoop:
             self._out_size["sums"] = sums.sums_bytes  # (before the chunk's copies into the buffer are encoded)
             self._lay_out()
         out = []
-        self._read_state = self._read_image = self._read_flags = self._read_sums = self._read_costs = None
+        self._read_state = self._read_image = None
+        self._drop_brought()
         H, W = self.shape.height, self.shape.width
         host = self.backend.host
         done = 0
@@ -694,7 +701,7 @@ class GpuFitLoop:
                 if "sums" in wanted:  # (after the iterations: the last forward's image or the records)
                     sources["sums"], sums_image = self._encode_sums(enc, sums)
                 if "costs" in wanted:  # (the records after the last iteration, at its sigma)
-                    sources["costs"], _, costs_done = self.backend.encode_removal_costs_records(
+                    sources["costs"], costs_done = self.backend.encode_removal_costs_records(
                         enc, self.ws.buffers["scene"], self.n_tris, self.schedule.sigmas(self.iter + k, self.batch),
                         costs[0], costs[1])
                 self._copy_ring(enc, k)
