@@ -242,7 +242,12 @@ fn touches_tile(t: TriPx, lo: vec2f, hi: vec2f, reach: f32) -> bool {
     return signed_distance(c, t) >= -(reach + length(0.5 * (hi - lo)));
 }
 
-// Pixel handled by thread `li` of the tile `tile` (tiles row-major, tiles_x across).
+// Pixel handled by thread `li` of the tile `tile`: the tile in 8 x 4 blocks of 32 consecutive
+// threads (two blocks across, row-major inside), so a subgroup of 32 covers a compact block rather
+// than two full rows: a triangle's edge reaches fewer subgroups, and a subgroup none of whose
+// pixels a list entry reaches skips it whole (docs/PERFORMANCE.md, "Subgroups in 8 x 4 blocks").
 fn tile_pixel(tile: vec2u, li: u32) -> vec2u {
-    return vec2u(tile.x * TILE + li % TILE, tile.y * TILE + li / TILE);
+    let blk = li / 32u;
+    let lane = li % 32u;
+    return vec2u(tile.x * TILE + (blk % 2u) * 8u + lane % 8u, tile.y * TILE + (blk / 2u) * 4u + lane / 8u);
 }
