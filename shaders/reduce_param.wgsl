@@ -26,6 +26,12 @@ struct ParamSlot {
     background: bool,
 }
 
+// The reduction's workgroups an image takes: the triangles' parameters, then the background's
+// (render/gpu/workspace.py reduce_groups, the same count).
+fn reduce_group_count() -> u32 {
+    return (frame.n_tris * 10u + PARAMS_PER_GROUP - 1u) / PARAMS_PER_GROUP + 1u;
+}
+
 fn param_slot(wx: u32, li: u32) -> ParamSlot {
     var s: ParamSlot;
     let tri_params = frame.n_tris * 10u;
