@@ -4,7 +4,11 @@ tile's list (binning rule of shaders/bin.wgsl: bounding box grown by the cull re
 signed distance at the tile centre within reach + half the tile diagonal); "within reach" counts
 the pairs whose coverage is not culled. Pure numpy (the reference's distance), no GPU.
 
-    python tools/pair_counts.py [--side 128] [--tris 64] [--batch 1] [--scene FILE]
+``--subgroups`` also counts (subgroup of 32 pixels, list entry) pairs where some pixel of the
+subgroup is within reach -- the pairs a GPU subgroup cannot skip -- for the subgroup covering two
+rows of its tile and for an 8 x 4 block (common.wgsl tile_pixel), as a share of the listed pairs.
+
+    python tools/pair_counts.py [--side 128] [--tris 64] [--batch 1] [--scene FILE] [--subgroups]
 """
 
 import argparse
@@ -41,10 +45,46 @@ def counts(scene: Scene) -> dict:
             n_tile = int(np.sum(box & (d >= -(reach + np.linalg.norm(0.5 * (hi - lo))))))
             listed += n_tile * int((hi[0] - lo[0] + 1) * (hi[1] - lo[1] + 1))
     px, py = R.pixel_centres(W, H)
-    d = R.signed_distance(verts, px, py, False)
-    d = d[0] if isinstance(d, tuple) else d
-    return {"naive": W * H * len(tris), "tiled": listed, "within_reach": int(np.sum(d >= -reach)),
-            "reach_px": reach}
+    within = 0
+    for rows in range(0, len(px), 16 * W):  # a band of pixels at a time: (triangles x pixels) floats
+        d = R.signed_distance(verts, px[rows:rows + 16 * W], py[rows:rows + 16 * W], False)
+        within += int(np.sum((d[0] if isinstance(d, tuple) else d) >= -reach))
+    return {"naive": W * H * len(tris), "tiled": listed, "within_reach": within, "reach_px": reach}
+
+
+SUBGROUP_LAYOUTS = {  # (x, y, width, height) of subgroup k's pixels in its 16 x 16 tile
+    "two rows": lambda k: (0, 2 * k, 16, 2),
+    "8x4 block": lambda k: (8 * (k % 2), 4 * (k // 2), 8, 4),
+}
+
+
+def subgroup_pairs(scene: Scene) -> dict:
+    """(subgroup, listed entry) pairs with a pixel within reach, per layout, and the pairs listed."""
+    W, H = scene.width, scene.height
+    verts = R.vertices_px(np.asarray(scene.triangles, dtype=np.float64), W, H)
+    reach = cull_sigmas(len(verts)) * scene.sigma * min(W, H)
+    bmin, bmax = verts.min(axis=1) - reach, verts.max(axis=1) + reach
+    out = {"listed": 0, **{name: 0 for name in SUBGROUP_LAYOUTS}}
+    for j in range((H + TILE - 1) // TILE):
+        for i in range((W + TILE - 1) // TILE):
+            lo = np.array([i * TILE + 0.5, j * TILE + 0.5])
+            hi = np.array([min(i * TILE + TILE, W) - 0.5, min(j * TILE + TILE, H) - 0.5])
+            box = np.all(bmax >= lo, axis=1) & np.all(bmin <= hi, axis=1)
+            c = 0.5 * (lo + hi)
+            d = R.signed_distance(verts, np.array([c[0]]), np.array([c[1]]), False)
+            d = (d[0] if isinstance(d, tuple) else d)[:, 0]
+            listed = np.nonzero(box & (d >= -(reach + np.linalg.norm(0.5 * (hi - lo)))))[0]
+            xs, ys = np.meshgrid(np.arange(i * TILE, i * TILE + TILE) + 0.5, np.arange(j * TILE, j * TILE + TILE) + 0.5)
+            d = R.signed_distance(verts[listed], xs.ravel(), ys.ravel(), False)
+            d = d[0] if isinstance(d, tuple) else d
+            near = (d >= -reach).reshape(len(listed), TILE, TILE)
+            near &= (xs < W)[None] & (ys < H)[None]  # pixels outside the frame reach nothing
+            out["listed"] += len(listed) * (TILE * TILE // 32)
+            for name, rect in SUBGROUP_LAYOUTS.items():
+                for k in range(TILE * TILE // 32):
+                    x, y, w, h = rect(k)
+                    out[name] += int(near[:, y:y + h, x:x + w].any(axis=(1, 2)).sum())
+    return out
 
 
 def main():
@@ -53,6 +93,7 @@ def main():
     p.add_argument("--tris", type=int, default=64)
     p.add_argument("--batch", type=int, default=1)
     p.add_argument("--scene")
+    p.add_argument("--subgroups", action="store_true", help="also (subgroup, entry) pairs for both layouts")
     a = p.parse_args()
     if a.scene:
         scenes = [Scene.load(a.scene)]
@@ -66,6 +107,13 @@ def main():
     n = tot["naive"]
     print(f"pairs: naive {n}, tiled lists {tot['tiled']} ({tot['tiled'] / n:.2f} of naive), within reach "
           f"{tot['within_reach']} ({tot['within_reach'] / n:.2f}); reach {c['reach_px']:.1f} px, tiles {TILE}x{TILE}")
+    if a.subgroups:
+        sub = {"listed": 0, **{name: 0 for name in SUBGROUP_LAYOUTS}}
+        for s in scenes:
+            for k, v in subgroup_pairs(s).items():
+                sub[k] += v
+        shares = ", ".join(f"{name} {sub[name] / sub['listed']:.3f}" for name in SUBGROUP_LAYOUTS)
+        print(f"(subgroup of 32, listed entry) pairs with a pixel within reach, of {sub['listed']} listed: {shares}")
 
 
 if __name__ == "__main__":
