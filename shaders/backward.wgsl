@@ -16,6 +16,9 @@
 // segment is its own workgroup (more parallelism for small frames). A segment starts from the
 // transmittance T and accumulated colour A the forward recorded at its top boundary:
 // the canvas beneath is C = (C_T - A) / T there. The bottom segment writes the background's slot.
+// There are at most n_seg segments (their checkpoints' memory is capped: render/gpu/workspace.py
+// Shape.n_seg), so where a list is longer than n_seg * seg_len the last segment takes everything
+// below its top.
 // Dispatch: (tiles_x, tiles_y, batch * n_seg). Partial layout: [(b * n_tiles + tile), slot, 10],
 // where slot n_tris holds the background gradient.
 // With frame.removal_costs set (and the forward run with the mse loss), the same walk sums each
@@ -217,11 +220,11 @@ fn main(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_index) li: 
     let slot = b * frame.n_tiles + wid.y * frame.tiles_x + wid.x;
     let count = tile_count[slot];
     // this workgroup's entries: list positions [seg_lo, seg_hi), the top segment first
-    let bottom_seg = max((count + frame.seg_len - 1u) / frame.seg_len, 1u) - 1u;
+    let bottom_seg = min(max((count + frame.seg_len - 1u) / frame.seg_len, 1u) - 1u, frame.n_seg - 1u);
     let seg_len = select(count, frame.seg_len, frame.n_seg > 1u);
     if (seg > bottom_seg && frame.n_seg > 1u) { return; }  // uniform: the tile's list is shorter
     let seg_hi = count - min(count, seg * seg_len);
-    let seg_lo = seg_hi - min(seg_hi, seg_len);
+    let seg_lo = select(seg_hi - min(seg_hi, seg_len), 0u, seg == bottom_seg);  // (the bottom: all the rest)
     let sbase = record_tri(b, 0u, frame);
     let sig = sigma_px(b, frame);
     let w = Walk(b, slot * frame.n_tris, 1.0 / sig, -frame.cull_k * sig,

@@ -73,6 +73,31 @@ def test_matches_reference(gpu_ctx, n, W, H, sp, variant):
     _assert_removal_costs_match(eng, scene, target)
 
 
+def test_segments_capped_by_memory_still_walk_the_whole_list(gpu_ctx, monkeypatch):
+    """The segmented backward has at most Shape.n_seg segments (their checkpoints' memory is
+    capped), so a tile list longer than n_seg * seg_len must end in one long bottom segment: every
+    entry below still gets its gradient and the background its own. 200 faint triangles over most
+    of the 64 x 64 frame make the middle tiles' lists 200 long; the cap is cut to two segments of 32."""
+    from trifit.gpu import workspace
+
+    rng = np.random.default_rng(1)
+    n = 200
+    scene = Scene.random(n, 64, 64, seed=3)
+    scene.triangles[:, 0:6] = np.array([0.05, 0.05, 0.95, 0.1, 0.5, 0.95]) + rng.normal(0, 0.1, (n, 6))
+    scene.triangles[:, 9] = 0.05  # faint, so every pixel's walk goes down the whole list
+    target = rng.uniform(0, 1, (64, 64, 3))
+    loss_r, gt, gb = R.loss_and_grad(scene, target)
+    monkeypatch.setattr(workspace, "SEGMENT_BUDGET_BYTES", 2 * 16 * 4096)  # two segments' checkpoints
+    assert workspace.Shape(1, 64, 64, n).n_seg == 2 and workspace.SEGMENT_LEN * 2 < n
+    eng = Engine("gpu", subgroups=gpu_ctx.has_subgroups, segmented=True)
+    loss_g, grad = eng.loss_and_grad(scene, target)
+    assert loss_g == pytest.approx(loss_r, rel=1e-5)
+    ours = _groups(grad.triangles, grad.background)
+    for name, want in _groups(gt, gb).items():
+        assert _rel(ours[name], want) <= GRAD_TOL, name
+    _assert_removal_costs_match(eng, scene, target)
+
+
 def test_subgroup_sums_by_any_number_of_transposing_exchanges(gpu_ctx, monkeypatch):
     """reduce_subgroup.wgsl's exchanges, every number of splits the adapter's subgroup can take
     (the probed size picks the most, up to 4; fewer are finished by plain exchange-adds; 0 is
