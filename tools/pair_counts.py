@@ -8,7 +8,13 @@ the pairs whose coverage is not culled. Pure numpy (the reference's distance), n
 subgroup is within reach -- the pairs a GPU subgroup cannot skip -- for the subgroup covering two
 rows of its tile and for an 8 x 4 block (common.wgsl tile_pixel), as a share of the listed pairs.
 
+``--lists`` prints only the tiles' list lengths against the segmented backward's segments
+(render/gpu/workspace.py Shape.n_seg of seg_len entries; the last takes any more), without the
+per-pixel pairs (cheap at 1024 px); ``--tolerance`` sets the cull budget (1e-5: renders and the
+bench; a fit's iterations use 1e-3).
+
     python tools/pair_counts.py [--side 128] [--tris 64] [--batch 1] [--scene FILE] [--subgroups]
+                                [--lists] [--tolerance 1e-5]
 """
 
 import argparse
@@ -23,16 +29,17 @@ from trifit import (
     Scene,  # noqa: E402
     reference as R,  # noqa: E402
 )
-from trifit.gpu.workspace import TILE, cull_sigmas  # noqa: E402
+from trifit.gpu.workspace import TILE, Shape, cull_sigmas  # noqa: E402
 
 
-def counts(scene: Scene) -> dict:
+def counts(scene: Scene, tolerance: float = 1e-5, reach_pairs: bool = True) -> dict:
     W, H = scene.width, scene.height
     tris = np.asarray(scene.triangles, dtype=np.float64)
     verts = R.vertices_px(tris, W, H)
-    reach = cull_sigmas(len(tris)) * scene.sigma * min(W, H)
+    reach = cull_sigmas(len(tris), tolerance) * scene.sigma * min(W, H)
     tx, ty = (W + TILE - 1) // TILE, (H + TILE - 1) // TILE
     listed = 0
+    lengths = []
     for j in range(ty):
         for i in range(tx):
             lo = np.array([i * TILE + 0.5, j * TILE + 0.5])
@@ -43,13 +50,15 @@ def counts(scene: Scene) -> dict:
             d = R.signed_distance(verts, np.array([c[0]]), np.array([c[1]]), False)
             d = (d[0] if isinstance(d, tuple) else d)[:, 0]
             n_tile = int(np.sum(box & (d >= -(reach + np.linalg.norm(0.5 * (hi - lo))))))
+            lengths.append(n_tile)
             listed += n_tile * int((hi[0] - lo[0] + 1) * (hi[1] - lo[1] + 1))
     px, py = R.pixel_centres(W, H)
     within = 0
-    for rows in range(0, len(px), 16 * W):  # a band of pixels at a time: (triangles x pixels) floats
+    for rows in range(0, len(px) if reach_pairs else 0, 16 * W):  # a band of pixels at a time: (triangles x pixels) floats
         d = R.signed_distance(verts, px[rows:rows + 16 * W], py[rows:rows + 16 * W], False)
         within += int(np.sum((d[0] if isinstance(d, tuple) else d) >= -reach))
-    return {"naive": W * H * len(tris), "tiled": listed, "within_reach": within, "reach_px": reach}
+    return {"naive": W * H * len(tris), "tiled": listed, "within_reach": within, "reach_px": reach,
+            "lengths": lengths}
 
 
 SUBGROUP_LAYOUTS = {  # (x, y, width, height) of subgroup k's pixels in its 16 x 16 tile
@@ -58,11 +67,11 @@ SUBGROUP_LAYOUTS = {  # (x, y, width, height) of subgroup k's pixels in its 16 x
 }
 
 
-def subgroup_pairs(scene: Scene) -> dict:
+def subgroup_pairs(scene: Scene, tolerance: float = 1e-5) -> dict:
     """(subgroup, listed entry) pairs with a pixel within reach, per layout, and the pairs listed."""
     W, H = scene.width, scene.height
     verts = R.vertices_px(np.asarray(scene.triangles, dtype=np.float64), W, H)
-    reach = cull_sigmas(len(verts)) * scene.sigma * min(W, H)
+    reach = cull_sigmas(len(verts), tolerance) * scene.sigma * min(W, H)
     bmin, bmax = verts.min(axis=1) - reach, verts.max(axis=1) + reach
     out = {"listed": 0, **{name: 0 for name in SUBGROUP_LAYOUTS}}
     for j in range((H + TILE - 1) // TILE):
@@ -94,23 +103,35 @@ def main():
     p.add_argument("--batch", type=int, default=1)
     p.add_argument("--scene")
     p.add_argument("--subgroups", action="store_true", help="also (subgroup, entry) pairs for both layouts")
+    p.add_argument("--lists", action="store_true", help="also the tiles' list lengths against the backward's segments")
+    p.add_argument("--tolerance", type=float, default=1e-5, help="the cull budget (a fit's iterations: 1e-3)")
     a = p.parse_args()
     if a.scene:
         scenes = [Scene.load(a.scene)]
     else:
         scenes = [Scene.random(a.tris, a.side, a.side, seed=b) for b in range(a.batch)]
     tot = {"naive": 0, "tiled": 0, "within_reach": 0}
+    lengths = []
     for s in scenes:
-        c = counts(s)
+        c = counts(s, a.tolerance, reach_pairs=not a.lists)
+        lengths += c["lengths"]
         for k in tot:
             tot[k] += c[k]
+    if a.lists:
+        shape = Shape(len(scenes), scenes[0].width, scenes[0].height, scenes[0].n_triangles)
+        held = shape.n_seg * shape.seg_len
+        lengths = np.array(lengths)
+        print(f"tile lists: median {np.median(lengths):.0f}, max {lengths.max()}; the backward's {shape.n_seg} "
+              f"segment(s) of {shape.seg_len} entries hold {held}, the last takes any more: "
+              f"{np.mean(lengths > held):.3f} of tiles list more")
+        return
     n = tot["naive"]
     print(f"pairs: naive {n}, tiled lists {tot['tiled']} ({tot['tiled'] / n:.2f} of naive), within reach "
           f"{tot['within_reach']} ({tot['within_reach'] / n:.2f}); reach {c['reach_px']:.1f} px, tiles {TILE}x{TILE}")
     if a.subgroups:
         sub = {"listed": 0, **{name: 0 for name in SUBGROUP_LAYOUTS}}
         for s in scenes:
-            for k, v in subgroup_pairs(s).items():
+            for k, v in subgroup_pairs(s, a.tolerance).items():
                 sub[k] += v
         shares = ", ".join(f"{name} {sub[name] / sub['listed']:.3f}" for name in SUBGROUP_LAYOUTS)
         print(f"(subgroup of 32, listed entry) pairs with a pixel within reach, of {sub['listed']} listed: {shares}")
