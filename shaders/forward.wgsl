@@ -77,9 +77,11 @@ fn composite_entry(s: ptr<function, Pixel>, t: TriSetup, pos: u32, count: u32, r
 }
 
 // Writes pixel s (and with the loss, dL/dC and its checkpoints); returns its loss contribution.
-fn finish_pixel(s: Pixel, b: u32, record: bool) -> f32 {
-    if (record) {  // segments below an early stop start fully hidden (or never exist)
-        for (var q = s.next_seg; q < frame.n_seg; q++) { ckpt[s.ckpt_base + q * WG] = vec4f(s.trans, s.acc); }
+// `segments`: how many backward segments the tile's list has (the backward runs no others, so
+// their checkpoints would never be read).
+fn finish_pixel(s: Pixel, b: u32, record: bool, segments: u32) -> f32 {
+    if (record) {  // segments below an early stop start fully hidden
+        for (var q = s.next_seg; q < segments; q++) { ckpt[s.ckpt_base + q * WG] = vec4f(s.trans, s.acc); }
     }
     if (!(s.pix.x < frame.width && s.pix.y < frame.height)) { return 0.0; }
     let c = s.acc + s.trans * background(b, frame);
@@ -159,9 +161,11 @@ fn main(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_index) li: 
         if (workgroupUniformLoad(&all_done) == 1u) { break; }
         end = start;
     }
-    var contrib = finish_pixel(s0, b, record);
-    if (PPT > 1u) { contrib += finish_pixel(s1, b, record); }
-    if (PPT > 2u) { contrib += finish_pixel(s2, b, record) + finish_pixel(s3, b, record); }
+    // the tile's backward segments (backward.wgsl: bottom_seg + 1)
+    let segments = min(max((count + frame.seg_len - 1u) / frame.seg_len, 1u), frame.n_seg);
+    var contrib = finish_pixel(s0, b, record, segments);
+    if (PPT > 1u) { contrib += finish_pixel(s1, b, record, segments); }
+    if (PPT > 2u) { contrib += finish_pixel(s2, b, record, segments) + finish_pixel(s3, b, record, segments); }
     if (frame.with_loss != 0u) {  // uniform
         loss_red[li] = contrib;
         workgroupBarrier();
