@@ -172,12 +172,7 @@ fn entry_hit(s: Pixel, t: TriSetup, w: Walk) -> Hit {
     h.hit = false;
     h.recompose = false;
     if (!s.live || !setup_near(s.p, t)) { return h; }
-    let g = setup_edges_near(s.p, t);
-    // culled before the distance's gradient (the same pixels as the test below culls): a subgroup
-    // whose near lanes are all beyond reach skips the rest. GPUs only (PPT 1): CPU adapters run a
-    // branch masked whether or not a lane takes it, so there it would only add the test.
-    if (PPT == 1u && edges_beyond(g, -w.reach)) { return h; }
-    h.dg = edges_distance_grad(g);
+    h.dg = setup_distance_grad(s.p, t);
     if (h.dg.d < w.reach) { return h; }
     h.hit = true;
     h.cov = coverage(h.dg.d, w.inv_sig);

@@ -160,37 +160,11 @@ struct DistGrad {
     g2: vec2f,
 }
 
-// The three edges' nearest points from p (seg_near of each) and whether p is inside: the part of
-// setup_distance_grad that decides whether a pixel is culled, so a walk can stop there before the rest.
-struct EdgesNear {
-    n0: vec4f,
-    n1: vec4f,
-    n2: vec4f,
-    inside: bool,
-}
-
-fn setup_edges_near(p: vec2f, s: TriSetup) -> EdgesNear {
-    let w = setup_w(p, s);
-    return EdgesNear(seg_near(w[0], s.e0, s.inv_ee.x), seg_near(w[1], s.e1, s.inv_ee.y),
-                     seg_near(w[2], s.e2, s.inv_ee.z), setup_inside(s, w));
-}
-
-// Is the pixel outside and farther than `reach` (>= 0) from every edge? Then every distance the
-// tie rule may pick is too (none is below the smallest), so setup_distance_grad's d < -reach: a
-// caller that culls there culls the same pixels. (The margin keeps that true through the square
-// root's rounding; a pixel within it takes the full path and the caller's own test.)
-fn edges_beyond(g: EdgesNear, reach: f32) -> bool {
-    return !g.inside && min(g.n0.x, min(g.n1.x, g.n2.x)) > reach * reach * 1.0001;
-}
-
 fn setup_distance_grad(p: vec2f, s: TriSetup) -> DistGrad {
-    return edges_distance_grad(setup_edges_near(p, s));
-}
-
-fn edges_distance_grad(g: EdgesNear) -> DistGrad {
-    let n0 = g.n0;  // (distances, not squares: the tie rule's margin is in pixels)
-    let n1 = g.n1;
-    let n2 = g.n2;
+    let w = setup_w(p, s);
+    let n0 = seg_near(w[0], s.e0, s.inv_ee.x);  // (distances, not squares: the tie rule's margin is in pixels)
+    let n1 = seg_near(w[1], s.e1, s.inv_ee.y);
+    let n2 = seg_near(w[2], s.e2, s.inv_ee.z);
     let s0 = vec4f(sqrt(n0.x), n0.yzw);
     let s1 = vec4f(sqrt(n1.x), n1.yzw);
     let s2 = vec4f(sqrt(n2.x), n2.yzw);
@@ -200,7 +174,7 @@ fn edges_distance_grad(g: EdgesNear) -> DistGrad {
     var k = 0u;
     if (s1.x < best.x - tie_margin(best.x)) { best = s1; k = 1u; }
     if (s2.x < best.x - tie_margin(best.x)) { best = s2; k = 2u; }
-    let sgn = select(-1.0, 1.0, g.inside);
+    let sgn = select(-1.0, 1.0, setup_inside(s, w));
     var n = vec2f(0.0);
     if (best.x > 0.0) {
         n = best.zw * (sgn / best.x);
