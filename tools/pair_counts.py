@@ -32,32 +32,45 @@ from trifit import (
 from trifit.gpu.workspace import TILE, Shape, cull_sigmas  # noqa: E402
 
 
-def counts(scene: Scene, tolerance: float = 1e-5, reach_pairs: bool = True) -> dict:
-    W, H = scene.width, scene.height
-    tris = np.asarray(scene.triangles, dtype=np.float64)
-    verts = R.vertices_px(tris, W, H)
-    reach = cull_sigmas(len(tris), tolerance) * scene.sigma * min(W, H)
-    tx, ty = (W + TILE - 1) // TILE, (H + TILE - 1) // TILE
-    listed = 0
-    lengths = []
-    for j in range(ty):
-        for i in range(tx):
+def _distance(verts: np.ndarray, px: np.ndarray, py: np.ndarray) -> np.ndarray:
+    """(T, pixels) signed distances of the pixel centres (px, py) to the triangles ``verts``."""
+    d = R.signed_distance(verts, px, py, False)
+    return d[0] if isinstance(d, tuple) else d
+
+
+def _reach(scene: Scene, tolerance: float) -> tuple[np.ndarray, float]:
+    """The scene's vertices in pixels and its cull reach (px) at the cull budget ``tolerance``."""
+    verts = R.vertices_px(np.asarray(scene.triangles, dtype=np.float64), scene.width, scene.height)
+    return verts, cull_sigmas(len(verts), tolerance) * scene.sigma * min(scene.width, scene.height)
+
+
+def tile_lists(verts: np.ndarray, reach: float, W: int, H: int):
+    """For each tile, row-major: (i, j, lo, hi, the indices of the triangles it lists) -- the
+    binning rule of shaders/bin.wgsl, lo and hi the tile's pixel-centre extent."""
+    bmin, bmax = verts.min(axis=1) - reach, verts.max(axis=1) + reach
+    for j in range((H + TILE - 1) // TILE):
+        for i in range((W + TILE - 1) // TILE):
             lo = np.array([i * TILE + 0.5, j * TILE + 0.5])
             hi = np.array([min(i * TILE + TILE, W) - 0.5, min(j * TILE + TILE, H) - 0.5])
-            bmin, bmax = verts.min(axis=1) - reach, verts.max(axis=1) + reach
             box = np.all(bmax >= lo, axis=1) & np.all(bmin <= hi, axis=1)
             c = 0.5 * (lo + hi)
-            d = R.signed_distance(verts, np.array([c[0]]), np.array([c[1]]), False)
-            d = (d[0] if isinstance(d, tuple) else d)[:, 0]
-            n_tile = int(np.sum(box & (d >= -(reach + np.linalg.norm(0.5 * (hi - lo))))))
-            lengths.append(n_tile)
-            listed += n_tile * int((hi[0] - lo[0] + 1) * (hi[1] - lo[1] + 1))
+            d = _distance(verts, np.array([c[0]]), np.array([c[1]]))[:, 0]
+            yield i, j, lo, hi, np.nonzero(box & (d >= -(reach + np.linalg.norm(0.5 * (hi - lo)))))[0]
+
+
+def counts(scene: Scene, tolerance: float = 1e-5, reach_pairs: bool = True) -> dict:
+    W, H = scene.width, scene.height
+    verts, reach = _reach(scene, tolerance)
+    listed = 0
+    lengths = []
+    for _, _, lo, hi, tile in tile_lists(verts, reach, W, H):
+        lengths.append(len(tile))
+        listed += len(tile) * int((hi[0] - lo[0] + 1) * (hi[1] - lo[1] + 1))
     px, py = R.pixel_centres(W, H)
     within = 0
     for rows in range(0, len(px) if reach_pairs else 0, 16 * W):  # a band of pixels at a time: (triangles x pixels) floats
-        d = R.signed_distance(verts, px[rows:rows + 16 * W], py[rows:rows + 16 * W], False)
-        within += int(np.sum((d[0] if isinstance(d, tuple) else d) >= -reach))
-    return {"naive": W * H * len(tris), "tiled": listed, "within_reach": within, "reach_px": reach,
+        within += int(np.sum(_distance(verts, px[rows:rows + 16 * W], py[rows:rows + 16 * W]) >= -reach))
+    return {"naive": W * H * len(verts), "tiled": listed, "within_reach": within, "reach_px": reach,
             "lengths": lengths}
 
 
@@ -70,29 +83,17 @@ SUBGROUP_LAYOUTS = {  # (x, y, width, height) of subgroup k's pixels in its 16 x
 def subgroup_pairs(scene: Scene, tolerance: float = 1e-5) -> dict:
     """(subgroup, listed entry) pairs with a pixel within reach, per layout, and the pairs listed."""
     W, H = scene.width, scene.height
-    verts = R.vertices_px(np.asarray(scene.triangles, dtype=np.float64), W, H)
-    reach = cull_sigmas(len(verts), tolerance) * scene.sigma * min(W, H)
-    bmin, bmax = verts.min(axis=1) - reach, verts.max(axis=1) + reach
+    verts, reach = _reach(scene, tolerance)
     out = {"listed": 0, **{name: 0 for name in SUBGROUP_LAYOUTS}}
-    for j in range((H + TILE - 1) // TILE):
-        for i in range((W + TILE - 1) // TILE):
-            lo = np.array([i * TILE + 0.5, j * TILE + 0.5])
-            hi = np.array([min(i * TILE + TILE, W) - 0.5, min(j * TILE + TILE, H) - 0.5])
-            box = np.all(bmax >= lo, axis=1) & np.all(bmin <= hi, axis=1)
-            c = 0.5 * (lo + hi)
-            d = R.signed_distance(verts, np.array([c[0]]), np.array([c[1]]), False)
-            d = (d[0] if isinstance(d, tuple) else d)[:, 0]
-            listed = np.nonzero(box & (d >= -(reach + np.linalg.norm(0.5 * (hi - lo)))))[0]
-            xs, ys = np.meshgrid(np.arange(i * TILE, i * TILE + TILE) + 0.5, np.arange(j * TILE, j * TILE + TILE) + 0.5)
-            d = R.signed_distance(verts[listed], xs.ravel(), ys.ravel(), False)
-            d = d[0] if isinstance(d, tuple) else d
-            near = (d >= -reach).reshape(len(listed), TILE, TILE)
-            near &= (xs < W)[None] & (ys < H)[None]  # pixels outside the frame reach nothing
-            out["listed"] += len(listed) * (TILE * TILE // 32)
-            for name, rect in SUBGROUP_LAYOUTS.items():
-                for k in range(TILE * TILE // 32):
-                    x, y, w, h = rect(k)
-                    out[name] += int(near[:, y:y + h, x:x + w].any(axis=(1, 2)).sum())
+    for i, j, _, _, listed in tile_lists(verts, reach, W, H):
+        xs, ys = np.meshgrid(np.arange(i * TILE, i * TILE + TILE) + 0.5, np.arange(j * TILE, j * TILE + TILE) + 0.5)
+        near = (_distance(verts[listed], xs.ravel(), ys.ravel()) >= -reach).reshape(len(listed), TILE, TILE)
+        near &= (xs < W)[None] & (ys < H)[None]  # pixels outside the frame reach nothing
+        out["listed"] += len(listed) * (TILE * TILE // 32)
+        for name, rect in SUBGROUP_LAYOUTS.items():
+            for k in range(TILE * TILE // 32):
+                x, y, w, h = rect(k)
+                out[name] += int(near[:, y:y + h, x:x + w].any(axis=(1, 2)).sum())
     return out
 
 
