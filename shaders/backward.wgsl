@@ -220,7 +220,7 @@ fn main(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_index) li: 
     let slot = b * frame.n_tiles + wid.y * frame.tiles_x + wid.x;
     let count = tile_count[slot];
     // this workgroup's entries: list positions [seg_lo, seg_hi), the top segment first
-    let bottom_seg = min(max((count + frame.seg_len - 1u) / frame.seg_len, 1u) - 1u, frame.n_seg - 1u);
+    let bottom_seg = tile_segments(count, frame) - 1u;
     let seg_len = select(count, frame.seg_len, frame.n_seg > 1u);
     if (seg > bottom_seg && frame.n_seg > 1u) { return; }  // uniform: the tile's list is shorter
     let seg_hi = count - min(count, seg * seg_len);

@@ -218,6 +218,13 @@ fn near_alpha(p: vec2f, s: TriSetup, inv_sig: f32, reach: f32) -> f32 {
     return s.rgba.a * coverage(d, inv_sig);
 }
 
+// The backward segments a tile's list of `count` entries has: seg_len entries each from the top,
+// at most n_seg, the last taking the rest (backward.wgsl runs these; forward.wgsl records their
+// starting points).
+fn tile_segments(count: u32, frame: Frame) -> u32 {
+    return min(max((count + frame.seg_len - 1u) / frame.seg_len, 1u), frame.n_seg);
+}
+
 // Pixel-centre extent [lo, hi] of tile `tile`, clipped to the frame.
 fn tile_extent(tile: vec2u, frame: Frame) -> array<vec2f, 2> {
     let lo = vec2f(f32(tile.x * TILE) + 0.5, f32(tile.y * TILE) + 0.5);

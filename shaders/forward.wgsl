@@ -161,8 +161,7 @@ fn main(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_index) li: 
         if (workgroupUniformLoad(&all_done) == 1u) { break; }
         end = start;
     }
-    // the tile's backward segments (backward.wgsl: bottom_seg + 1)
-    let segments = min(max((count + frame.seg_len - 1u) / frame.seg_len, 1u), frame.n_seg);
+    let segments = tile_segments(count, frame);
     var contrib = finish_pixel(s0, b, record, segments);
     if (PPT > 1u) { contrib += finish_pixel(s1, b, record, segments); }
     if (PPT > 2u) { contrib += finish_pixel(s2, b, record, segments) + finish_pixel(s3, b, record, segments); }

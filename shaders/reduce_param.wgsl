@@ -35,7 +35,7 @@ fn reduce_group_count() -> u32 {
 fn param_slot(wx: u32, li: u32) -> ParamSlot {
     var s: ParamSlot;
     let tri_params = frame.n_tris * 10u;
-    s.background = wx >= (tri_params + PARAMS_PER_GROUP - 1u) / PARAMS_PER_GROUP;
+    s.background = wx >= reduce_group_count() - 1u;  // (the last of the reduction's workgroups)
     if (s.background) {
         s.col = li % 4u;
         s.lane = li / 4u;
