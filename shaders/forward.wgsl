@@ -1,177 +1,37 @@
-// Forward: one thread per pixel, one workgroup per 16x16 tile. Each pixel walks its tile's list
-// front to back (top triangle first), accumulating colour under the running transmittance, and
-// the whole tile stops early once every pixel's transmittance is below frame.stop_t.
-// Triangles are staged in workgroup memory STAGE at a time, set up (common.wgsl
-// TriSetup) once per tile on GPUs and once per thread on CPU adapters (the staging piece).
-// With frame.with_loss set, the same kernel also evaluates the loss against the target: it writes
-// dL/dC per pixel (the backward's seed) and one partial loss sum per tile (fixed-order tree, so
-// reproducible) -- one pass over the pixels instead of two. A focus map, where there is one,
-// weighs each pixel's loss term and dL/dC (the focus piece's weigh_loss).
-// With the loss, it also records per pixel the transmittance and accumulated colour where each
-// backward segment begins (every seg_len list entries from the top), so the segments' backward
-// workgroups can start there in parallel.
+// Forward with binning: each workgroup bins its 16x16 tile against every triangle (tile_bin.wgsl:
+// the list the backward and the gradient reduction read too), then walks it (forward_walk.wgsl).
+// main, and fit_main, which also starts the fit loop's iteration (counter, learning-rate scale).
+// One dispatch, where a bin pass of its own added a launch and a barrier an iteration, and one
+// more set of commands for the host to encode. Big problems bin in passes of their own
+// (bin.wgsl) and walk the lists they made (forward_listed.wgsl).
 // Dispatch: (tiles_x, tiles_y, batch).
-// Pixels per thread: PPT, as in the backward (THREADS = WG / PPT threads; thread li has pixels
-// li, li + THREADS, ...): on CPU adapters one read of a staged triangle then serves PPT pixels.
 
-@group(0) @binding(0) var<uniform> frame: Frame;
-@group(0) @binding(1) var<storage, read> scene: array<f32>;  // scene records (scene_access.wgsl)
-@group(0) @binding(2) var<storage, read> tile_count: array<u32>;
-@group(0) @binding(3) var<storage, read> tile_list: array<u32>;
-@group(0) @binding(4) var<storage, read_write> image: array<f32>;
-@group(0) @binding(5) var<storage, read> target_img: array<f32>;
-@group(0) @binding(6) var<storage, read_write> dldc: array<f32>;
-@group(0) @binding(7) var<storage, read_write> loss_partial: array<f32>;
-@group(0) @binding(8) var<storage, read_write> ckpt: array<vec4f>;  // [slot, segment, pixel]: (T, acc)
-const WEIGHTS_BINDING: u32 = 9u;  // the focus map, in the weighted variant (focus_map.wgsl)
+// Bindings 0-1 and 4-9: forward_walk.wgsl.
+@group(0) @binding(2) var<storage, read_write> tile_count: array<u32>;
+@group(0) @binding(3) var<storage, read_write> tile_list: array<u32>;
+// What binning writes besides the lists (tile_bin.wgsl), and the fit loop's state and schedule (fit_main).
+@group(0) @binding(10) var<storage, read_write> tile_mask: array<u32>;
+@group(0) @binding(11) var<storage, read_write> tri_tiles: array<vec2u>;  // [b, triangle]: (x0 | y0 << 16, x1 | y1 << 16)
+@group(0) @binding(12) var<storage, read_write> state: State;
+@group(0) @binding(13) var<uniform> sched: Schedule;
 
-var<workgroup> loss_red: array<f32, THREADS>;
-
-var<workgroup> staged: array<Staged, STAGE>;  // (the staging piece: stage_setup.wgsl or stage_tri.wgsl)
-var<workgroup> n_done: atomic<u32>;  // pixels whose walk has ended
-var<workgroup> all_done: u32;
-
-// One pixel's front-to-back walk.
-struct Pixel {
-    pix: vec2u,
-    p: vec2f,
-    acc: vec3f,       // colour accumulated so far
-    trans: f32,       // transmittance above the next entry
-    done: bool,
-    next_seg: u32,    // the next backward-segment boundary to record
-    ckpt_base: u32,
-}
-
-fn start_pixel(tile: vec2u, pi: u32, slot: u32) -> Pixel {
-    var s: Pixel;
-    s.pix = tile_pixel(tile, pi);
-    s.p = vec2f(s.pix) + vec2f(0.5);
-    s.acc = vec3f(0.0);
-    s.trans = 1.0;
-    s.done = !(s.pix.x < frame.width && s.pix.y < frame.height);
-    s.next_seg = 1u;
-    s.ckpt_base = (slot * frame.n_seg) * WG + pi;
-    if (s.done) { atomicAdd(&n_done, 1u); }
-    return s;
-}
-
-// Composites list entry `pos` (triangle t, of `count`) under pixel s.
-fn composite_entry(s: ptr<function, Pixel>, t: TriSetup, pos: u32, count: u32, record: bool, inv_sig: f32, reach: f32) {
-    if ((*s).done) { return; }
-    if (record) {
-        // entering segment next_seg: list position pos == count - next_seg * seg_len - 1
-        let ns = (*s).next_seg;
-        if (ns < frame.n_seg && count - 1u - pos == ns * frame.seg_len) {
-            ckpt[(*s).ckpt_base + ns * WG] = vec4f((*s).trans, (*s).acc);
-            (*s).next_seg = ns + 1u;
-        }
-    }
-    let alpha = culled_alpha((*s).p, t, inv_sig, reach);
-    if (alpha == 0.0) { return; }  // culled (or fully transparent): nothing changes
-    (*s).acc += (*s).trans * alpha * t.rgba.rgb;
-    (*s).trans *= 1.0 - alpha;
-    if ((*s).trans < frame.stop_t) {
-        (*s).done = true;
-        atomicAdd(&n_done, 1u);
-    }
-}
-
-// Writes pixel s (and with the loss, dL/dC and its checkpoints); returns its loss contribution.
-// `segments`: how many backward segments the tile's list has (the backward runs no others, so
-// their checkpoints would never be read).
-fn finish_pixel(s: Pixel, b: u32, record: bool, segments: u32) -> f32 {
-    if (record) {  // segments below an early stop start fully hidden
-        for (var q = s.next_seg; q < segments; q++) { ckpt[s.ckpt_base + q * WG] = vec4f(s.trans, s.acc); }
-    }
-    if (!(s.pix.x < frame.width && s.pix.y < frame.height)) { return 0.0; }
-    let c = s.acc + s.trans * background(b, frame);
-    let o = ((b * frame.height + s.pix.y) * frame.width + s.pix.x) * 3u;
-    image[o] = c.r;
-    image[o + 1u] = c.g;
-    image[o + 2u] = c.b;
-    if (frame.with_loss == 0u) { return 0.0; }
-    let diff = c - vec3f(target_img[o], target_img[o + 1u], target_img[o + 2u]);
-    var g: vec3f;
-    var contrib: f32;
-    if (frame.loss_kind == 0u) {
-        contrib = dot(diff, diff);
-        g = 2.0 * diff * frame.inv_values;
-    } else {
-        contrib = abs(diff.r) + abs(diff.g) + abs(diff.b);
-        g = sign(diff) * frame.inv_values;
-    }
-    weigh_loss(o, &contrib, &g);  // (focus_none.wgsl / focus_map.wgsl)
-    dldc[o] = g.r;
-    dldc[o + 1u] = g.g;
-    dldc[o + 2u] = g.b;
-    return contrib;
-}
+const SCAN_THREADS: u32 = THREADS;  // (scan.wgsl)
 
 @compute @workgroup_size(THREADS)
 fn main(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_index) li: u32) {
-    let b = wid.z;
-    let slot = b * frame.n_tiles + wid.y * frame.tiles_x + wid.x;
-    let sbase = record_tri(b, 0u, frame);
-    let sig = sigma_px(b, frame);
-    let reach = frame.cull_k * sig;  // coverage below sigmoid(-cull_k) is skipped (< 1e-9)
-    let inv_sig = 1.0 / sig;
-    let count = tile_count[slot];
-    let list_base = slot * frame.n_tris;
-    let record = frame.with_loss != 0u && frame.n_seg > 1u;
-    if (li == 0u) { atomicStore(&n_done, 0u); all_done = 0u; }
-    workgroupBarrier();  // zeroed before any pixel counts itself
+    bin_tile(wid, li);
+    walk_tile(wid, li, listed());
+}
 
-    var s0 = start_pixel(wid.xy, li, slot);
-    var s1: Pixel;
-    var s2: Pixel;
-    var s3: Pixel;
-    if (PPT > 1u) { s1 = start_pixel(wid.xy, li + THREADS, slot); }
-    if (PPT > 2u) {
-        s2 = start_pixel(wid.xy, li + 2u * THREADS, slot);
-        s3 = start_pixel(wid.xy, li + 3u * THREADS, slot);
-    }
-    var end = count;  // walk batches from the top of the list down
-    loop {
-        if (end == 0u) { break; }
-        let start = select(0u, end - STAGE, end > STAGE);
-        let n = end - start;
-        workgroupBarrier();
-        for (var q = li; q < n; q += THREADS) {
-            staged[q] = stage_tri(load_tri(sbase + tile_list[list_base + start + q] * TRI_FLOATS, frame), reach);
-        }
-        workgroupBarrier();
-        for (var k = n; k > 0u; k--) {
-            let t = staged_setup(staged[k - 1u], reach);
-            let pos = start + k - 1u;
-            composite_entry(&s0, t, pos, count, record, inv_sig, reach);
-            var all_hidden = s0.done;
-            if (PPT > 1u) {
-                composite_entry(&s1, t, pos, count, record, inv_sig, reach);
-                all_hidden = all_hidden && s1.done;
-            }
-            if (PPT > 2u) {
-                composite_entry(&s2, t, pos, count, record, inv_sig, reach);
-                composite_entry(&s3, t, pos, count, record, inv_sig, reach);
-                all_hidden = all_hidden && s2.done && s3.done;
-            }
-            if (all_hidden) { break; }  // this thread's pixels are all done
-        }
-        workgroupBarrier();
-        if (li == 0u) { all_done = select(0u, 1u, atomicLoad(&n_done) == WG); }
-        if (workgroupUniformLoad(&all_done) == 1u) { break; }
-        end = start;
-    }
-    let segments = tile_segments(count, frame);
-    var contrib = finish_pixel(s0, b, record, segments);
-    if (PPT > 1u) { contrib += finish_pixel(s1, b, record, segments); }
-    if (PPT > 2u) { contrib += finish_pixel(s2, b, record, segments) + finish_pixel(s3, b, record, segments); }
-    if (frame.with_loss != 0u) {  // uniform
-        loss_red[li] = contrib;
-        workgroupBarrier();
-        for (var off = THREADS / 2u; off > 0u; off = off / 2u) {
-            if (li < off) { loss_red[li] += loss_red[li + off]; }
-            workgroupBarrier();
-        }
-        if (li == 0u) { loss_partial[slot] = loss_red[0]; }
-    }
+@compute @workgroup_size(THREADS)
+fn fit_main(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_index) li: u32) {
+    bin_tile(wid, li);
+    start_iteration(wid, li);
+    walk_tile(wid, li, listed());
+}
+
+// The length of the list this workgroup just binned, to every thread, its entries visible to all.
+fn listed() -> u32 {
+    storageBarrier();
+    return workgroupUniformLoad(&running);
 }

@@ -1,8 +1,8 @@
 // The fit loop's schedules (render/fitloop.py Schedule.at, the same formulas): sigma annealed
 // geometrically, the learning-rate scale by a cosine. The including kernel declares `sched`
 // (struct Schedule: render/gpu/layouts.py SCHEDULE, generated).
-// No kernel of its own: bin.wgsl's fit_main starts each iteration (counter, learning-rate scale)
-// and adam.wgsl ends it (the next iteration's sigma into the scene record), one dispatch fewer an
+// No kernel of its own: the iteration's first dispatch starts it (tile_bin.wgsl start_iteration:
+// counter, learning-rate scale) and adam.wgsl ends it (the next iteration's sigma into the scene record), one dispatch fewer an
 // iteration than a kernel of their own (each dispatch adds a launch and a barrier).
 
 // `end`: the image's own final sigma (a batch anneals each image towards its own; the fit loop

@@ -185,7 +185,7 @@ def test_staging_variant_follows_pixels_per_thread():
     for ppt, piece, other in ((1, "stage_setup.wgsl", "stage_tri.wgsl"), (4, "stage_tri.wgsl", "stage_setup.wgsl")):
         st = shaders.staging(ppt)
         assert st.piece == piece
-        for kernel, stage in (("forward.wgsl", st.forward), ("backward.wgsl", st.backward)):
+        for kernel, stage in (("forward.wgsl", st.forward), ("forward_listed.wgsl", st.forward), ("backward.wgsl", st.backward)):
             src = shaders.kernel_source(kernel, subgroups=False, ppt=ppt)
             assert f"// ---- shaders/{piece}" in src and f"// ---- shaders/{other}" not in src
             assert f"const STAGE: u32 = {stage}u;" in src

@@ -299,7 +299,7 @@ def test_a_fit_compiles_every_pipeline_it_uses_before_its_first_iteration(gpu_ct
                          timeout=600)
     assert out.returncode == 0, out.stderr[-2000:]
     got = json.loads(out.stdout)
-    assert got["iterations"] == 200 and got["built"] >= 13
+    assert got["iterations"] == 200 and got["built"] >= 12
     assert got["after"] == got["built"]
 
 

@@ -293,10 +293,12 @@ class GpuBackend:
         return ws, transient, held, B, T
 
     def _encode_loss_passes(self, enc, ws, backward: bool, removal_costs: bool, timed: bool = True) -> None:
-        """bin -> forward (+ loss) [-> backward -> reduce (-> the removal costs)] as one compute pass."""
+        """[bin ->] forward (+ binning, loss) [-> backward -> reduce (-> the removal costs)] as one compute
+        pass (binning has a pass of its own for big problems only)."""
         cpass = enc.begin_compute_pass()
-        with self.timer.span(cpass, "bin", timed):
-            ws.encode_bin(cpass)
+        if ws.bins_apart:
+            with self.timer.span(cpass, "bin", timed):
+                ws.encode_bin(cpass)
         with self.timer.span(cpass, "forward", timed):
             ws.encode_forward(cpass)
         with self.timer.span(cpass, "loss", timed):

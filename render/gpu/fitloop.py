@@ -108,7 +108,7 @@ class GpuFitLoop:
         # overran 1 s by ~0.2 s when the iteration's pipelines were built inside it); and events on
         # the device's (placement, respawn flags, the reordering). Compiled several at once.
         self.ws.build_pipelines((
-            *(("bin.wgsl", entry) for entry in self.ws.bin_entries()), ("forward.wgsl", "main"), ("backward.wgsl", "main"),
+            *self.ws.pass_entries(), ("backward.wgsl", "main"),
             ("adam.wgsl", "main"), ("render.wgsl", "main"), ("loss_reduce.wgsl", "main"),
             ("reduce.wgsl", "reduce_grad"), ("costs.wgsl", "main"), ("events.wgsl", "error_tiles"),
             ("events.wgsl", "place_new"), ("respawn_flags.wgsl", "main"), ("permute.wgsl", "main")))
@@ -204,7 +204,7 @@ class GpuFitLoop:
         self.device.queue.submit([enc.finish()])
         self.iter = self.snap_iter[good]
         raw, m, v = self.get_state()
-        at, data = STATE.pack_at(iter=self.iter)  # (the next fit_main recomputes the rest)
+        at, data = STATE.pack_at(iter=self.iter)  # (the next iteration's first dispatch recomputes the rest)
         self.ws.write("state", data, offset=at)
         self.set_state(raw, m, v)  # re-materialises the scene the next forward reads
         self.snap_turn = good ^ 1  # keep the good snapshot, overwrite the other
@@ -620,10 +620,11 @@ class GpuFitLoop:
     def _encode_iteration(self, cpass, timed: bool) -> None:
         ws, span = self.ws, self.backend.timer.span
         B = self.shape.batch
-        with span(cpass, "bin", timed):  # (+ the iteration's start: counter, learning-rate scale)
-            ws.encode_bin(cpass, self.extra)
-        with span(cpass, "forward", timed):
-            ws.encode_forward(cpass)
+        if ws.bins_apart:  # (big problems; the first dispatch also starts the iteration: counter, learning-rate scale)
+            with span(cpass, "bin", timed):
+                ws.encode_bin(cpass, self.extra)
+        with span(cpass, "forward", timed):  # (+ binning, and the iteration's start where binning has no pass)
+            ws.encode_forward(cpass, self.extra)
         with span(cpass, "backward", timed):
             ws.encode_backward(cpass)
         with span(cpass, "reduce+adam", timed):  # (+ the loss into the ring: loss_record.wgsl)

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from . import layouts
 
 _lock = threading.Lock()
-_PPT_KERNELS = ("bin.wgsl", "forward.wgsl", "backward.wgsl")  # several pixels (bin: triangles) per thread
+_PPT_KERNELS = ("bin.wgsl", "forward.wgsl", "forward_listed.wgsl", "backward.wgsl")  # pixels (binning: triangles) per thread
 _pipelines: dict[tuple, object] = {}
 SUPER_TILES = 4         # binning in two passes (bin.wgsl coarse_main): super-tiles of 4 x 4 tiles
 PARAMS_PER_GROUP = 32   # the gradient reduction's triangle parameters a workgroup (reduce_param.wgsl)
@@ -92,8 +92,10 @@ def staging(ppt: int) -> Staging:
 
 #: the shared pieces of each kernel, in order, between the constants and the kernel file
 PIECES: dict[str, tuple[str, ...]] = {
-    "bin.wgsl": ("scene_access.wgsl", "scan.wgsl", "schedule.wgsl"),
-    "forward.wgsl": ("scene_access.wgsl", STAGING, FOCUS),
+    "bin.wgsl": ("scene_access.wgsl", "scan.wgsl", "schedule.wgsl", "tile_bin.wgsl"),
+    "forward.wgsl": ("scene_access.wgsl", "scan.wgsl", "schedule.wgsl", "tile_bin.wgsl", STAGING, FOCUS,
+                     "forward_walk.wgsl"),
+    "forward_listed.wgsl": ("scene_access.wgsl", STAGING, FOCUS, "forward_walk.wgsl"),
     "backward.wgsl": ("scene_access.wgsl", STAGING, REDUCTION, FOCUS),
     "naive_forward.wgsl": ("scene_access.wgsl",),
     "render.wgsl": ("scene_access.wgsl", "scan.wgsl"),
@@ -119,7 +121,7 @@ def constants(name: str, kb: int = 1, subgroup_size: int = 0, ppt: int = 1) -> s
     if name in _PPT_KERNELS:
         lines.append(f"const PPT: u32 = {int(ppt)}u;  // pixels per thread")
         lines.append(f"const THREADS: u32 = {threads}u;  // WG / PPT")
-    if name == "forward.wgsl":
+    if name in ("forward.wgsl", "forward_listed.wgsl"):
         lines.append(f"const STAGE: u32 = {staging(ppt).forward}u;  // triangles staged a round (render/gpu/shaders.py)")
     if name == "backward.wgsl":
         lines.append(f"const STAGE: u32 = {staging(ppt).backward}u;  // triangles staged a round (render/gpu/shaders.py)")

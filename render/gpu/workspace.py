@@ -40,7 +40,7 @@ STOP_TRANSMITTANCE_WITH_LOSS = 1e-30
 #: backward segments: list entries per segment, and the checkpoint memory they may use
 SEGMENT_LEN = 32
 SEGMENT_BUDGET_BYTES = 64 * 2**20
-# Binning in two passes (shaders/bin.wgsl coarse_main, fine_main) from this many tile-triangle tests of
+# Binning in two passes of its own (shaders/bin.wgsl coarse_main, fine_main) from this many tile-triangle tests of
 # flat binning (every tile tests every triangle) on: 512 px with 1000 triangles is 1.0 M, 1024 px
 # with 5000 is 20 M; both measured faster in two passes (docs/PERFORMANCE.md).
 COARSE_BIN_TESTS = 1_000_000
@@ -284,34 +284,45 @@ class Workspace:
         s = self.shape
         return (s.tiles_x, s.tiles_y, s.batch)
 
-    def bin_entries(self) -> tuple[str, ...]:
-        """The bin.wgsl entry points :meth:`encode_bin` dispatches, for a fit and not (what to build)."""
-        return ("coarse_fit_main", "coarse_main", "fine_main") if self.shape.coarse_bin else ("fit_main", "main")
+    def pass_entries(self) -> tuple[tuple[str, str], ...]:
+        """The (kernel, entry) pairs :meth:`encode_bin` and :meth:`encode_forward` dispatch, for a fit
+        and not (what to build)."""
+        if self.shape.coarse_bin:
+            return (("bin.wgsl", "coarse_fit_main"), ("bin.wgsl", "coarse_main"), ("bin.wgsl", "fine_main"),
+                    ("forward_listed.wgsl", "main"))
+        return ("forward.wgsl", "fit_main"), ("forward.wgsl", "main")
+
+    @property
+    def bins_apart(self) -> bool:
+        """Whether binning has passes of its own (:meth:`encode_bin`): big problems' (Shape.coarse_bin),
+        super-tiles then tiles; else the forward bins each tile itself."""
+        return self.shape.coarse_bin
 
     def encode_bin(self, cpass, fit: dict | None = None) -> None:
-        """``fit``: the fit loop's buffers (its ``sched``); binning then also starts the iteration
-        (bin.wgsl's fit_main). Big problems bin in two passes (Shape.coarse_bin): the same lists."""
-        if self.shape.coarse_bin:
-            supers = ["super_count", "super_list"]
-            groups = (*self.shape.supers, self.shape.batch)
-            if fit is None:
-                self._dispatch(cpass, "bin.wgsl", ["frame", "scene", None, None, None, "tri_tiles", None, None,
-                                                   *supers], groups, "coarse_main")
-            else:
-                self._dispatch(cpass, "bin.wgsl", ["frame", "scene", None, None, None, "tri_tiles", "state", "sched",
-                                                   *supers], groups, "coarse_fit_main", fit)
-            self._dispatch(cpass, "bin.wgsl", ["frame", "scene", "tile_count", "tile_list", "tile_mask", None, None,
-                                               None, *supers], self.tile_groups, "fine_main")
+        """Big problems' binning passes (nothing otherwise: the forward bins). ``fit``: the fit loop's
+        buffers (its ``sched``); the first pass then also starts the iteration."""
+        if not self.bins_apart:
             return
-        names = ["frame", "scene", "tile_count", "tile_list", "tile_mask", "tri_tiles"]
-        if fit is None:
-            self._dispatch(cpass, "bin.wgsl", names, self.tile_groups)
-        else:
-            self._dispatch(cpass, "bin.wgsl", names + ["state", "sched"], self.tile_groups, "fit_main", fit)
+        supers = ["super_count", "super_list"]
+        names = ["frame", "scene", None, None, None, "tri_tiles"] + (["state", "sched"] if fit is not None else [None, None])
+        self._dispatch(cpass, "bin.wgsl", names + supers, (*self.shape.supers, self.shape.batch),
+                       "coarse_main" if fit is None else "coarse_fit_main", fit)
+        self._dispatch(cpass, "bin.wgsl", ["frame", "scene", "tile_count", "tile_list", "tile_mask", None, None, None,
+                                           *supers], self.tile_groups, "fine_main")
 
-    def encode_forward(self, cpass) -> None:
-        self._dispatch(cpass, "forward.wgsl", ["frame", "scene", "tile_count", "tile_list", "image",
-                                               "target", "dldc", "loss_partial", "ckpt"] + self._focus(), self.tile_groups)
+    def encode_forward(self, cpass, fit: dict | None = None) -> None:
+        """The forward; where binning has no passes of its own it bins each tile first (the lists,
+        masks and tile ranges the backward and the reduction read), and with ``fit`` (the fit
+        loop's buffers) also starts the iteration."""
+        names = ["frame", "scene", "tile_count", "tile_list", "image", "target", "dldc", "loss_partial", "ckpt",
+                 "weights" if self.shape.weighted else None]
+        if self.bins_apart:
+            self._dispatch(cpass, "forward_listed.wgsl", names, self.tile_groups)
+        elif fit is None:
+            self._dispatch(cpass, "forward.wgsl", names + ["tile_mask", "tri_tiles"], self.tile_groups)
+        else:
+            self._dispatch(cpass, "forward.wgsl", names + ["tile_mask", "tri_tiles", "state", "sched"], self.tile_groups,
+                           "fit_main", fit)
 
     def _focus(self) -> list[str]:
         """The focus map's binding, last, in the weighted variant of the forward and backward."""

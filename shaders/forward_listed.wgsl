@@ -1,0 +1,14 @@
+// Forward over the lists big problems' binning passes made (bin.wgsl; render/gpu/workspace.py
+// Shape.coarse_bin): each workgroup walks its 16x16 tile's list (forward_walk.wgsl). The lists
+// are bound read-only here: binning inside this kernel (forward.wgsl), which must bind them
+// writable, measured slower for these problems (docs/PERFORMANCE.md).
+// Dispatch: (tiles_x, tiles_y, batch).
+
+// Bindings 0-1 and 4-9: forward_walk.wgsl.
+@group(0) @binding(2) var<storage, read> tile_count: array<u32>;
+@group(0) @binding(3) var<storage, read> tile_list: array<u32>;
+
+@compute @workgroup_size(THREADS)
+fn main(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_index) li: u32) {
+    walk_tile(wid, li, tile_count[wid.z * frame.n_tiles + wid.y * frame.tiles_x + wid.x]);
+}

@@ -1,0 +1,91 @@
+// Binning one tile: the list, in compositing order, of the triangles whose cull-expanded bounding
+// box touches it, its membership mask, and (the first tile's workgroup of each image) every
+// triangle's tile range. The forward (forward.wgsl main, fit_main) bins its own tile this way
+// before walking it: one dispatch, where a bin pass of its own added a launch and a barrier an
+// iteration and one more set of commands for the host to encode. Big problems bin in passes of
+// their own instead (bin.wgsl), with the same lists, counts and masks to the bit.
+// Order-preserving compaction (flag, workgroup prefix sum, scatter), WG = 256 triangles per round.
+// Each of the THREADS = WG / PPT threads tests PPT consecutive triangles of a round, so the prefix
+// sum runs over THREADS counts: on CPU adapters (PPT 4) a barrier then wakes a quarter of the SIMD
+// batches (docs/PERFORMANCE.md, round 10).
+// A triangle's tile range is the tiles its cull-expanded bounding box can touch, one tile wider on
+// each side than the exact test (a superset of the tiles that list it), so the gradient reduction
+// (reduce_param.wgsl) walks those tiles and not the whole frame.
+// The including kernel declares frame, scene, tile_count, tile_list, tile_mask, tri_tiles, state
+// and sched, and SCAN_THREADS = THREADS (scan.wgsl).
+
+var<workgroup> words: array<atomic<u32>, 8>;
+var<workgroup> running: u32;  // the list's length so far
+
+// The fit loop starts each iteration in its first dispatch: the counter and its learning-rate
+// scale, written by one thread. No other workgroup of that dispatch reads the state (binning and
+// the forward take sigma from the scene record, where the previous iteration's Adam dispatch -- or
+// the host, at a reset or a new schedule -- put this iteration's value), so the write races nothing.
+fn start_iteration(wid: vec3u, li: u32) {
+    if (li == 0u && wid.x == 0u && wid.y == 0u && wid.z == 0u) {
+        let it = state.iter + 1u;
+        state.iter = it;
+        state.lr_scale = schedule_lr(it);
+    }
+}
+
+// Tile wid.xy of image wid.z tests every triangle: its list, count and mask.
+fn bin_tile(wid: vec3u, li: u32) {
+    let b = wid.z;
+    let tile_index = wid.y * frame.tiles_x + wid.x;
+    let slot = b * frame.n_tiles + tile_index;
+    let list_base = slot * frame.n_tris;
+    let mask_base = slot * frame.mask_words;
+    let sbase = record_tri(b, 0u, frame);
+    let reach = frame.cull_k * sigma_px(b, frame);
+    let ext = tile_extent(wid.xy, frame);
+    if (li == 0u) { running = 0u; }
+    let rounds = (frame.n_tris + WG - 1u) / WG;
+    for (var r = 0u; r < rounds; r++) {
+        let first = r * WG + li * PPT;  // this thread's triangles: first .. first + PPT - 1
+        if (li < 8u) { atomicStore(&words[li], 0u); }
+        var hits = 0u;  // bit q: triangle first + q touches the tile
+        for (var q = 0u; q < PPT; q++) {
+            let i = first + q;
+            if (i >= frame.n_tris) { continue; }
+            let t = load_tri(sbase + i * TRI_FLOATS, frame);
+            if (touches_tile(t, ext[0], ext[1], reach)) {
+                hits |= 1u << q;
+            }
+            if (tile_index == 0u) { tri_tiles[b * frame.n_tris + i] = tile_range(t, reach); }
+        }
+        let mine = countOneBits(hits);
+        let prefix = exclusive_scan(li, mine);  // (its barriers order `running` and `words` too)
+        var at = running + prefix.x;  // this thread's first list position
+        for (var q = 0u; q < PPT; q++) {
+            if ((hits & (1u << q)) != 0u) {
+                tile_list[list_base + at] = first + q;
+                at += 1u;
+                let k = li * PPT + q;  // index within the round
+                atomicOr(&words[k / 32u], 1u << (k % 32u));
+            }
+        }
+        workgroupBarrier();
+        let w = r * 8u + li;
+        if (li < 8u && w < frame.mask_words) {
+            tile_mask[mask_base + w] = atomicLoad(&words[li]);
+        }
+        if (li == 0u) { running = running + prefix.y; }
+        workgroupBarrier();
+    }
+    if (li == 0u) { tile_count[slot] = running; }
+}
+
+// The tiles (x0, y0)-(x1, y1), packed, that triangle t's bounding box expanded by `reach` may
+// touch, widened by a tile each side (float rounding at a tile edge cannot leave one out); a
+// triangle with a non-finite vertex gets some range inside the frame (its loss is not finite:
+// the fit rolls back).
+fn tile_range(t: TriPx, reach: f32) -> vec2u {
+    let lo = min(t.p0, min(t.p1, t.p2)) - vec2f(reach);
+    let hi = max(t.p0, max(t.p1, t.p2)) + vec2f(reach);
+    let last = vec2f(f32(frame.tiles_x - 1u), f32(frame.tiles_y - 1u));
+    let top = vec2u(frame.tiles_x - 1u, frame.tiles_y - 1u);
+    let a = min(vec2u(clamp(floor(lo / f32(TILE)) - 1.0, vec2f(0.0), last)), top);
+    let z = min(vec2u(clamp(floor(hi / f32(TILE)) + 1.0, vec2f(0.0), last)), top);
+    return vec2u(a.x | (a.y << 16u), z.x | (z.y << 16u));
+}
