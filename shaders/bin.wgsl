@@ -1,14 +1,15 @@
-// Binning for big problems (render/gpu/workspace.py Shape.coarse_bin), in two passes: the same
-// lists, counts and masks to the bit as the forward's own binning of a tile against every triangle
-// (tile_bin.wgsl), from fewer tests. coarse_main (or coarse_fit_main, which also starts the fit
-// loop's iteration: tile_bin.wgsl start_iteration) -- one workgroup per super-tile of SUPER x SUPER
-// tiles lists, in order, the triangles whose cull-grown bounding box meets the super-tile's pixel
-// centres (a superset of each of its tiles' tests; its first workgroup writes the tile ranges),
-// dispatch (supers_x, supers_y, batch) -- then fine_main: each tile's workgroup tests only its
-// super-tile's list with the exact test, building its mask in workgroup memory (at most FINE_WORDS
-// words, which Shape.coarse_bin checks), dispatch (tiles_x, tiles_y, batch). The forward then
-// reads the lists (forward.wgsl listed_main). (Binning inside the forward was measured slower for
-// these problems: docs/PERFORMANCE.md.)
+// Binning in passes of its own, for problems where binning inside the forward (forward.wgsl,
+// render/gpu/workspace.py Shape.bins_in_forward) was measured slower; the forward then walks the
+// lists these passes made (forward_listed.wgsl). The same lists, counts and masks to the bit.
+// main (fit_main also starts the fit loop's iteration: tile_bin.wgsl start_iteration): each tile's
+// workgroup tests every triangle (tile_bin.wgsl bin_tile), dispatch (tiles_x, tiles_y, batch).
+// Big problems (Shape.coarse_bin) bin in two passes, from fewer tests: coarse_main (or
+// coarse_fit_main) -- one workgroup per super-tile of SUPER x SUPER tiles lists, in order, the
+// triangles whose cull-grown bounding box meets the super-tile's pixel centres (a superset of each
+// of its tiles' tests; its first workgroup writes the tile ranges), dispatch (supers_x, supers_y,
+// batch) -- then fine_main: each tile's workgroup tests only its super-tile's list with the exact
+// test, building its mask in workgroup memory (at most FINE_WORDS words, which Shape.coarse_bin
+// checks), dispatch (tiles_x, tiles_y, batch).
 
 @group(0) @binding(0) var<uniform> frame: Frame;
 @group(0) @binding(1) var<storage, read> scene: array<f32>;  // scene records (scene_access.wgsl)
@@ -24,6 +25,17 @@
 
 const SCAN_THREADS: u32 = THREADS;  // (scan.wgsl)
 var<workgroup> fine_mask: array<atomic<u32>, FINE_WORDS>;
+
+@compute @workgroup_size(THREADS)
+fn main(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_index) li: u32) {
+    bin_tile(wid, li);
+}
+
+@compute @workgroup_size(THREADS)
+fn fit_main(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_index) li: u32) {
+    bin_tile(wid, li);
+    start_iteration(wid, li);
+}
 
 @compute @workgroup_size(THREADS)
 fn coarse_main(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_index) li: u32) {

@@ -2,8 +2,9 @@
 // the list the backward and the gradient reduction read too), then walks it (forward_walk.wgsl).
 // main, and fit_main, which also starts the fit loop's iteration (counter, learning-rate scale).
 // One dispatch, where a bin pass of its own added a launch and a barrier an iteration, and one
-// more set of commands for the host to encode. Big problems bin in passes of their own
-// (bin.wgsl) and walk the lists they made (forward_listed.wgsl).
+// more set of commands for the host to encode. Where that was measured slower (big problems, and
+// dispatches that fill the GPU: render/gpu/workspace.py Shape.bins_in_forward) binning has passes
+// of its own (bin.wgsl) and the forward walks their lists (forward_listed.wgsl).
 // Dispatch: (tiles_x, tiles_y, batch).
 
 // Bindings 0-1 and 4-9: forward_walk.wgsl.

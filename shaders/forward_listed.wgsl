@@ -1,7 +1,7 @@
-// Forward over the lists big problems' binning passes made (bin.wgsl; render/gpu/workspace.py
-// Shape.coarse_bin): each workgroup walks its 16x16 tile's list (forward_walk.wgsl). The lists
-// are bound read-only here: binning inside this kernel (forward.wgsl), which must bind them
-// writable, measured slower for these problems (docs/PERFORMANCE.md).
+// Forward over the lists binning's own passes made (bin.wgsl; where the forward does not bin:
+// render/gpu/workspace.py Shape.bins_in_forward): each workgroup walks its 16x16 tile's list
+// (forward_walk.wgsl). The lists are bound read-only here: a kernel that binds them writable (as
+// forward.wgsl must) walked them slower (docs/PERFORMANCE.md).
 // Dispatch: (tiles_x, tiles_y, batch).
 
 // Bindings 0-1 and 4-9: forward_walk.wgsl.

@@ -2,8 +2,9 @@
 // box touches it, its membership mask, and (the first tile's workgroup of each image) every
 // triangle's tile range. The forward (forward.wgsl main, fit_main) bins its own tile this way
 // before walking it: one dispatch, where a bin pass of its own added a launch and a barrier an
-// iteration and one more set of commands for the host to encode. Big problems bin in passes of
-// their own instead (bin.wgsl), with the same lists, counts and masks to the bit.
+// iteration and one more set of commands for the host to encode. Where that is slower (big
+// problems, full GPUs) binning has passes of its own (bin.wgsl): the same lists, counts and masks
+// to the bit.
 // Order-preserving compaction (flag, workgroup prefix sum, scatter), WG = 256 triangles per round.
 // Each of the THREADS = WG / PPT threads tests PPT consecutive triangles of a round, so the prefix
 // sum runs over THREADS counts: on CPU adapters (PPT 4) a barrier then wakes a quarter of the SIMD

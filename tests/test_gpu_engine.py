@@ -122,76 +122,78 @@ def test_subgroup_sums_by_any_number_of_transposing_exchanges(gpu_ctx, monkeypat
 
 
 @pytest.mark.parametrize("n, W, H, sp", [(300, 70, 50, 1.0), (40, 130, 33, 0.2), (1100, 24, 30, 2.0)])
-def test_coarse_binning_gives_the_flat_binnings_bits(monkeypatch, gpu_ctx, n, W, H, sp):
-    """Binning in two passes (super-tiles, then tiles: bin.wgsl coarse_main, fine_main), which big
-    problems use, lists what flat binning lists, in the same order: renders, losses and gradients
-    are the same bits. Forced here on small frames (edge super-tiles, one super-tile, lists of more
-    than one round)."""
+def test_every_binning_path_gives_the_same_bits(monkeypatch, gpu_ctx, n, W, H, sp):
+    """The forward binning its own tiles (forward.wgsl), one binning pass of its own (bin.wgsl main)
+    and two (super-tiles, then tiles: coarse_main, fine_main; what big problems use), each before
+    the forward over their lists (forward_listed.wgsl), list the same triangles in the same order:
+    renders, losses, gradients and removal costs are the same bits. Forced here on small frames
+    (edge super-tiles, one super-tile, lists of more than one round)."""
     from trifit.gpu import workspace
 
     scene = _scene(n, W, H, seed=n + W, sigma_px=sp)
     target = np.random.default_rng(n).uniform(0, 1, (H, W, 3))
     got = {}
-    for coarse in (False, True):
-        monkeypatch.setattr(workspace, "COARSE_BIN_TESTS", 0 if coarse else 1 << 62)
+    for path, (tests, groups) in _BIN_PATHS.items():
+        monkeypatch.setattr(workspace, "COARSE_BIN_TESTS", tests)
+        monkeypatch.setattr(workspace, "FUSED_BIN_GROUPS", groups)
         eng = Engine("gpu")
-        assert workspace.Shape(1, W, H, n).coarse_bin == coarse
+        shape = workspace.Shape(1, W, H, n)
+        assert (shape.bins_in_forward, shape.coarse_bin) == (path == "forward", path == "two passes")
         loss, grad = eng.loss_and_grad(scene, target, "mse")
-        got[coarse] = (eng.render(scene).tobytes(), np.float64(loss).tobytes(), grad.triangles.tobytes(),
-                       grad.background.tobytes(), eng.removal_costs(scene, target).tobytes())
-    assert got[True] == got[False]
+        got[path] = (eng.render(scene).tobytes(), np.float64(loss).tobytes(), grad.triangles.tobytes(),
+                     grad.background.tobytes(), eng.removal_costs(scene, target).tobytes())
+    assert got["forward"] == got["one pass"] == got["two passes"]
 
 
-def test_coarse_binning_in_a_batch_and_its_limit(monkeypatch, gpu_ctx):
-    """A batch bins each image's super-tiles apart (the same bits as flat binning), and a count
-    whose mask would not fit fine_main's workgroup memory bins flat."""
+#: (COARSE_BIN_TESTS, FUSED_BIN_GROUPS) forcing each binning path on any problem
+_BIN_PATHS = {"forward": (1 << 62, 1 << 62), "one pass": (1 << 62, 0), "two passes": (0, 1 << 62)}
+
+
+def test_binning_paths_in_a_batch_and_their_limits(monkeypatch, gpu_ctx):
+    """A batch bins each image's tiles apart on every path (the same bits); a count whose mask would
+    not fit fine_main's workgroup memory bins in one pass; the forward bins its tiles up to
+    FUSED_BIN_GROUPS tile workgroups (tiles x batch)."""
     from trifit.gpu import shaders, workspace
 
     scenes = [_scene(120, 70, 50, seed=s, sigma_px=1.0) for s in (1, 2, 3)]
     targets = np.random.default_rng(9).uniform(0, 1, (3, 50, 70, 3))
     got = {}
-    for coarse in (False, True):
-        monkeypatch.setattr(workspace, "COARSE_BIN_TESTS", 0 if coarse else 1 << 62)
+    for path, (tests, groups) in _BIN_PATHS.items():
+        monkeypatch.setattr(workspace, "COARSE_BIN_TESTS", tests)
+        monkeypatch.setattr(workspace, "FUSED_BIN_GROUPS", groups)
         losses, grads = Engine("gpu").loss_and_grad_many(scenes, targets)
-        got[coarse] = (np.asarray(losses).tobytes(), *(g.triangles.tobytes() + g.background.tobytes() for g in grads))
-    assert got[True] == got[False]
+        got[path] = (np.asarray(losses).tobytes(), *(g.triangles.tobytes() + g.background.tobytes() for g in grads))
+    assert got["forward"] == got["one pass"] == got["two passes"]
+    monkeypatch.setattr(workspace, "COARSE_BIN_TESTS", 0)
     most = 32 * shaders.FINE_MASK_WORDS
     assert workspace.Shape(1, 64, 64, most).coarse_bin and not workspace.Shape(1, 64, 64, most + 1).coarse_bin
+    monkeypatch.setattr(workspace, "COARSE_BIN_TESTS", 1 << 62)
+    monkeypatch.setattr(workspace, "FUSED_BIN_GROUPS", 32)  # 16 tiles of 64 x 64: two images, not three
+    assert workspace.Shape(2, 64, 64, 10).bins_in_forward and not workspace.Shape(3, 64, 64, 10).bins_in_forward
 
 
 def test_a_fits_iteration_bins_inside_its_forward(monkeypatch, gpu_ctx):
-    """A fit iteration's dispatches: the forward bins its own tiles (and starts the iteration), so
-    a small problem's iteration is three dispatches; a big one's bins in two passes of its own and
-    walks their lists."""
+    """A fit iteration's dispatches: where the forward bins its own tiles (and starts the
+    iteration) a small problem's iteration is three dispatches; the other paths bin in passes of
+    their own (the first starting the iteration) and walk their lists."""
     from trifit import Fitter
     from trifit.gpu import workspace
 
     target = np.random.default_rng(5).uniform(0, 1, (40, 56, 3)).astype(np.float32)
-    want = {False: ["forward.wgsl:fit_main", "backward.wgsl:main", "adam.wgsl:main"],
-            True: ["bin.wgsl:coarse_fit_main", "bin.wgsl:fine_main", "forward_listed.wgsl:main", "backward.wgsl:main",
-                   "adam.wgsl:main"]}
-    for coarse in (False, True):
-        monkeypatch.setattr(workspace, "COARSE_BIN_TESTS", 0 if coarse else 1 << 62)
-        f = Fitter(target, triangles=40, size=56, seed=3, engine=Engine("gpu"), strategy="fixed")
-        f.step(2)
-        assert [pl.label for pl, _, _ in f._loop._iteration_dispatches().dispatches] == want[coarse]
-        f.close()
-
-
-def test_a_fit_bins_the_same_in_two_passes(monkeypatch, gpu_ctx):
-    """The fit loop's binning entry (it also starts each iteration) in two passes: the same scene."""
-    from trifit import Fitter
-    from trifit.gpu import workspace
-
-    target = np.random.default_rng(5).uniform(0, 1, (40, 56, 3)).astype(np.float32)
-    scenes = []
-    for coarse in (False, True):
-        monkeypatch.setattr(workspace, "COARSE_BIN_TESTS", 0 if coarse else 1 << 62)
+    end = ["backward.wgsl:main", "adam.wgsl:main"]
+    want = {"forward": ["forward.wgsl:fit_main", *end],
+            "one pass": ["bin.wgsl:fit_main", "forward_listed.wgsl:main", *end],
+            "two passes": ["bin.wgsl:coarse_fit_main", "bin.wgsl:fine_main", "forward_listed.wgsl:main", *end]}
+    scenes = set()
+    for path, (tests, groups) in _BIN_PATHS.items():
+        monkeypatch.setattr(workspace, "COARSE_BIN_TESTS", tests)
+        monkeypatch.setattr(workspace, "FUSED_BIN_GROUPS", groups)
         f = Fitter(target, triangles=40, size=56, seed=3, engine=Engine("gpu"), strategy="fixed")
         f.step(30)
-        scenes.append(f.scene.to_json())
+        assert [pl.label for pl, _, _ in f._loop._iteration_dispatches().dispatches] == want[path]
+        scenes.add(f.scene.to_json())
         f.close()
-    assert scenes[0] == scenes[1]
+    assert len(scenes) == 1  # the same scene bytes on every path
 
 
 def test_subgroup_splits_follow_the_lane_bits():

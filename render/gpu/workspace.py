@@ -44,6 +44,11 @@ SEGMENT_BUDGET_BYTES = 64 * 2**20
 # flat binning (every tile tests every triangle) on: 512 px with 1000 triangles is 1.0 M, 1024 px
 # with 5000 is 20 M; both measured faster in two passes (docs/PERFORMANCE.md).
 COARSE_BIN_TESTS = 1_000_000
+# The forward bins its own tiles (one dispatch fewer) up to this many tile workgroups a dispatch
+# (tiles x batch), where one-pass binning applies: below it the GPU is not full and the pass's
+# launch and barrier are what binning costs; a full GPU ran the longer fused workgroups slower
+# (docs/PERFORMANCE.md, "Binning inside the forward").
+FUSED_BIN_GROUPS = 2048
 
 LOSS_KINDS = {"mse": 0, "l1": 1}
 
@@ -106,6 +111,12 @@ class Shape:
     @property
     def mask_words(self) -> int:
         return max(1, (self.n_tris + 31) // 32)
+
+    @property
+    def bins_in_forward(self) -> bool:
+        """The forward's workgroups bin their own tiles (forward.wgsl): one-pass binning with at most
+        FUSED_BIN_GROUPS tile workgroups; else binning has passes of its own (bin.wgsl)."""
+        return not self.coarse_bin and self.n_tiles * self.batch <= FUSED_BIN_GROUPS
 
     @property
     def coarse_bin(self) -> bool:
@@ -287,26 +298,33 @@ class Workspace:
     def pass_entries(self) -> tuple[tuple[str, str], ...]:
         """The (kernel, entry) pairs :meth:`encode_bin` and :meth:`encode_forward` dispatch, for a fit
         and not (what to build)."""
+        if self.shape.bins_in_forward:
+            return ("forward.wgsl", "fit_main"), ("forward.wgsl", "main")
         if self.shape.coarse_bin:
-            return (("bin.wgsl", "coarse_fit_main"), ("bin.wgsl", "coarse_main"), ("bin.wgsl", "fine_main"),
-                    ("forward_listed.wgsl", "main"))
-        return ("forward.wgsl", "fit_main"), ("forward.wgsl", "main")
+            bins = (("bin.wgsl", "coarse_fit_main"), ("bin.wgsl", "coarse_main"), ("bin.wgsl", "fine_main"))
+        else:
+            bins = (("bin.wgsl", "fit_main"), ("bin.wgsl", "main"))
+        return (*bins, ("forward_listed.wgsl", "main"))
 
     @property
     def bins_apart(self) -> bool:
-        """Whether binning has passes of its own (:meth:`encode_bin`): big problems' (Shape.coarse_bin),
-        super-tiles then tiles; else the forward bins each tile itself."""
-        return self.shape.coarse_bin
+        """Whether binning has passes of its own (:meth:`encode_bin`), or the forward bins each tile
+        itself (Shape.bins_in_forward)."""
+        return not self.shape.bins_in_forward
 
     def encode_bin(self, cpass, fit: dict | None = None) -> None:
-        """Big problems' binning passes (nothing otherwise: the forward bins). ``fit``: the fit loop's
-        buffers (its ``sched``); the first pass then also starts the iteration."""
+        """Binning's own passes, where it has them (else nothing: the forward bins). ``fit``: the fit
+        loop's buffers (its ``sched``); the first pass then also starts the iteration."""
         if not self.bins_apart:
             return
+        start = ["state", "sched"] if fit is not None else [None, None]
+        if not self.shape.coarse_bin:
+            self._dispatch(cpass, "bin.wgsl", ["frame", "scene", "tile_count", "tile_list", "tile_mask", "tri_tiles",
+                                               *start], self.tile_groups, "main" if fit is None else "fit_main", fit)
+            return
         supers = ["super_count", "super_list"]
-        names = ["frame", "scene", None, None, None, "tri_tiles"] + (["state", "sched"] if fit is not None else [None, None])
-        self._dispatch(cpass, "bin.wgsl", names + supers, (*self.shape.supers, self.shape.batch),
-                       "coarse_main" if fit is None else "coarse_fit_main", fit)
+        self._dispatch(cpass, "bin.wgsl", ["frame", "scene", None, None, None, "tri_tiles", *start, *supers],
+                       (*self.shape.supers, self.shape.batch), "coarse_main" if fit is None else "coarse_fit_main", fit)
         self._dispatch(cpass, "bin.wgsl", ["frame", "scene", "tile_count", "tile_list", "tile_mask", None, None, None,
                                            *supers], self.tile_groups, "fine_main")
 
