@@ -294,9 +294,9 @@ class GpuBackend:
 
     def _encode_loss_passes(self, enc, ws, backward: bool, removal_costs: bool, timed: bool = True) -> None:
         """[bin ->] forward (+ binning, loss) [-> backward -> reduce (-> the removal costs)] as one compute
-        pass (binning has a pass of its own for big problems only)."""
+        pass (binning has passes of its own where the forward does not bin: Shape.bins_in_forward)."""
         cpass = enc.begin_compute_pass()
-        if ws.bins_apart:
+        if not ws.shape.bins_in_forward:
             with self.timer.span(cpass, "bin", timed):
                 ws.encode_bin(cpass)
         with self.timer.span(cpass, "forward", timed):

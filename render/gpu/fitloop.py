@@ -620,7 +620,7 @@ class GpuFitLoop:
     def _encode_iteration(self, cpass, timed: bool) -> None:
         ws, span = self.ws, self.backend.timer.span
         B = self.shape.batch
-        if ws.bins_apart:  # (big problems; the first dispatch also starts the iteration: counter, learning-rate scale)
+        if not ws.shape.bins_in_forward:  # (its own passes; the first also starts the iteration: counter, lr scale)
             with span(cpass, "bin", timed):
                 ws.encode_bin(cpass, self.extra)
         with span(cpass, "forward", timed):  # (+ binning, and the iteration's start where binning has no pass)

@@ -306,16 +306,10 @@ class Workspace:
             bins = (("bin.wgsl", "fit_main"), ("bin.wgsl", "main"))
         return (*bins, ("forward_listed.wgsl", "main"))
 
-    @property
-    def bins_apart(self) -> bool:
-        """Whether binning has passes of its own (:meth:`encode_bin`), or the forward bins each tile
-        itself (Shape.bins_in_forward)."""
-        return not self.shape.bins_in_forward
-
     def encode_bin(self, cpass, fit: dict | None = None) -> None:
         """Binning's own passes, where it has them (else nothing: the forward bins). ``fit``: the fit
         loop's buffers (its ``sched``); the first pass then also starts the iteration."""
-        if not self.bins_apart:
+        if self.shape.bins_in_forward:
             return
         start = ["state", "sched"] if fit is not None else [None, None]
         if not self.shape.coarse_bin:
@@ -334,7 +328,7 @@ class Workspace:
         loop's buffers) also starts the iteration."""
         names = ["frame", "scene", "tile_count", "tile_list", "image", "target", "dldc", "loss_partial", "ckpt",
                  "weights" if self.shape.weighted else None]
-        if self.bins_apart:
+        if not self.shape.bins_in_forward:
             self._dispatch(cpass, "forward_listed.wgsl", names, self.tile_groups)
         elif fit is None:
             self._dispatch(cpass, "forward.wgsl", names + ["tile_mask", "tri_tiles"], self.tile_groups)
