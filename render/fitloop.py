@@ -66,6 +66,8 @@ class FitSettings:
     coarse_min_size: int = 64     # ... when the half size is at least this
     respawn_every: int = 50       # every this many iterations, triangles that stopped contributing
     respawn_alpha: float = 0.02   # (opacity below this, or under 1 px^2 on the frame) are re-placed
+    respawn_checks: int = 150     # ... and at most this many checks over the plan: a longer plan checks less
+                                  # often, as its other events scale with it (each check ends a chunk; 0: no cap)
     respawn_until: float = 0.8    # ... until this fraction of the plan (over-grown fits: until pruning begins,
                                   # which removes what stopped contributing anyway)
     growth_stages: int = 3        # >1: start with 1/stages of the triangles and add as many again,
@@ -107,7 +109,7 @@ def recorded_settings(d: dict) -> dict:
     """Settings as a scene's meta or a checkpoint recorded them, as this version reads them: a
     record from before ``placement`` existed was placed on the host, and one from before
     ``cull_tolerance`` culled its iterations as renders do; each replays or resumes so."""
-    legacy = {"placement": "host", "cull_tolerance": LEGACY_CULL_TOLERANCE}
+    legacy = {"placement": "host", "cull_tolerance": LEGACY_CULL_TOLERANCE, "respawn_checks": 0}
     return {**{k: v for k, v in legacy.items() if k not in d}, **d}
 
 

@@ -324,11 +324,11 @@ class DefaultStrategy(FixedStrategy):
 
     # ------------------------------------------------------------------ events
     def next_event(self, iteration: int) -> int:
-        s, fit = self.settings, self.fit
+        fit = self.fit
         found = [at for at, _ in self.count_plan() if at > iteration][:1]
         if fit.coarse:
             found.append(max(self.coarse_until(), iteration + 1))
-        every = s.respawn_every
+        every = self.respawn_period()
         if every > 0:
             nxt = (iteration // every + 1) * every
             if nxt < self.respawn_until():
@@ -352,8 +352,17 @@ class DefaultStrategy(FixedStrategy):
             return "prune", max(want, s.triangles)
         return None
 
+    def respawn_period(self) -> int:
+        """Iterations between respawn checks (0: none): respawn_every, or longer where the plan
+        would hold more than respawn_checks of them (0: no such cap)."""
+        s = self.settings
+        if s.respawn_every <= 0:
+            return 0
+        cap = math.ceil(s.planned_iterations / s.respawn_checks) if s.respawn_checks > 0 else 0
+        return max(s.respawn_every, cap)
+
     def _respawn_due(self, iteration: int) -> bool:
-        every = self.settings.respawn_every
+        every = self.respawn_period()
         return every > 0 and iteration % every == 0 and iteration < self.respawn_until()
 
     def wants_image(self, iteration: int) -> bool:

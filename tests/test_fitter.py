@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from trifit import AdapterError, Fitter, Scene, StopConditions, fitstate, fitter as fitter_mod, placement, reference as R
+from trifit.fitloop import recorded_settings
 from trifit.run import COARSE_COST_GUESS, FitRun, TimePlanner
 from trifit.strategy import plan_schedule
 
@@ -293,6 +294,26 @@ def test_respawns_stop_where_pruning_begins(ref_engine):
                respawn_every=2, respawn_until=0.8, growth_stages=1, coarse_fraction=0)
     g.plan(30)
     assert g.strategy.respawn_until() == pytest.approx(24)  # no over-growth: respawn_until of the plan
+
+
+def test_a_longer_plan_checks_for_respawns_less_often(ref_engine):
+    g = Fitter(_target(24, 18), triangles=8, size=24, seed=0, engine=ref_engine, overgrow=1.0,
+               respawn_every=2, respawn_checks=5, respawn_until=1.0, growth_stages=1, coarse_fraction=0,
+               sigma_probes=0)
+    g.plan(10)
+    assert g.strategy.respawn_period() == 2          # 5 checks fit at respawn_every
+    g.plan(30)
+    assert g.strategy.respawn_period() == 6          # at most 5 checks over the plan
+    at = []
+    respawn = g.strategy._respawn
+    g.strategy._respawn = lambda: at.append(g.iteration) or respawn()
+    g.step(30)
+    assert at == [6, 12, 18, 24]                     # (not at the plan's end, 30)
+    g.settings.respawn_checks = 0
+    assert g.strategy.respawn_period() == 2          # no cap
+    g.settings.respawn_every = 0
+    assert g.strategy.respawn_period() == 0          # no checks at all
+    assert recorded_settings({"respawn_every": 50})["respawn_checks"] == 0  # a record from before the cap
 
 
 @pytest.mark.gpu

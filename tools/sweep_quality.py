@@ -26,6 +26,8 @@ VARIANTS = {
     "host placement": {"placement": "host"},      # ... and the render read back, placed in numpy
     "no-coarse": {"coarse_fraction": 0.0},
     "no-respawn": {"respawn_every": 0},
+    "respawn uncapped": {"respawn_checks": 0},  # a check every respawn_every iterations however long the plan
+    "respawn checks 300": {"respawn_checks": 300},
     "lr_vertex x2": {"lr_vertex": 0.012},
     "lr_vertex /2": {"lr_vertex": 0.003},
     "lr_colour x2": {"lr_colour": 0.1, "lr_alpha": 0.1},
