@@ -51,7 +51,8 @@ class FitSettings:
     adam_eps: float = 1e-8
     chunk: int = 100              # iterations per GPU readback, at most
     first_submission: int = 8     # a longer chunk is submitted in parts, this many iterations first, then twice
-                                  # as many each time, so the GPU runs each part while the next is encoded
+                                  # as many each time or more (as the GPU's time for an iteration exceeds the
+                                  # host's), so the GPU runs each part while the next is encoded
                                   # (0: one submission a chunk; render/gpu/encode.py submission_sizes)
     planned_iterations: int = 600 # the schedules below are fractions of this plan (the run loop plans it
                                   # from --iters, or from the measured speed and --time-limit)

@@ -83,11 +83,15 @@ def test_a_long_chunk_is_submitted_in_growing_parts():
     assert submission_sizes(100, 8) == [8, 16, 32, 44]
     assert submission_sizes(20, 8) == [8, 12] and submission_sizes(16, 8) == [16]
     assert submission_sizes(100, 0) == [100]
+    # where the GPU takes 7x the host's time for an iteration, a part may be 7x the one before
+    assert submission_sizes(100, 8, 7.0) == [8, 56, 36] and submission_sizes(50, 8, 7.0) == [8, 42]
+    assert submission_sizes(100, 8, 1.2) == [8, 16, 32, 44]  # (never less than twice)
     for k in range(1, 260):
         for first in (1, 3, 8):
-            sizes = submission_sizes(k, first)
-            assert sum(sizes) == k and min(sizes) >= 1
-            assert all(b <= 3 * a for a, b in zip(sizes, sizes[1:]))  # each part ready in time
+            for growth in (2.0, 3.7, 10.0):
+                sizes = submission_sizes(k, first, growth)
+                assert sum(sizes) == k and min(sizes) >= 1
+                assert all(b <= 1.5 * growth * a for a, b in zip(sizes, sizes[1:]))  # each part ready in time
 
 
 @pytest.mark.gpu

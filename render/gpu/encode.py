@@ -6,22 +6,27 @@ from __future__ import annotations
 import numpy as np
 
 
-def submission_sizes(k: int, first: int) -> list[int]:
-    """Iterations per submission of a k-iteration chunk: ``first``, then twice as many each time
-    (the last part takes the rest), or all k at once when ``first`` is 0 or the chunk is short.
+def submission_sizes(k: int, first: int, growth: float = 2.0) -> list[int]:
+    """Iterations per submission of a k-iteration chunk: ``first``, then ``growth`` (at least 2)
+    times as many each time (the last part takes the rest), or all k at once when ``first`` is 0
+    or the chunk is short.
 
     Why: the GPU idles until a submission arrives, and encoding an iteration costs the host a
-    share of what running it costs the GPU at small sizes; so the next part, twice as long as
-    the one running, is ready before the GPU runs out of work (one submission a chunk left the
-    GPU waiting for all of it, two parts for the rest)."""
+    share of what running it costs the GPU at small sizes; so the next part is ready before the
+    GPU runs out of work (one submission a chunk left the GPU waiting for all of it, two parts
+    for the rest). A part can be ``growth`` times the one the GPU is running where the GPU takes
+    ``growth`` times as long as the host for an iteration (the fit loop measures both): a big
+    problem's chunk then goes in fewer submissions, each of which costs the host as much as
+    encoding a few iterations."""
     if first <= 0 or 2 * first >= k:
         return [k]
-    sizes, left, size = [first], k - first, 2 * first
+    growth = max(2.0, growth)
+    sizes, left = [first], k - first
     while left > 0:
+        size = int(sizes[-1] * growth)
         take = size if left > 1.5 * size else left  # (no short tail part)
         sizes.append(take)
         left -= take
-        size *= 2
     return sizes
 
 

@@ -4,8 +4,9 @@ Each chunk of up to ``chunk`` iterations is encoded as compute passes of 4 dispa
     bin (+ the iteration counter and learning-rate scale) -> forward (+ per-pixel loss) -> backward
     -> adam (the loss into the ring, fused fixed-order gradient reduction + Adam + materialised
     scene, the next iteration's sigma),
-in one submission, or several for a long chunk (``first_submission`` iterations, then twice as
-many each time: the GPU runs each part while the next is encoded; ``submission_sizes``).
+in one submission, or several for a long chunk (``first_submission`` iterations, then at least
+twice as many each time, more where the GPU takes longer for an iteration than the host: the GPU
+runs each part while the next is encoded; ``submission_sizes``).
 Per-iteration losses land in a device ring buffer that is read back once per chunk, in one mapped
 buffer with whatever else the chunk brings back; no image or gradient leaves the device during a
 fit unless an event asks for them. The first iteration of each chunk is timed per pass with
@@ -21,6 +22,8 @@ loss in any image rolls the whole batch back (the buffers are snapshotted whole)
 """
 
 from __future__ import annotations
+
+import time
 
 import numpy as np
 import wgpu
@@ -86,6 +89,7 @@ class GpuFitLoop:
         self._out = None
         self._lay_out()
         self._dispatches = None
+        self._gpu_ms_per_it = self._host_ms_per_it = 0.0  # (measured by each chunk: _part_growth)
         self._image_iter = None  # the iteration whose forward the image buffer holds (None: stale)
         self._read_flags = None   # (iteration, (alpha, width, height), flags) from the last run's end
         self._read_sums = None    # (iteration, placement, sums (B, tiles), image) from the last run's end
@@ -608,6 +612,14 @@ class GpuFitLoop:
         self.snaps = []
 
     # ------------------------------------------------------------------ the loop
+    def _part_growth(self) -> float:
+        """How much longer each submission of a chunk may be than the one before: the GPU's time
+        for an iteration (its timed passes) over the host's (encoding and finishing), as last
+        measured -- 2 until both are known (render/gpu/encode.py submission_sizes). Timing moves
+        only where the submissions split a chunk, never what they encode."""
+        gpu, host = self._gpu_ms_per_it, self._host_ms_per_it
+        return min(max(gpu / host, 2.0), 64.0) if gpu > 0 and host > 0 else 2.0
+
     def _iteration_dispatches(self) -> Repeats:
         """One iteration's (pipeline, bind group, workgroups), resolved once: untimed iterations
         are encoded from this list with three calls per dispatch and no other Python work."""
@@ -672,8 +684,9 @@ class GpuFitLoop:
         while done < n:
             k = min(self.settings.chunk, n - done, RING)
             slot = self.snap_turn
-            parts = submission_sizes(k, self.settings.first_submission)
+            parts = submission_sizes(k, self.settings.first_submission, self._part_growth())
             fast = self._iteration_dispatches()
+            host_s, host_its = 0.0, 0  # the host's encoding and finishing of the parts after the first
             with host.phase("encode"):
                 enc = self.device.create_command_encoder()
                 self._encode_snapshot(enc, slot)
@@ -682,15 +695,21 @@ class GpuFitLoop:
                 fast.encode(cpass, parts[0] - 1)
                 cpass.end()
                 ts_bytes = self.backend.timer.resolve(enc, self._out, self._out_at["timestamps"])
-            for part in parts[1:]:  # the GPU runs what was submitted while the next part is encoded
+            for i, part in enumerate(parts[1:]):  # the GPU runs what was submitted while the next part is encoded
                 with host.phase("submit"):
-                    self.device.queue.submit([enc.finish()])
+                    t0 = time.perf_counter()
+                    command = enc.finish()
+                    if i:
+                        host_s += time.perf_counter() - t0
+                    self.device.queue.submit([command])
                     self.backend.counters.submissions += 1
                 with host.phase("encode"):
+                    t0 = time.perf_counter()
                     enc = self.device.create_command_encoder()
                     cpass = enc.begin_compute_pass()
                     fast.encode(cpass, part)
                     cpass.end()
+                    host_s, host_its = host_s + time.perf_counter() - t0, host_its + part
             with host.phase("encode"):
                 last = done + k >= n
                 wanted = ["ring"] + (["params", "moments"] if read_state and last else []) + \
@@ -709,7 +728,11 @@ class GpuFitLoop:
                 for name in wanted[1:]:
                     enc.copy_buffer_to_buffer(sources[name], 0, self._out, self._out_at[name], self._out_size[name])
             with host.phase("submit"):
-                self.device.queue.submit([enc.finish()])
+                t0 = time.perf_counter()
+                command = enc.finish()
+                if host_its:
+                    self._host_ms_per_it = (host_s + time.perf_counter() - t0) * 1e3 / host_its
+                self.device.queue.submit([command])
                 self.backend.counters.submissions += 1
             with host.phase("readback"):
                 try:
@@ -723,7 +746,9 @@ class GpuFitLoop:
                 dead = got["flags"].view(np.uint32).reshape(self.batch, self.n_tris) != 0 if "flags" in got else None
                 tile_sums = got["sums"].view(np.float32).reshape(self.batch, -1) if "sums" in got else None
                 removal = got["costs"].view(np.float32).reshape(self.batch, self.n_tris) if "costs" in got else None
-                self.backend.timer.collect(got.get("timestamps"))
+                gpu_ms = self.backend.timer.collect(got.get("timestamps"))
+                if gpu_ms:
+                    self._gpu_ms_per_it = sum(gpu_ms.values())
             self.snap_iter[slot] = self.iter
             if not np.all(np.isfinite(losses)):
                 bad = self.iter + 1 + int(np.argmax(~np.all(np.isfinite(losses), axis=1)))
