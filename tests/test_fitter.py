@@ -78,6 +78,27 @@ def test_many_iterations_per_submission_and_no_allocation_per_step(gpu_engine, f
     f.close()
 
 
+@pytest.mark.gpu
+def test_a_chunk_splits_by_the_measured_gpu_and_host_times(gpu_engine):
+    from trifit.gpu.fitloop import submission_sizes
+    f = Fitter(_target(), triangles=15, size=40, seed=0, engine=gpu_engine, chunk=100, first_submission=8,
+               strategy="fixed")
+    loop = f._loop
+    assert loop._part_growth() == 2.0  # nothing measured yet: each part twice the one before
+    c0 = gpu_engine.counters()["submissions"]
+    f.step(100)
+    assert gpu_engine.counters()["submissions"] - c0 == len(submission_sizes(100, 8)) == 4
+    assert loop._host_ms_per_it > 0  # (the parts after the first were timed)
+    if gpu_engine.impl.timer.enabled:
+        assert loop._gpu_ms_per_it > 0
+        growth = loop._part_growth()
+        assert growth == pytest.approx(min(max(loop._gpu_ms_per_it / loop._host_ms_per_it, 2.0), 64.0))
+        c1 = gpu_engine.counters()["submissions"]
+        f.step(100)
+        assert gpu_engine.counters()["submissions"] - c1 == len(submission_sizes(100, 8, growth))
+    f.close()
+
+
 def test_a_long_chunk_is_submitted_in_growing_parts():
     from trifit.gpu.fitloop import submission_sizes
     assert submission_sizes(100, 8) == [8, 16, 32, 44]
