@@ -293,9 +293,15 @@ class GpuBackend:
         return ws, transient, held, B, T
 
     def _encode_loss_passes(self, enc, ws, backward: bool, removal_costs: bool, timed: bool = True) -> None:
-        """[bin ->] forward (+ binning, loss) [-> backward -> reduce (-> the removal costs)] as one compute
-        pass (binning has passes of its own where the forward does not bin: Shape.bins_in_forward)."""
+        """:meth:`_encode_loss_dispatches` as one compute pass of its own."""
         cpass = enc.begin_compute_pass()
+        self._encode_loss_dispatches(cpass, ws, backward, removal_costs, timed)
+        cpass.end()
+
+    def _encode_loss_dispatches(self, cpass, ws, backward: bool, removal_costs: bool, timed: bool) -> None:
+        """[bin ->] forward (+ binning, loss) [-> backward -> reduce (-> the removal costs)] into the
+        compute pass ``cpass`` (binning has passes of its own where the forward does not bin:
+        Shape.bins_in_forward)."""
         if not ws.shape.bins_in_forward:
             with self.timer.span(cpass, "bin", timed):
                 ws.encode_bin(cpass)
@@ -310,7 +316,6 @@ class GpuBackend:
                 ws.encode_reduce(cpass)
             if removal_costs:
                 ws.encode_costs(cpass)
-        cpass.end()
 
     def _submit_and_read(self, encoder, reads, kind: str):
         with self.host.phase("submit"):
@@ -342,12 +347,7 @@ class GpuBackend:
             if not backward:
                 ws.encode_render(cpass)
                 continue
-            ws.encode_bin(cpass)
-            ws.encode_forward(cpass)
-            if backward:
-                ws.encode_loss(cpass)
-                ws.encode_backward(cpass)
-                ws.encode_reduce(cpass)
+            self._encode_loss_dispatches(cpass, ws, True, False, timed=False)
         cpass.end()
         staging, _ = ws.copy_out(enc, "ring", B * 4)
         t0 = time.perf_counter()
