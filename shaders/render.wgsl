@@ -2,8 +2,9 @@
 // instead of reading a list from the bin pass -- one dispatch per render, no list round trip. It
 // walks the triangles in rounds of 256 from the top: test the round against the tile
 // (touches_tile), compact the hits in order (prefix scan) straight into the staging area, then
-// composite them front to back with the forward's early stop. Used by render calls; the loss path
-// (forward.wgsl) keeps the bin pass, whose lists the backward needs.
+// composite them front to back with the forward's early stop. Used by render calls; the loss
+// path's forward keeps its lists for the backward (forward.wgsl writes them as it bins, or
+// forward_listed.wgsl reads bin.wgsl's).
 // Dispatch: (tiles_x, tiles_y, batch).
 
 @group(0) @binding(0) var<uniform> frame: Frame;
