@@ -71,6 +71,7 @@ VARIANTS = {
     "no overgrow": {"overgrow": 1.0},
     "overgrow 2": {"overgrow": 2.0},
     "overgrow 1.25": {"overgrow": 1.25},
+    "overgrow 1.5": {"overgrow": 1.5},
     "overgrow 3": {"overgrow": 3.0},
     "overgrow 2 prune 0.6": {"overgrow": 2.0, "prune_until": 0.6},
     # pruning cycles (overgrow_cycles is a maximum: cycles of at least prune_cycle_min iterations)
