@@ -308,9 +308,10 @@ fn main(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_index) li: 
     }
     // Background: dL/dbg = T_0 G, with T_0 the transmittance of the whole list (bottom segment).
     if (seg != bottom_seg) { return; }
-    var v = s0.trans * s0.G * f32(frame.removal_costs == 0u);  // (no cost for the background)
+    var v = s0.trans * s0.G;
     if (PPT > 1u) { v += s1.trans * s1.G; }
     if (PPT > 2u) { v += s2.trans * s2.G + s3.trans * s3.G; }
+    v *= f32(frame.removal_costs == 0u);  // (no cost for the background, at any of the thread's pixels)
     stash10(Grad10(vec4f(v, 0.0), vec4f(0.0), vec2f(0.0)), li, sg, 0u, true, place);
     workgroupBarrier();
     if (li < 10u) { partial[part_base + frame.n_tris * 10u + li] = gather(li, sg); }
