@@ -232,6 +232,45 @@ def test_a_second_process_loads_wgpu_h_from_the_cache_and_fits_the_same_bytes(gp
     assert start()["big_parses"] == 0
 
 
+_PYCPARSER_USE = textwrap.dedent("""
+    import json, sys, threading
+    from trifit.gpu.typecache import prime_wgpu
+    prime_wgpu()  # wgpu-py's backend, its declarations from the cache folder where they are there
+    imported = "pycparser.c_parser" in sys.modules
+    from wgpu.backends.wgpu_native import ffi
+    import cffi.cparser
+    # C types nobody primed: parsed on first use, from two threads at once
+    names = ["WGPUSurfaceDescriptor *", "WGPUTextureDescriptor *", "WGPURenderPipelineDescriptor *"]
+    sizes = {}
+    threads = [threading.Thread(target=lambda n=n: sizes.update({n: ffi.sizeof(ffi.typeof(n).item)}))
+               for n in names]
+    for t in threads: t.start()
+    for t in threads: t.join()
+    json.dump({"imported": imported, "sizes": sizes, "parser": cffi.cparser.pycparser.CParser.__name__,
+               "version": cffi.cparser.pycparser.__version__}, sys.stdout)
+""")
+
+
+def test_pycparser_is_imported_only_where_c_is_parsed(tmp_path):
+    """With wgpu.h's declarations and the start-up C types from the cache, a process parses no C, and
+    pycparser's import (its lexer's tables) waits until some C is parsed -- then it is the real module."""
+    env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path)}
+
+    def start():
+        out = subprocess.run([sys.executable, "-c", _PYCPARSER_USE], capture_output=True, text=True, env=env,
+                             timeout=300)
+        assert out.returncode == 0, out.stderr[-2000:]
+        return json.loads(out.stdout)
+
+    first, second = start(), start()
+    assert first["imported"] and not second["imported"]  # parsed and stored; then from the cache
+    import pycparser
+    for got in (first, second):
+        assert got["parser"] == "CParser" and got["version"] == pycparser.__version__
+        assert len(got["sizes"]) == 3 and min(got["sizes"].values()) > 0
+    assert second["sizes"] == first["sizes"]
+
+
 def test_a_fit_loop_compiles_only_the_pipelines_not_built_yet(gpu_ctx, monkeypatch):
     """The first fit of a kernel variant compiles its pipelines on a few threads at once; a later
     fit of that variant finds them all built and starts no threads."""

@@ -22,11 +22,15 @@ load that fails) they do nothing, and wgpu-py parses as it would without this mo
 from __future__ import annotations
 
 import hashlib
+import importlib
+import importlib.util
 import logging
 import os
 import pickle
 import sys
 import tempfile
+import threading
+import types
 from pathlib import Path
 
 log = logging.getLogger("trifit.gpu")
@@ -153,11 +157,55 @@ def cache_dir() -> Path:
 
 def _declarations_path(csource: str) -> Path:
     import cffi
-    import pycparser
 
-    key = hashlib.sha256("\0".join((str(_CACHE_FORMAT), cffi.__version__, pycparser.__version__, sys.version,
+    key = hashlib.sha256("\0".join((str(_CACHE_FORMAT), cffi.__version__, _pycparser_version(), sys.version,
                                      csource, *STARTUP_CDECLS)).encode()).hexdigest()[:24]
     return cache_dir() / f"wgpu-declarations-{key}.pickle"
+
+
+def _pycparser_version() -> str:
+    """pycparser's version, as a digest of its package's ``__init__.py`` (where ``__version__`` is
+    set), without importing it (:class:`_Deferred`)."""
+    spec = importlib.util.find_spec("pycparser")
+    origin = getattr(spec, "origin", None)
+    try:
+        return hashlib.sha256(Path(origin).read_bytes()).hexdigest() if origin else "none"
+    except OSError:
+        return "unreadable"
+
+
+class _Deferred(types.ModuleType):
+    """Stands in for pycparser in cffi's parser module, which imports it when wgpu-py makes its
+    FFI but uses it only to parse C: with wgpu.h's declarations and the C types from the cache a
+    process parses none, and pycparser's import (its lexer's tables; ~0.02 s on a lent H200's
+    host) would delay the GPU's start for nothing. The first attribute asked for imports the real
+    module, once, under a lock, and takes its names."""
+
+    def __getattr__(self, name):
+        with _deferred_lock:
+            if "CParser" not in vars(self):
+                if sys.modules.get(self.__name__) is self:
+                    del sys.modules[self.__name__]
+                real = importlib.import_module(self.__name__)
+                vars(self).update(vars(real))
+        return object.__getattribute__(self, name)
+
+
+_deferred_lock = threading.Lock()
+
+
+def _defer_pycparser() -> _Deferred | None:
+    """A :class:`_Deferred` pycparser in sys.modules for cffi's parser module to import, where
+    neither is imported yet (else None)."""
+    if "pycparser" in sys.modules or "cffi.cparser" in sys.modules:
+        return None
+    spec = importlib.util.find_spec("pycparser")
+    if spec is None:
+        return None
+    stub = _Deferred("pycparser")
+    stub.__spec__ = spec  # (what find_spec answers while the stub is in sys.modules)
+    sys.modules["pycparser"] = stub
+    return stub
 
 
 def _parser_fits(parser) -> bool:
@@ -243,7 +291,10 @@ def import_backend() -> None:
             _primed.add(id(self))
 
     cffi.FFI.cdef = cdef
+    stub = _defer_pycparser()
     try:
         import wgpu.backends.wgpu_native  # noqa: F401
     finally:
         cffi.FFI.cdef = original
+        if stub is not None and sys.modules.get("pycparser") is stub:
+            del sys.modules["pycparser"]  # (a later import gets the real module; cffi's keeps the stub)
