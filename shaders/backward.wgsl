@@ -74,7 +74,7 @@ struct Walk {
     wh: vec2f,
 }
 
-// The canvas beneath list entry `m` at up to four pixels (PPT of them): list entries 0..m-1
+// The canvas beneath list entry `m` at up to eight pixels (PPT of them): list entries 0..m-1
 // composited over the background. One shared loop: on CPU adapters the loop costs a pass even where
 // no pixel needs it, so it runs once per thread and entry, not once per pixel (round 8).
 // With ROUND_BASE (the staging piece's; GPUs), the canvas beneath the staged round's first entry
@@ -88,6 +88,22 @@ struct Below4 {
     c1: vec3f,
     c2: vec3f,
     c3: vec3f,
+    c4: vec3f,
+    c5: vec3f,
+    c6: vec3f,
+    c7: vec3f,
+}
+
+// The pixels of a thread, for composite_below (unused ones are ignored: PPT).
+struct Points {
+    p0: vec2f,
+    p1: vec2f,
+    p2: vec2f,
+    p3: vec2f,
+    p4: vec2f,
+    p5: vec2f,
+    p6: vec2f,
+    p7: vec2f,
 }
 
 fn over(c: vec3f, p: vec2f, t: TriSetup, inv_sig: f32) -> vec3f {
@@ -95,22 +111,28 @@ fn over(c: vec3f, p: vec2f, t: TriSetup, inv_sig: f32) -> vec3f {
     return c * (1.0 - alpha) + t.rgba.rgb * alpha;
 }
 
-fn over4(r: ptr<function, Below4>, t: TriSetup, inv_sig: f32, p0: vec2f, p1: vec2f, p2: vec2f, p3: vec2f) {
-    (*r).c0 = over((*r).c0, p0, t, inv_sig);
-    if (PPT > 1u) { (*r).c1 = over((*r).c1, p1, t, inv_sig); }
+fn over4(r: ptr<function, Below4>, t: TriSetup, inv_sig: f32, p: Points) {
+    (*r).c0 = over((*r).c0, p.p0, t, inv_sig);
+    if (PPT > 1u) { (*r).c1 = over((*r).c1, p.p1, t, inv_sig); }
     if (PPT > 2u) {
-        (*r).c2 = over((*r).c2, p2, t, inv_sig);
-        (*r).c3 = over((*r).c3, p3, t, inv_sig);
+        (*r).c2 = over((*r).c2, p.p2, t, inv_sig);
+        (*r).c3 = over((*r).c3, p.p3, t, inv_sig);
+    }
+    if (PPT > 4u) {
+        (*r).c4 = over((*r).c4, p.p4, t, inv_sig);
+        (*r).c5 = over((*r).c5, p.p5, t, inv_sig);
+        (*r).c6 = over((*r).c6, p.p6, t, inv_sig);
+        (*r).c7 = over((*r).c7, p.p7, t, inv_sig);
     }
 }
 
 // List entries 0..m-1 over the background, read from the scene.
-fn composite_scene(w: Walk, m: u32, p0: vec2f, p1: vec2f, p2: vec2f, p3: vec2f) -> Below4 {
+fn composite_scene(w: Walk, m: u32, p: Points) -> Below4 {
     let bg = background(w.b, frame);
-    var r = Below4(bg, bg, bg, bg);
+    var r = Below4(bg, bg, bg, bg, bg, bg, bg, bg);
     for (var q = 0u; q < m; q++) {
         let t = setup_tri(load_tri(record_tri(w.b, tile_list[w.list_base + q], frame), frame), -w.reach);
-        over4(&r, t, w.inv_sig, p0, p1, p2, p3);
+        over4(&r, t, w.inv_sig, p);
     }
     return r;
 }
@@ -118,15 +140,15 @@ fn composite_scene(w: Walk, m: u32, p0: vec2f, p1: vec2f, p2: vec2f, p3: vec2f) 
 var<private> round_base: Below4;  // (ROUND_BASE) the canvas beneath the staged round's first entry
 var<private> round_based: bool;   // round_base holds this round's
 
-fn composite_below(w: Walk, m: u32, start: u32, p0: vec2f, p1: vec2f, p2: vec2f, p3: vec2f) -> Below4 {
-    if (!ROUND_BASE) { return composite_scene(w, m, p0, p1, p2, p3); }
+fn composite_below(w: Walk, m: u32, start: u32, p: Points) -> Below4 {
+    if (!ROUND_BASE) { return composite_scene(w, m, p); }
     if (!round_based) {
-        round_base = composite_scene(w, start, p0, p1, p2, p3);
+        round_base = composite_scene(w, start, p);
         round_based = true;
     }
     var r = round_base;
     for (var q = start; q < m; q++) {
-        over4(&r, staged_setup(staged[q - start], -w.reach), w.inv_sig, p0, p1, p2, p3);
+        over4(&r, staged_setup(staged[q - start], -w.reach), w.inv_sig, p);
     }
     return r;
 }
@@ -240,10 +262,20 @@ fn main(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_index) li: 
     var s1: Pixel;
     var s2: Pixel;
     var s3: Pixel;
+    var s4: Pixel;
+    var s5: Pixel;
+    var s6: Pixel;
+    var s7: Pixel;
     if (PPT > 1u) { s1 = start_pixel(wid.xy, li + THREADS, b, slot, seg); }
     if (PPT > 2u) {
         s2 = start_pixel(wid.xy, li + 2u * THREADS, b, slot, seg);
         s3 = start_pixel(wid.xy, li + 3u * THREADS, b, slot, seg);
+    }
+    if (PPT > 4u) {
+        s4 = start_pixel(wid.xy, li + 4u * THREADS, b, slot, seg);
+        s5 = start_pixel(wid.xy, li + 5u * THREADS, b, slot, seg);
+        s6 = start_pixel(wid.xy, li + 6u * THREADS, b, slot, seg);
+        s7 = start_pixel(wid.xy, li + 7u * THREADS, b, slot, seg);
     }
     var end = seg_hi;
     loop {
@@ -266,6 +298,10 @@ fn main(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_index) li: 
             var h1 = Hit();  // explicit: naga does not re-zero a loop-body var each iteration
             var h2 = Hit();
             var h3 = Hit();
+            var h4 = Hit();
+            var h5 = Hit();
+            var h6 = Hit();
+            var h7 = Hit();
             var recompose = h0.recompose;
             if (PPT > 1u) { h1 = entry_hit(s1, t, w); recompose = recompose || h1.recompose; }
             if (PPT > 2u) {
@@ -273,17 +309,33 @@ fn main(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_index) li: 
                 h3 = entry_hit(s3, t, w);
                 recompose = recompose || h2.recompose || h3.recompose;
             }
+            if (PPT > 4u) {
+                h4 = entry_hit(s4, t, w);
+                h5 = entry_hit(s5, t, w);
+                h6 = entry_hit(s6, t, w);
+                h7 = entry_hit(s7, t, w);
+                recompose = recompose || h4.recompose || h5.recompose || h6.recompose || h7.recompose;
+            }
             if (recompose) {
-                let c = composite_below(w, m, start, s0.p, s1.p, s2.p, s3.p);
+                let c = composite_below(w, m, start, Points(s0.p, s1.p, s2.p, s3.p, s4.p, s5.p, s6.p, s7.p));
                 if (h0.recompose) { h0.below = c.c0; }
                 if (h1.recompose) { h1.below = c.c1; }
                 if (h2.recompose) { h2.below = c.c2; }
                 if (h3.recompose) { h3.below = c.c3; }
+                if (h4.recompose) { h4.below = c.c4; }
+                if (h5.recompose) { h5.below = c.c5; }
+                if (h6.recompose) { h6.below = c.c6; }
+                if (h7.recompose) { h7.below = c.c7; }
             }
             var g = entry_grad(&s0, t, h0, w);
             if (PPT > 1u) { g = add_grad(g, entry_grad(&s1, t, h1, w)); }
             if (PPT > 2u) { g = add_grad(g, add_grad(entry_grad(&s2, t, h2, w), entry_grad(&s3, t, h3, w))); }
-            stash10(g, li, sg, j, h0.hit || h1.hit || h2.hit || h3.hit, place);
+            if (PPT > 4u) {
+                g = add_grad(g, add_grad(add_grad(entry_grad(&s4, t, h4, w), entry_grad(&s5, t, h5, w)),
+                                         add_grad(entry_grad(&s6, t, h6, w), entry_grad(&s7, t, h7, w))));
+            }
+            let any_hit = h0.hit || h1.hit || h2.hit || h3.hit || h4.hit || h5.hit || h6.hit || h7.hit;
+            stash10(g, li, sg, j, any_hit, place);
             j += 1u;
             if (j == KB || k == 1u) {  // uniform: flush the stashed slots
                 workgroupBarrier();
@@ -311,6 +363,7 @@ fn main(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_index) li: 
     var v = s0.trans * s0.G;
     if (PPT > 1u) { v += s1.trans * s1.G; }
     if (PPT > 2u) { v += s2.trans * s2.G + s3.trans * s3.G; }
+    if (PPT > 4u) { v += (s4.trans * s4.G + s5.trans * s5.G) + (s6.trans * s6.G + s7.trans * s7.G); }
     v *= f32(frame.removal_costs == 0u);  // (no cost for the background, at any of the thread's pixels)
     stash10(Grad10(vec4f(v, 0.0), vec4f(0.0), vec2f(0.0)), li, sg, 0u, true, place);
     workgroupBarrier();

@@ -124,10 +124,20 @@ fn walk_tile(wid: vec3u, li: u32, count: u32) {
     var s1: Pixel;
     var s2: Pixel;
     var s3: Pixel;
+    var s4: Pixel;
+    var s5: Pixel;
+    var s6: Pixel;
+    var s7: Pixel;
     if (PPT > 1u) { s1 = start_pixel(wid.xy, li + THREADS, slot); }
     if (PPT > 2u) {
         s2 = start_pixel(wid.xy, li + 2u * THREADS, slot);
         s3 = start_pixel(wid.xy, li + 3u * THREADS, slot);
+    }
+    if (PPT > 4u) {
+        s4 = start_pixel(wid.xy, li + 4u * THREADS, slot);
+        s5 = start_pixel(wid.xy, li + 5u * THREADS, slot);
+        s6 = start_pixel(wid.xy, li + 6u * THREADS, slot);
+        s7 = start_pixel(wid.xy, li + 7u * THREADS, slot);
     }
     var end = count;  // walk batches from the top of the list down
     loop {
@@ -153,6 +163,13 @@ fn walk_tile(wid: vec3u, li: u32, count: u32) {
                 composite_entry(&s3, t, pos, count, record, inv_sig, reach);
                 all_hidden = all_hidden && s2.done && s3.done;
             }
+            if (PPT > 4u) {
+                composite_entry(&s4, t, pos, count, record, inv_sig, reach);
+                composite_entry(&s5, t, pos, count, record, inv_sig, reach);
+                composite_entry(&s6, t, pos, count, record, inv_sig, reach);
+                composite_entry(&s7, t, pos, count, record, inv_sig, reach);
+                all_hidden = all_hidden && s4.done && s5.done && s6.done && s7.done;
+            }
             if (all_hidden) { break; }  // this thread's pixels are all done
         }
         workgroupBarrier();
@@ -164,6 +181,10 @@ fn walk_tile(wid: vec3u, li: u32, count: u32) {
     var contrib = finish_pixel(s0, b, record, segments);
     if (PPT > 1u) { contrib += finish_pixel(s1, b, record, segments); }
     if (PPT > 2u) { contrib += finish_pixel(s2, b, record, segments) + finish_pixel(s3, b, record, segments); }
+    if (PPT > 4u) {
+        contrib += finish_pixel(s4, b, record, segments) + finish_pixel(s5, b, record, segments);
+        contrib += finish_pixel(s6, b, record, segments) + finish_pixel(s7, b, record, segments);
+    }
     if (frame.with_loss != 0u) {  // uniform
         loss_red[li] = contrib;
         workgroupBarrier();

@@ -46,6 +46,7 @@ VARIANTS = {  # kernel variants: (subgroup reduction, segmented backward, backwa
     "workgroup-tree": (False, False, 1),
     "segmented": (True, True, 1),
     "4-pixels-per-thread": (True, False, 4),
+    "8-pixels-per-thread-tree": (False, False, 8),
     "2-pixels-per-thread-tree-segmented": (False, True, 2),
 }
 
@@ -113,7 +114,7 @@ def test_subgroup_sums_by_any_number_of_transposing_exchanges(gpu_ctx, monkeypat
     for splits in range(most + 1):
         monkeypatch.setattr(shaders, "subgroup_splits", lambda size, k=splits: k)
         monkeypatch.setattr(shaders, "_pipelines", {})  # compile this variant (the usual ones come back after)
-        for ppt in (1, 4):
+        for ppt in (1, 4, 8):
             eng = Engine("gpu", subgroups=True, pixels_per_thread=ppt)
             _, grad = eng.loss_and_grad(scene, target, "mse")
             ours = _groups(grad.triangles, grad.background)
@@ -225,7 +226,8 @@ def _deep_opaque_scene():
 
 
 @pytest.mark.parametrize("segmented, ppt, deep", [(False, 1, False), (True, 1, False), (False, 4, False),
-                                                  (False, 1, True), (True, 1, True), (False, 4, True)])
+                                                  (False, 8, False), (False, 1, True), (True, 1, True),
+                                                  (False, 4, True), (True, 8, True)])
 def test_opaque_stacks_use_the_recompositing_path(gpu_ctx, segmented, ppt, deep):
     gpu_engine = Engine("gpu", segmented=segmented, pixels_per_thread=ppt)
     # opacity 1 makes 1 - alpha ~ 0 inside: division is unusable, the backward must re-composite
@@ -240,7 +242,7 @@ def test_opaque_stacks_use_the_recompositing_path(gpu_ctx, segmented, ppt, deep)
 
 
 def test_pixels_per_thread_is_checked(gpu_ctx):
-    with pytest.raises(ValueError, match="1, 2 or 4"):
+    with pytest.raises(ValueError, match="1, 2, 4 or 8"):
         Engine("gpu", pixels_per_thread=3)
 
 

@@ -182,7 +182,8 @@ def test_reduction_variant_and_shared_pieces():
 
 def test_staging_variant_follows_pixels_per_thread():
     # one pixel a thread stages set-up records; several stage the plain record, set up per thread
-    for ppt, piece, other in ((1, "stage_setup.wgsl", "stage_tri.wgsl"), (4, "stage_tri.wgsl", "stage_setup.wgsl")):
+    for ppt, piece, other in ((1, "stage_setup.wgsl", "stage_tri.wgsl"), (4, "stage_tri.wgsl", "stage_setup.wgsl"),
+                              (8, "stage_tri.wgsl", "stage_setup.wgsl")):
         st = shaders.staging(ppt)
         assert st.piece == piece
         for kernel, stage in (("forward.wgsl", st.forward), ("forward_listed.wgsl", st.forward), ("backward.wgsl", st.backward)):

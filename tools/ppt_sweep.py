@@ -1,4 +1,4 @@
-"""Pixels per thread of the forward and backward kernels (1, 2, 4) on this adapter, for the
+"""Pixels per thread of the forward and backward kernels (1, 2, 4, 8) on this adapter, for the
 forward+backward and fit-iteration cells of `trifit bench` (docs/PERFORMANCE.md, round 7).
 
     python tools/ppt_sweep.py [--repeats 7] [--calls 25] [--json OUT]
@@ -32,7 +32,7 @@ def main():
     a = p.parse_args()
     rows = []
     for kind, batch, side, tris in CELLS:
-        for ppt in (1, 2, 4):
+        for ppt in (1, 2, 4, 8):
             eng = Engine("gpu", pixels_per_thread=ppt)
             r = bench_cell(eng, kind, batch, side, tris, a.repeats, a.calls)
             r["pixels_per_thread"] = ppt

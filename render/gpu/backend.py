@@ -23,8 +23,9 @@ from .timing import Counters, GpuTimer, HostPhases
 from .workspace import COPY_DST, COPY_SRC, STORAGE, Shape, Workspace
 
 _MAX_CACHED_WORKSPACES = 4
-#: backward pixels per thread on CPU adapters (docs/PERFORMANCE.md, round 7)
-CPU_PIXELS_PER_THREAD = 4
+#: pixels per thread of the forward and backward on CPU adapters (docs/PERFORMANCE.md, "Eight pixels
+#: per thread on CPU adapters")
+CPU_PIXELS_PER_THREAD = 8
 _ZERO_STATE = STATE.pack(iter=0, sigma=0.0, lr_scale=0.0)
 
 
@@ -42,7 +43,8 @@ class GpuBackend:
         # CPU adapters (lavapipe) have parallelism to spare: segmenting the backward only adds work there
         cpu = self.ctx.info.get("type") == "CPU"
         self.segmented = not cpu if segmented is None else segmented
-        # ... and workgroup sums and barriers cost more than arithmetic there: one sum per 4 pixels
+        # ... and workgroup sums, barriers and each entry's set-up cost more than arithmetic there: one of
+        # each per 8 pixels
         self.pixels_per_thread = (CPU_PIXELS_PER_THREAD if cpu else 1) if pixels_per_thread is None \
             else shaders.check_pixels_per_thread(pixels_per_thread)
         self.counters = Counters()

@@ -163,8 +163,8 @@ def kernel_source(name: str, subgroups: bool, kb: int = 1, subgroup_size: int = 
 
 def check_pixels_per_thread(ppt) -> int:
     """The pixels (bin: triangles) per thread the kernels are written for: 1, 2 or 4."""
-    if ppt not in (1, 2, 4):
-        raise ValueError(f"pixels_per_thread must be 1, 2 or 4, got {ppt}")
+    if ppt not in (1, 2, 4, 8):
+        raise ValueError(f"pixels_per_thread must be 1, 2, 4 or 8, got {ppt}")
     return int(ppt)
 
 
@@ -182,7 +182,7 @@ def _variant(device, name: str, entry: str, subgroups: bool, workgroup_storage: 
 def pipeline(device, name: str, entry: str = "main", subgroups: bool = False, workgroup_storage: int = 16384,
              subgroup_size: int = 0, ppt: int = 1, weighted: bool = False):
     """``ppt``: pixels per thread of the forward and backward kernels, triangles per thread of the
-    bin kernel (1, 2 or 4); others ignore it. ``weighted``: the focus-map variant of the kernels
+    bin kernel (1, 2, 4 or 8); others ignore it. ``weighted``: the focus-map variant of the kernels
     that have one (FOCUS); others ignore it."""
     key, kb, ppt, weighted = _variant(device, name, entry, subgroups, workgroup_storage, subgroup_size, ppt, weighted)
     with _lock:
