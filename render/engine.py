@@ -159,7 +159,7 @@ class Engine:
 
     def __init__(self, backend: str = "auto", *, subgroups: bool | None = None, segmented: bool | None = None,
                  pixels_per_thread: int | None = None):
-        """``subgroups`` / ``segmented`` / ``pixels_per_thread`` (backward: 1, 2 or 4) force a kernel
+        """``subgroups`` / ``segmented`` / ``pixels_per_thread`` (forward and backward: 1, 2, 4 or 8) force a kernel
         variant (None: what suits the adapter)."""
         self.requested = backend
         self.impl = _make_backend(backend, subgroups, segmented, pixels_per_thread)

@@ -1,9 +1,10 @@
 """The device-resident fit loop: forward -> loss -> backward -> reduce + Adam, all GPU passes.
 
-Each chunk of up to ``chunk`` iterations is encoded as compute passes of 4 dispatches an iteration:
-    bin (+ the iteration counter and learning-rate scale) -> forward (+ per-pixel loss) -> backward
-    -> adam (the loss into the ring, fused fixed-order gradient reduction + Adam + materialised
-    scene, the next iteration's sigma),
+Each chunk of up to ``chunk`` iterations is encoded as compute passes of 3 dispatches an iteration:
+    forward (+ binning its tile, the iteration counter and learning-rate scale, per-pixel loss)
+    -> backward -> adam (the loss into the ring, fused fixed-order gradient reduction + Adam +
+    materialised scene, the next iteration's sigma),
+or 4-5 where binning has passes of its own before the forward (Shape.bins_in_forward),
 in one submission, or several for a long chunk (``first_submission`` iterations, then at least
 twice as many each time, more where the GPU takes longer for an iteration than the host: the GPU
 runs each part while the next is encoded; ``submission_sizes``).

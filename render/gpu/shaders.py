@@ -162,7 +162,7 @@ def kernel_source(name: str, subgroups: bool, kb: int = 1, subgroup_size: int = 
 
 
 def check_pixels_per_thread(ppt) -> int:
-    """The pixels (bin: triangles) per thread the kernels are written for: 1, 2 or 4."""
+    """The pixels (bin: triangles) per thread the kernels are written for: 1, 2, 4 or 8."""
     if ppt not in (1, 2, 4, 8):
         raise ValueError(f"pixels_per_thread must be 1, 2, 4 or 8, got {ppt}")
     return int(ppt)
