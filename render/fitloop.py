@@ -49,7 +49,8 @@ class FitSettings:
     beta1: float = 0.9
     beta2: float = 0.99           # short memory: a fit changes its scene (growth, pruning) many times
     adam_eps: float = 1e-8
-    chunk: int = 100              # iterations per GPU readback, at most
+    chunk: int = 256              # iterations per GPU readback, at most (each readback is a turn the GPU idles;
+                                  # the loss ring holds 256)
     first_submission: int = 8     # a longer chunk is submitted in parts, this many iterations first, then twice
                                   # as many each time or more (as the GPU's time for an iteration exceeds the
                                   # host's), so the GPU runs each part while the next is encoded

@@ -171,6 +171,11 @@ class Fitter(FitState):
         return self._loop.iter
 
     @property
+    def next_event(self) -> int:
+        """The iteration at which the strategy's next event runs (a chunk ends there)."""
+        return self._next_event
+
+    @property
     def target(self) -> np.ndarray:
         return self.targets[0]
 

@@ -31,6 +31,8 @@ CHECK_EVERY = 50
 #: the CLI's chunks: about this long, from FIRST_STEP iterations up to the fit's ``chunk`` setting
 RUN_STEP_S = 0.1
 FIRST_STEP = 8
+#: a sized chunk ends at the fitter's next event when that lies within this many chunks' length
+EVENT_REACH = 1.5
 #: a half-size iteration's cost as a fraction of a full-size one, until both are measured
 COARSE_COST_GUESS = 0.4
 #: live changes that never collapse to the last one asked: each edit by hand applies, in order
@@ -181,7 +183,10 @@ class FitRun:
             self._apply_script()
             reason, cap = self._reason_before(last)
             if reason is None:
-                n = min(self.chunk or self.sizer.next(), cap, self._next_cut() - f.iteration)
+                most = min(cap, self._next_cut() - f.iteration)
+                n = min(self.chunk or self.sizer.next(), most)
+                if self.chunk is None:
+                    n = self._end_at_event(n, min(most, self.sizer.cap))
                 t = self.clock()
                 first = len(f.history)
                 stats = f.step(n)
@@ -259,6 +264,15 @@ class FitRun:
         if stop.target_psnr is not None or stop.plateau is not None:
             cuts.append((f.iteration // CHECK_EVERY + 1) * CHECK_EVERY)
         return max(min(cuts), f.iteration + 1)
+
+    def _end_at_event(self, n: int, most: int) -> int:
+        """``n``, or the iterations to the fitter's next event where it lies within EVENT_REACH
+        times ``n`` (and ``most``). Why: an event ends a chunk on the device whatever the run loop
+        asks (its data comes back with that chunk), and each chunk end leaves the GPU idle while
+        the host reads back and encodes the next; a run chunk that ends near an event, not at it,
+        adds a second such turn. Results do not depend on the chunking, only the turns do."""
+        gap = getattr(self.fit, "next_event", self.fit.iteration) - self.fit.iteration
+        return gap if 0 < gap <= min(most, int(n * EVENT_REACH)) else n
 
     def _reason_before(self, last) -> tuple[str | None, int]:
         """(why the run ends before another chunk, or None; the most iterations that chunk may have)."""

@@ -82,6 +82,32 @@ def test_chunk_sizes_and_load_leave_the_scene_alone(gpu_engine, placement):
         assert _bytes(_fit(gpu_engine, stop, placement=placement)) == _bytes(reference)
 
 
+class _FixedSizer(ChunkSizer):
+    def __init__(self, n):
+        super().__init__(0.1)
+        self.n = n
+
+    def next(self) -> int:
+        return self.n
+
+
+def test_sized_chunks_end_at_the_events_near_their_end(gpu_engine):
+    """An event ends a chunk on the device anyway: a sized run chunk whose end falls within half a
+    chunk of the next event ends at it, not one more turn of the GPU beside it."""
+    f = Fitter(_target(), triangles=24, size=64, seed=5, engine=gpu_engine, **EVENTFUL)
+    events, on_event = [], f.strategy.on_event
+    f.strategy.on_event = lambda it: (events.append(it), on_event(it))[1]
+    run = FitRun(f, StopConditions(iterations=150))
+    run.sizer = _FixedSizer(5)
+    ends = [p.stats.iteration for p in run]
+    f.close()
+    assert len(events) > 10 and ends[-1] == 150 and set(events) <= set(ends)
+    for prev, end in zip([0] + ends, ends):
+        upcoming = min((e for e in events if e > prev), default=1 << 30)
+        # a chunk ends at the next event when it is within 1.5 chunks (7 iterations), else after 5
+        assert end == (upcoming if upcoming - prev <= 7 else min(prev + 5, 150)), (prev, end, ends, events)
+
+
 @pytest.mark.parametrize("stop", [StopConditions(target_psnr=24.0, iterations=400),
                                   StopConditions(plateau=20, iterations=600)],
                          ids=["target-psnr", "plateau"])
