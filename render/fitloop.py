@@ -62,6 +62,9 @@ class FitSettings:
                                   # log sigma): photographs differ in the edge softness that suits them
     sigma_probe_eps: float = 0.15 # ... each rendering at sigma x e^(+-eps)
     sigma_probe_gain: float = 1.0 # ... and moving this many times the Newton step
+    probes_overdue: str = "skip"  # probes a shorter plan left behind: "skip" them and run the latest, or "run"
+                                  # them back to back (records from before this setting did; with no
+                                  # iterations between them each measures the same scene, and their steps compound)
     coarse_fraction: float = 0.3  # the first fraction of the plan runs at half the working size;
     coarse_max_fraction: float = 0.85  # time-limited fits whose plan is short (a slow adapter) spend
                                        # up to this much there: 4x cheaper iterations buy more of them
@@ -110,8 +113,9 @@ LEGACY_CULL_TOLERANCE = 1e-5
 def recorded_settings(d: dict) -> dict:
     """Settings as a scene's meta or a checkpoint recorded them, as this version reads them: a
     record from before ``placement`` existed was placed on the host, and one from before
-    ``cull_tolerance`` culled its iterations as renders do; each replays or resumes so."""
-    legacy = {"placement": "host", "cull_tolerance": LEGACY_CULL_TOLERANCE, "respawn_checks": 0}
+    ``cull_tolerance`` culled its iterations as renders do, and so on for each setting below that
+    a record may lack; each replays or resumes as it ran."""
+    legacy = {"placement": "host", "cull_tolerance": LEGACY_CULL_TOLERANCE, "respawn_checks": 0, "probes_overdue": "run"}
     return {**{k: v for k, v in legacy.items() if k not in d}, **d}
 
 

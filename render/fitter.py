@@ -97,6 +97,8 @@ class Fitter(FitState):
             raise TrifitError(f"unknown strategy {s.strategy!r}; choose one of {', '.join(STRATEGIES)}")
         if s.placement not in PLACEMENTS:
             raise TrifitError(f"unknown placement {s.placement!r}; choose one of {', '.join(PLACEMENTS)}")
+        if s.probes_overdue not in ("skip", "run"):
+            raise TrifitError(f"unknown probes_overdue {s.probes_overdue!r}; choose skip or run")
         if not 0 < s.cull_tolerance < 1:
             raise TrifitError(f"cull_tolerance must be in (0, 1), got {s.cull_tolerance}")
         self._initial_settings = s.as_dict()

@@ -97,8 +97,8 @@ class TimePlanner:
 
     def __init__(self, fit, start: int, limit: float):
         self.fit, self.start, self.limit = fit, start, limit
-        self._clock: tuple[bool, int, float] | None = None  # (coarse?, first iteration, seconds then)
-        self._last = (start, 0.0)
+        # (coarse?, first iteration, seconds then, whether the stage's first chunk is still to end)
+        self._clock: tuple[bool, int, float, bool] | None = None
         self._t_full_guess: float | None = None
 
     def replan(self, elapsed: float) -> None:
@@ -109,12 +109,19 @@ class TimePlanner:
         coarse = f.coarse
         clock = self._clock
         if clock is None:
-            clock = (coarse, self.start, 0.0)
-        elif clock[0] != coarse:  # the full-size stage began since the last call: its clock starts
-            clock = (coarse, it, elapsed) if f.full_from >= it else (coarse, *self._last)
-        self._clock, self._last = clock, (it, elapsed)
+            clock = (coarse, self.start, 0.0, False)
+        elif clock[0] != coarse:  # the full-size stage began since the last call: its clock starts after
+            # its first chunk, which carries the stage's set-up (its loop's first submission, the
+            # growth it starts with): a short first chunk measured with it would shrink the plan
+            # several-fold, and the sigma probes, due at a fraction of it, would run mid-anneal
+            clock = (coarse, it, elapsed, f.full_from >= it)
+        elif clock[3]:
+            clock = (coarse, it, elapsed, False)
+        self._clock = clock
         in_stage = it - clock[1]
         t_stage = (elapsed - clock[2]) / in_stage if in_stage > 0 else None
+        if not coarse and t_stage is None and self._t_full_guess is not None:
+            return  # (the plan made from the half-size stage's guess holds until the stage is measured)
         if coarse:
             t_coarse = t_stage if t_stage is not None else elapsed / done
             t_full = self._t_full_guess = t_coarse / COARSE_COST_GUESS

@@ -404,6 +404,10 @@ class DefaultStrategy(FixedStrategy):
             self._respawn()
         schedule = self.schedule(iteration)
         if self._probing() and iteration >= self.probe_at(self.probes_done):
+            if self.settings.probes_overdue == "skip":  # (a time limit's plan shrank past them)
+                while self.probes_done + 1 < self.settings.sigma_probes and \
+                        iteration >= self.probe_at(self.probes_done + 1):
+                    self.probes_done += 1
             self._probe_sigma()
             schedule = self.schedule(iteration)
         if schedule != fit.schedule:

@@ -341,6 +341,23 @@ def test_a_longer_plan_checks_for_respawns_less_often(ref_engine):
     assert recorded_settings({"respawn_every": 50})["respawn_checks"] == 0  # a record from before the cap
 
 
+@pytest.mark.parametrize("overdue", ["skip", "run"])
+def test_probes_a_shorter_plan_left_behind_are_skipped(ref_engine, overdue):
+    g = Fitter(_target(24, 18), triangles=6, size=24, seed=0, engine=ref_engine, overgrow=1.0, respawn_every=0,
+               growth_stages=1, coarse_fraction=0, sigma_probes=3, probes_overdue=overdue)
+    g.plan(200)
+    g.step(20)
+    ran = []
+    errors = g.sigma_errors
+    g.sigma_errors = lambda scales: ran.append(g.iteration) or errors(scales)
+    g.plan(25)                            # (a time limit's plan that shrank: every probe is past due)
+    g.step(10)
+    assert g.strategy.probes_done == 3
+    # skipped: one probe for the three; run: back to back, each measuring the same scene
+    assert ran == ([21] if overdue == "skip" else [21, 22, 23])
+    assert recorded_settings({"sigma_probes": 6})["probes_overdue"] == "run"  # a record from before
+
+
 @pytest.mark.gpu
 def test_a_count_returned_to_reuses_its_loop_and_fits_the_same(gpu_engine, monkeypatch):
     scenes = []
@@ -596,20 +613,25 @@ def test_time_plan_measures_each_stage_on_its_own(ref_engine):
     f.plan(40)
     f.step(10)
     assert f.coarse
-    planner = TimePlanner(f, 0, 60.0)
+    planner = TimePlanner(f, 0, 80.0)
     planner.replan(1.0)
     plan, c_end = f.settings.planned_iterations, f.coarse_until
     predicted = 1.0 + (c_end - 10) * 0.1 + (plan - c_end) * 0.1 / COARSE_COST_GUESS
-    assert predicted == pytest.approx(60.0, abs=1.0)  # the plan ends with the time limit
+    assert predicted == pytest.approx(80.0, abs=1.0)  # the plan ends with the time limit
     f.step(c_end - 10)
     elapsed = 1.0 + (c_end - 10) * 0.1
     planner.replan(elapsed)               # the chunk that ended the coarse stage
-    f.step(20)
+    guessed = f.settings.planned_iterations
+    f.step(4)
     assert not f.coarse
+    elapsed += 4 * 0.5 + 3.0              # the stage's first chunk: short, with its set-up
+    planner.replan(elapsed)
+    assert f.settings.planned_iterations == guessed  # not measured from the set-up
+    f.step(20)
     elapsed += 20 * 0.5
     planner.replan(elapsed)
-    # the full-size speed is what was measured since the switch, not the average over the fit
-    assert f.settings.planned_iterations == pytest.approx(f.iteration + (60.0 - elapsed) / 0.5, abs=2)
+    # the full-size speed is what was measured since its first chunk, not the average over the fit
+    assert f.settings.planned_iterations == pytest.approx(f.iteration + (80.0 - elapsed) / 0.5, abs=2)
     # steady: more full-size chunks at the same speed leave the plan (and with it sigma) alone --
     # the GUI's own planner used to flip it every chunk once the half-size stage was over
     plans = set()
