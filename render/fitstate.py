@@ -312,7 +312,7 @@ class FitState:
         self.targets, self._half = targets, None
         self.drop_device_placement()
         self._set(raw, m, v, self.n_triangles, self.iteration)
-        self._host_snapshot = (raw, m, v, self.iteration, self.n_triangles, False)  # a lost device resumes here
+        self._host_snapshot = (raw, m, v, self.iteration, self.n_triangles, False, False)  # a lost device resumes here
         self._next_event = self.strategy.next_event(self.iteration)
 
     # ------------------------------------------------------------------ mechanics

@@ -116,7 +116,9 @@ class Fitter(FitState):
         self.faults = 0      # NaN/inf losses survived (rolled back, learning rates halved)
         self.recoveries = 0  # lost GPU devices survived
         self._lr_scale, self._lr_fault = 1.0, 1.0
-        self._host_snapshot = None  # (raw, m, v, iteration, count): what a lost device resumes from
+        # (raw, m, v, iteration, count, coarse, whether the event at that iteration is still to run):
+        # what a lost device resumes from
+        self._host_snapshot = None
         self._cached = None         # (loop, iteration, raw, m, v): the state as last read or set
         self._loops: dict = {}      # fit loops by (count, working size), least recently used first
         self._loop = None
@@ -253,11 +255,12 @@ class Fitter(FitState):
             losses = np.asarray(losses).reshape(k, self.batch)
             for b, h in enumerate(self.histories):
                 h.add(start + 1, losses[:, b])
+            if self._snapshot_due(self.iteration):  # (before the event: the state came with the chunk, while
+                # the event's changes would cost a round trip of their own; a recovery runs the event again)
+                self._host_snapshot = (*self._state("snapshot"), self.iteration, self.n_triangles, self.coarse, event)
             if event:
                 self.strategy.on_event(self.iteration)
                 self._next_event = self.strategy.next_event(self.iteration)
-            if self._snapshot_due(self.iteration):
-                self._host_snapshot = (*self._state("snapshot"), self.iteration, self.n_triangles, self.coarse)
         dt = time.perf_counter() - t0
         self.wall_s += dt
         loss = self.last_losses().mean()
@@ -304,7 +307,7 @@ class Fitter(FitState):
         self.recoveries += 1
         if self.recoveries > 3 or self._host_snapshot is None:
             raise lost
-        raw, m, v, it, n, coarse = self._host_snapshot
+        raw, m, v, it, n, coarse, event_pending = self._host_snapshot
         msg = f"{lost}; recreating the device and resuming from iteration {it}"
         log.warning(msg)
         warnings.warn(msg, RuntimeWarning, stacklevel=3)
@@ -317,7 +320,7 @@ class Fitter(FitState):
         self._set(raw, m, v, n, it)
         for h in self.histories:
             h.truncate(it)
-        self._next_event = self.strategy.next_event(it)
+        self._next_event = self.strategy.next_event(it - 1 if event_pending else it)
 
     def inject_fault(self, kind: str = "nan") -> None:
         """Testing aid: ``"nan"`` corrupts a parameter on the device; ``"device-lost"`` destroys the device."""
@@ -479,7 +482,7 @@ class Fitter(FitState):
         snapshot now: a lost device resumes from a snapshot, and finds them there by these."""
         raw, m, v = self._state()
         self._locked_raw = [raw[b, : self.n_triangles * 10].reshape(-1, 10)[idx] for b, idx in enumerate(self.locks)]
-        self._host_snapshot = (raw, m, v, self.iteration, self.n_triangles, self.coarse)
+        self._host_snapshot = (raw, m, v, self.iteration, self.n_triangles, self.coarse, False)
 
     def _relocate_locks(self, raw: np.ndarray, n: int) -> None:
         """The locked triangles' indices in a host snapshot's state ``raw`` of ``n`` triangles,

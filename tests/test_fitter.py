@@ -400,6 +400,31 @@ def test_events_read_the_state_that_came_back_with_the_losses(gpu_engine, monkey
 
 
 @pytest.mark.gpu
+def test_crash_recovery_snapshots_cost_no_round_trip_of_their_own(gpu_engine):
+    # a snapshot due where an event changes the state is taken before it, from the state the
+    # chunk brought back; a recovery from it runs that event again
+    subs = []
+    for every in (0, 5):
+        f = _cycling_fitter(gpu_engine, placement="device", host_snapshot_every=every, sigma_probes=0)
+        c0 = gpu_engine.counters()["submissions"]
+        snaps, counts = set(), {}
+        for _ in range(30):
+            f.step(1)
+            counts[f.iteration] = f.n_triangles
+            if f._host_snapshot is not None:
+                snaps.add(f._host_snapshot[3:])
+        subs.append(gpu_engine.counters()["submissions"] - c0)
+        f.close()
+    assert subs[1] == subs[0]
+    # (iteration, count, coarse, event pending): the snapshots at 6 and 21 keep the count before
+    # those iterations' pruning steps
+    assert {(6, 12, False, True), (21, 10, False, True)} <= snaps and counts[6] == 10 and counts[21] == 8, sorted(snaps)
+    f = _cycling_fitter(gpu_engine, placement="device", sigma_probes=0)
+    assert f.strategy.next_event(5) == 6 and f.strategy.next_event(6) > 6  # what a recovery from 6 runs first
+    f.close()
+
+
+@pytest.mark.gpu
 def test_count_changes_on_the_device_read_no_state(gpu_engine):
     # growth, pruning (removal costs from the records) and the half-size stage's end gather on the
     # device; only sigma probes (off here) and crash-recovery snapshots read the state
