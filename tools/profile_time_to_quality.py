@@ -14,6 +14,8 @@ cells with their passes, and long fits' host CPU and readback per iteration.
     ... long|readback --set placement=device               # fit settings (repeatable), e.g. events on the device
     python tools/profile_time_to_quality.py events [--size 512] [--tris 1000] [--repeats 5]
                                                            # one growth placement and one respawn, host vs device
+    python tools/profile_time_to_quality.py reads --iters 11000 --size 64 --tris 150
+                                                           # every GPU round trip of a fit, by who asked
 
 long and readback report the readback by kind (snapshots apart) when the engine counts kinds.
 """
@@ -263,6 +265,42 @@ def readback(a) -> dict:
             "event_cpu_s": events.cpu_s, "events": events.calls}
 
 
+def reads(a) -> dict:
+    """Where a fit's GPU round trips come from: an --iters plan of --tris at --size (the plan a
+    fixed iteration count makes), every map of a buffer counted by the trifit functions that
+    asked for it (the innermost three), and the events run."""
+    import os
+    import traceback
+    from collections import Counter
+
+    from wgpu.backends import wgpu_native as wn
+
+    import trifit
+    from trifit import Engine, Fitter, StopConditions, load_image
+    from trifit.resources import sample_path
+
+    ours_dir = os.path.dirname(os.path.abspath(trifit.__file__))
+    callers: Counter = Counter()
+    real = wn.GPUBuffer.map_sync
+
+    def counted(self, *args, **kw):
+        ours = [f.name for f in traceback.extract_stack()[:-1] if os.path.abspath(f.filename).startswith(ours_dir)]
+        callers[" < ".join(ours[-3:][::-1])] += 1
+        return real(self, *args, **kw)
+
+    wn.GPUBuffer.map_sync = counted
+    eng = Engine("gpu")
+    f = Fitter(load_image(sample_path(a.image), a.size), triangles=a.tris, size=a.size, seed=a.seed, engine=eng,
+               **_settings(a))
+    n_events = [0]
+    on_event = f.strategy.on_event
+    f.strategy.on_event = lambda it: (n_events.__setitem__(0, n_events[0] + 1), on_event(it))[1]
+    f.run(StopConditions(iterations=a.iters))
+    wn.GPUBuffer.map_sync = real
+    return {"iterations": f.iteration, "size": a.size, "tris": a.tris, "settings": _settings(a), "events": n_events[0],
+            "reads": sum(callers.values()), "by_caller": dict(callers.most_common())}
+
+
 def events(a) -> dict:
     """The host's cost of one event, each placement: a fit of --tris at --size (no half-size
     stage) stepped a few iterations, then --repeats placements of 5% of the count and respawn
@@ -314,7 +352,7 @@ def events(a) -> dict:
 
 def main():
     p = argparse.ArgumentParser()
-    p.add_argument("what", choices=["start", "wall", "cells", "long", "host", "readback", "events"])
+    p.add_argument("what", choices=["start", "wall", "cells", "long", "host", "readback", "events", "reads"])
     p.add_argument("--pythonpath", action="append", help="wall: a PYTHONPATH to time the CLI under (repeatable)")
     p.add_argument("--seconds", type=float, default=1.0)
     p.add_argument("--size", type=int, default=512)
@@ -322,13 +360,14 @@ def main():
     p.add_argument("--image", default="astronaut.png")
     p.add_argument("--repeats", type=int, default=5)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--iters", type=int, default=11000, help="reads: the plan's iterations")
     p.add_argument("--cell", action="append", metavar="KIND:SIDE:TRIS",
                    help="cells: this cell instead of the big ones (repeatable), e.g. fit:176:150 or fwdbwd:128:64")
     p.add_argument("--calls", type=int, default=25, help="cells: calls per timed submission")
     p.add_argument("--set", action="append", metavar="KEY=VALUE", help="a fit setting (long, readback)")
     a = p.parse_args()
     modes = {"start": start, "wall": wall, "cells": cells, "long": long_fit, "host": host_calls, "readback": readback,
-             "events": events}
+             "events": events, "reads": reads}
     res = modes[a.what](a)
     print(json.dumps(res, indent=1, default=float), flush=True)
 
