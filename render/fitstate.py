@@ -12,6 +12,7 @@ video's next frame: new targets, the same triangles and moments).
 from __future__ import annotations
 
 from dataclasses import replace as dc_replace
+from typing import NamedTuple
 
 import numpy as np
 
@@ -24,6 +25,21 @@ from .imageio import as_target
 #: new loop's buffers and bind groups cost milliseconds; a count set by hand keeps none but its own
 MAX_CACHED_LOOPS = 8
 _LR_NAMES = ("lr_vertex", "lr_colour", "lr_alpha", "lr_background")
+
+
+class HostSnapshot(NamedTuple):
+    """What a lost device resumes from (the fitter takes one every ``host_snapshot_every``
+    iterations): the state at ``iteration`` with ``count`` triangles, and whether the event at
+    that iteration is still to run (a snapshot due where an event follows its chunk holds the
+    state before the event, which the chunk brought back)."""
+
+    raw: np.ndarray
+    m: np.ndarray
+    v: np.ndarray
+    iteration: int
+    count: int
+    coarse: bool
+    event_pending: bool = False
 
 
 def fresh_rows(raw: np.ndarray) -> np.ndarray:
@@ -312,7 +328,7 @@ class FitState:
         self.targets, self._half = targets, None
         self.drop_device_placement()
         self._set(raw, m, v, self.n_triangles, self.iteration)
-        self._host_snapshot = (raw, m, v, self.iteration, self.n_triangles, False, False)  # a lost device resumes here
+        self._host_snapshot = HostSnapshot(raw, m, v, self.iteration, self.n_triangles, False)  # a lost device resumes here
         self._next_event = self.strategy.next_event(self.iteration)
 
     # ------------------------------------------------------------------ mechanics

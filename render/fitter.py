@@ -27,7 +27,7 @@ from .checkpoint import Checkpoint, restore as restore_checkpoint, settings_of, 
 from .engine import Engine
 from .errors import DeviceLostError, NumericalFault, TrifitError
 from .fitloop import FitSettings, raw_from_scene
-from .fitstate import FitState, half_size
+from .fitstate import FitState, HostSnapshot, half_size
 from .history import History, StepStats, loop_timings, psnr_from_mse, release_loop
 from .imageio import as_target
 from .placement import PLACEMENTS, initial_raw
@@ -116,9 +116,7 @@ class Fitter(FitState):
         self.faults = 0      # NaN/inf losses survived (rolled back, learning rates halved)
         self.recoveries = 0  # lost GPU devices survived
         self._lr_scale, self._lr_fault = 1.0, 1.0
-        # (raw, m, v, iteration, count, coarse, whether the event at that iteration is still to run):
-        # what a lost device resumes from
-        self._host_snapshot = None
+        self._host_snapshot: HostSnapshot | None = None  # what a lost device resumes from
         self._cached = None         # (loop, iteration, raw, m, v): the state as last read or set
         self._loops: dict = {}      # fit loops by (count, working size), least recently used first
         self._loop = None
@@ -257,7 +255,8 @@ class Fitter(FitState):
                 h.add(start + 1, losses[:, b])
             if self._snapshot_due(self.iteration):  # (before the event: the state came with the chunk, while
                 # the event's changes would cost a round trip of their own; a recovery runs the event again)
-                self._host_snapshot = (*self._state("snapshot"), self.iteration, self.n_triangles, self.coarse, event)
+                self._host_snapshot = HostSnapshot(*self._state("snapshot"), self.iteration, self.n_triangles,
+                                                   self.coarse, event)
             if event:
                 self.strategy.on_event(self.iteration)
                 self._next_event = self.strategy.next_event(self.iteration)
@@ -299,7 +298,7 @@ class Fitter(FitState):
 
     def _snapshot_due(self, iteration: int) -> bool:
         every = self.settings.host_snapshot_every
-        last = self._host_snapshot[3] if self._host_snapshot else -every
+        last = self._host_snapshot.iteration if self._host_snapshot else -every
         return every > 0 and iteration - last >= every
 
     def _recover_device(self, lost: DeviceLostError) -> None:
@@ -482,7 +481,7 @@ class Fitter(FitState):
         snapshot now: a lost device resumes from a snapshot, and finds them there by these."""
         raw, m, v = self._state()
         self._locked_raw = [raw[b, : self.n_triangles * 10].reshape(-1, 10)[idx] for b, idx in enumerate(self.locks)]
-        self._host_snapshot = (raw, m, v, self.iteration, self.n_triangles, self.coarse, False)
+        self._host_snapshot = HostSnapshot(raw, m, v, self.iteration, self.n_triangles, self.coarse)
 
     def _relocate_locks(self, raw: np.ndarray, n: int) -> None:
         """The locked triangles' indices in a host snapshot's state ``raw`` of ``n`` triangles,
