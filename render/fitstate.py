@@ -11,7 +11,7 @@ video's next frame: new targets, the same triangles and moments).
 
 from __future__ import annotations
 
-from dataclasses import replace as dc_replace
+from dataclasses import dataclass, replace as dc_replace
 from typing import NamedTuple
 
 import numpy as np
@@ -40,6 +40,19 @@ class HostSnapshot(NamedTuple):
     count: int
     coarse: bool
     event_pending: bool = False
+
+
+@dataclass(frozen=True)
+class PlacedOnDevice:
+    """New triangles placed on the device, ``counts[b]`` for image b, as the rows a gather takes
+    (render/gpu/events.py ``DeviceRows``, grouped by image in order): never read back."""
+
+    rows: object
+    counts: tuple[int, ...]
+
+    def first(self, b: int) -> int:
+        """Image b's first row."""
+        return sum(self.counts[:b])
 
 
 def fresh_rows(raw: np.ndarray) -> np.ndarray:
@@ -99,11 +112,14 @@ class FitState:
         """Growth and respawn place on the device (``placement = "device"`` on the GPU backend)."""
         return self.settings.placement == "device" and hasattr(self.engine.impl, "placement")
 
-    def place_on_device(self, counts: list[int], n_after: int | None, radius_scale: float) -> list:
+    def place_on_device(self, counts: list[int], n_after: int | None, radius_scale: float,
+                        rows: bool = False) -> list | PlacedOnDevice:
         """counts[b] new triangles for image b (values (k, 10); None for none) placed on the
         device against the current render at full size: the tiles' error sums come back, the
         host samples them with image b's random stream (render/placement.py), the device finds
-        the pixels and shapes the triangles; no image leaves the device."""
+        the pixels and shapes the triangles; no image leaves the device. ``rows``: the triangles
+        stay there too, as the rows :meth:`add` and :meth:`replace_on_device` gather
+        (:class:`PlacedOnDevice`): no round trip at all."""
         from . import placement
 
         dp = self.device_placement()
@@ -117,6 +133,9 @@ class FitState:
             sums = dp.error_tiles(image)
         records = [placement.device_records(b, k, sums[b], self.height, self.width, self.rngs[b], self.settings,
                                             radius_scale, n_after) for b, k in enumerate(counts)]
+        if rows:
+            return PlacedOnDevice(dp.place_rows(image, np.concatenate(records), self.settings.insert_alpha),
+                                  tuple(int(k) for k in counts))
         placed = dp.place(image, np.concatenate(records))
         out, at = [], 0
         for k in counts:
@@ -138,16 +157,25 @@ class FitState:
         flags = self._loop.stopped_contributing(alpha_min, self.width, self.height)
         return [np.flatnonzero(f) for f in flags]
 
-    def replace_on_device(self, dead: list[np.ndarray], new: list[np.ndarray | None]) -> None:
+    def replace_on_device(self, dead: list[np.ndarray], new: list[np.ndarray | None] | PlacedOnDevice) -> None:
         """:meth:`replace` done on the device: the same order (the living in order, then the new
         ones on top, moments zeroed; locked triangles spared), the state never read back -- the
-        new triangles' raw parameters and the records they materialise to go up."""
-        dead, new = self._spare_locked(dead, new)
+        new triangles' raw parameters and the records they materialise to go up, or are there
+        already (``new`` placed on the device: :class:`PlacedOnDevice`)."""
+        placed = new if isinstance(new, PlacedOnDevice) else None
+        if placed is None:
+            dead, new = self._spare_locked(dead, new)
         B, T = self.batch, self.n_triangles
         source = np.tile(np.arange(T, dtype=np.int64), (B, 1))
         rows, images = [], []
         ids = self.triangle_ids_all()
-        for b, (d, fresh) in enumerate(zip(dead, new)):
+        for b, d in enumerate(dead):
+            d = np.asarray(d, dtype=np.int64)
+            if placed is not None:  # (the rows of locked triangles stay unused on the device)
+                spare = ~np.isin(d, self.locks[b])
+                d, fresh_at = d[spare], placed.first(b) + np.flatnonzero(spare)
+            else:
+                fresh_at = sum(len(r) for r in rows) + np.arange(len(d))
             if not len(d):
                 continue
             alive = np.ones(T, bool)
@@ -155,17 +183,17 @@ class FitState:
             order = np.concatenate([np.flatnonzero(alive), d])
             self._reindex_locks(b, order)
             ids[b] = np.concatenate([ids[b][alive], self._new_ids(len(d))])  # re-placed: new triangles
-            start = sum(len(r) for r in rows)
-            order[T - len(d):] = -1 - (start + np.arange(len(d)))
+            order[T - len(d):] = -1 - fresh_at
             source[b] = order
-            rows.append(fresh_rows(raw_triangles(fresh)))
+            if placed is None:
+                rows.append(fresh_rows(raw_triangles(new[b])))
             images.append(b)
             self.respawned += len(d)
         if not images:
             return
         self.tri_ids = ids
         self._lock_loop(self._loop)
-        self._loop.permute(source, np.concatenate(rows))
+        self._loop.permute(source, placed.rows if placed is not None else np.concatenate(rows))
         self._cached = None
 
     def drop_device_placement(self) -> None:
@@ -241,16 +269,20 @@ class FitState:
                                                                transient=transient, weights=weights))
 
     # ------------------------------------------------------------------ operations
-    def add(self, new: list[np.ndarray]) -> None:
-        """Put each image's new triangles (values, (k, 10)) on top, with zero moments (gathered on
-        the device where the fit places there: no state comes back)."""
-        fresh = raw_triangles(np.stack(new))
-        T, k = self.n_triangles, fresh.shape[1]
+    def add(self, new: list[np.ndarray] | PlacedOnDevice) -> None:
+        """Put each image's new triangles (values, (k, 10), or as many placed on the device) on top,
+        with zero moments (gathered on the device where the fit places there: no state comes back)."""
+        placed = new if isinstance(new, PlacedOnDevice) else None
+        if placed is not None and len(set(placed.counts)) != 1:
+            raise ValueError(f"add takes as many new triangles for every image, got {placed.counts}")
+        fresh = None if placed is not None else raw_triangles(np.stack(new))
+        T, k = self.n_triangles, placed.counts[0] if placed is not None else fresh.shape[1]
         self.tri_ids = [np.concatenate([ids, self._new_ids(k)]) for ids in self.triangle_ids_all()]
         if self.places_on_device:
             source = np.concatenate([np.tile(np.arange(T), (self.batch, 1)),
                                      -1 - np.arange(self.batch * k).reshape(self.batch, k)], axis=1)
-            self._take_on_device(source, fresh_rows(fresh.reshape(-1, 10)), T + k)
+            self._take_on_device(source, placed.rows if placed is not None else fresh_rows(fresh.reshape(-1, 10)),
+                                 T + k)
             return
         self._join([(np.concatenate([tri, fresh if j == 0 else np.zeros_like(fresh)], axis=1), rest)
                     for j, (tri, rest) in enumerate(self._split())], T + k)

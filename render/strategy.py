@@ -136,7 +136,7 @@ class FixedStrategy:
         self.settings.overgrow = 1.0
         fit = self.fit
         if n > fit.n_triangles:
-            fit.add(self._place([n - fit.n_triangles] * fit.batch, n))
+            fit.add(self._place([n - fit.n_triangles] * fit.batch, n, rows=True))
         elif n < fit.n_triangles:
             fit.keep(fit.most_costly(n, transient=True))
 
@@ -154,12 +154,14 @@ class FixedStrategy:
         self.time_budgeted = bool(state.get("time_budgeted", False))
 
     # ------------------------------------------------------------------ helpers
-    def _place(self, counts: list[int], n_after: int | None = None) -> list[np.ndarray | None]:
+    def _place(self, counts: list[int], n_after: int | None = None, rows: bool = False):
         """counts[b] new triangles for image b (values, (k, 10); None for none), where its error
-        is largest, sized for ``n_after`` triangles (default: the count asked for)."""
+        is largest, sized for ``n_after`` triangles (default: the count asked for). ``rows``: for
+        the fitter's ``add`` or ``replace_on_device``, which take them as they were placed on the
+        device where placement is there (``PlacedOnDevice``: no round trip)."""
         fit = self.fit
         if fit.places_on_device:
-            return fit.place_on_device(counts, n_after, self.settings.insert_radius)
+            return fit.place_on_device(counts, n_after, self.settings.insert_radius, rows=rows)
         image = fit.placement_image()
         return [new_triangles(fit.targets[b], k, image[b], fit.rngs[b], self.settings,
                               self.settings.insert_radius, n_after, None if fit.focus is None else fit.focus[b])
@@ -396,7 +398,7 @@ class DefaultStrategy(FixedStrategy):
             fit.to_full_size()
         change = self._count_change(iteration)
         if change is not None and change[0] == "grow":
-            fit.add(self._place([change[1] - fit.n_triangles] * fit.batch, change[1]))
+            fit.add(self._place([change[1] - fit.n_triangles] * fit.batch, change[1], rows=True))
         elif change is not None:
             self.pruning = True  # from here (with one cycle) the count only falls
             fit.keep(fit.most_costly(change[1]))
@@ -430,7 +432,7 @@ class DefaultStrategy(FixedStrategy):
             self.stopped_contributing(fit.values()[0])
         if not any(len(d) for d in dead):
             return
-        new = self._place([len(d) for d in dead])
+        new = self._place([len(d) for d in dead], rows=on_device)
         (fit.replace_on_device if on_device else fit.replace)(dead, new)
 
     def stopped_contributing(self, tris: np.ndarray) -> list[np.ndarray]:

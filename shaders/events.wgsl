@@ -14,10 +14,16 @@
 // first corner's angle, three angle jitters (the random rule), the error floor per pixel, shaped
 // (1: shape to the residual, 0: the random rule). Out (PLACE_OUT floats): six vertex coordinates
 // (frame units), rgb, size in px (circumradius), shaped (1 when the residual gave the shape).
+// placed_rows: dispatch (ceil(n_new / 64), 1, 1): the placed triangles as the rows the fit loop's
+//   gather takes (permute.wgsl's fresh rows: raw parameters, then the record values they
+//   materialise to), each image's larger ones first as the host orders them
+//   (placement.device_triangles), so nothing comes back to the host on the way.
 
 const PLACE_IN: u32 = 12u;
 const PLACE_OUT: u32 = 12u;
 const PLACE_THREADS: u32 = 64u;
+const PLACE_ROW: u32 = 20u;        // a gather's fresh row: 10 raw parameters, then 10 record values
+const LOGIT_EPS: f32 = 1e-4;       // render/fitloop.py _LOGIT_EPS
 const VAR_PER_R2: f32 = 0.125;     // a filled equilateral triangle: variance r^2 / 8 along any axis
 const MIN_VAR_PX: f32 = 0.25;      // added to the moments and their floor (placement._MIN_VAR_PX)
 const MAX_SAMPLES_PER_SIDE: i32 = 64;
@@ -31,6 +37,7 @@ const TWO_PI_3: f32 = 2.0943951023931953;
 @group(0) @binding(5) var<storage, read_write> tile_err: array<f32>;  // (B, tiles_y * tiles_x)
 @group(0) @binding(6) var<storage, read> new_in: array<f32>;          // (n_new, PLACE_IN)
 @group(0) @binding(7) var<storage, read_write> new_out: array<f32>;   // (n_new, PLACE_OUT)
+@group(0) @binding(8) var<storage, read_write> rows: array<f32>;      // (n_new, PLACE_ROW)
 
 var<workgroup> tile_sums: array<f32, 256>;
 var<workgroup> sums: array<array<f32, 9>, PLACE_THREADS>;
@@ -219,4 +226,48 @@ fn place_new(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_index)
         new_out[out + 10u] = 0.0;
     }
     new_out[out + 11u] = f32(pix);
+}
+
+fn logit(v: f32) -> f32 {
+    let c = clamp(v, LOGIT_EPS, 1.0 - LOGIT_EPS);
+    return log(c / (1.0 - c));
+}
+
+@compute @workgroup_size(64)
+fn placed_rows(@builtin(global_invocation_id) gid: vec3u) {
+    let n = place.n_new;
+    let i = gid.x;
+    if (i >= n) {
+        return;
+    }
+    // rank among the image's rows: larger first, ties in placement order (a stable sort); rows
+    // are grouped by image, so the image's first row is the count of rows of earlier images
+    let b = bitcast<u32>(new_in[i * PLACE_IN]);
+    let size = new_out[i * PLACE_OUT + 9u];
+    var first = 0u;
+    var rank = 0u;
+    for (var j = 0u; j < n; j++) {
+        let bj = bitcast<u32>(new_in[j * PLACE_IN]);
+        if (bj < b) {
+            first += 1u;
+        } else if (bj == b) {
+            let sj = new_out[j * PLACE_OUT + 9u];
+            if (sj > size || (sj == size && j < i)) {
+                rank += 1u;
+            }
+        }
+    }
+    let at = (first + rank) * PLACE_ROW;
+    let src = i * PLACE_OUT;
+    for (var k = 0u; k < 6u; k++) {
+        rows[at + k] = new_out[src + k];
+        rows[at + 10u + k] = new_out[src + k];
+    }
+    for (var k = 6u; k < 9u; k++) {
+        let raw = logit(new_out[src + k]);
+        rows[at + k] = raw;
+        rows[at + 10u + k] = 1.0 / (1.0 + exp(-raw));
+    }
+    rows[at + 9u] = place.alpha_raw;
+    rows[at + 19u] = 1.0 / (1.0 + exp(-place.alpha_raw));
 }

@@ -145,6 +145,71 @@ def test_device_picks_and_shapes_are_the_hosts(gpu_engine):
 
 
 @pytest.mark.gpu
+def test_rows_placed_on_the_device_are_the_hosts_rows(gpu_engine):
+    # what a gather takes, turned on the device from the placed triangles (placed_rows), against
+    # the host's turn of the same triangles read back: each image's larger ones first, raw
+    # parameters (logits), then the values they materialise to
+    from trifit.fitloop import raw_triangles
+    from trifit.fitstate import fresh_rows
+    from trifit.gpu.workspace import Workspace
+
+    rng = np.random.default_rng(4)
+    B, H, W = 3, 40, 56
+    targets = rng.uniform(0, 1, (B, H, W, 3)).astype(np.float32)
+    targets[0, :8] = 1.0  # (colours at 1: logits clamped as the host clamps them)
+    images = rng.uniform(0, 1, (B, H, W, 3)).astype(np.float32)
+    dp, buf = _placement(gpu_engine, targets, images)
+    try:
+        sums = dp.error_tiles(buf)
+        counts = [5, 0, 9]
+        rec = np.concatenate([P.device_records(b, k, sums[b], H, W, np.random.default_rng(b), FitSettings(triangles=20))
+                              for b, k in enumerate(counts)])
+        placed = dp.place(buf, rec)
+        rows = dp.place_rows(buf, rec, 0.15)
+        got = Workspace.read(_copy_out(gpu_engine, rows.buffer, len(rows) * 80), len(rows) * 80).view(np.float32)
+    finally:
+        dp.release()
+    want, at = [], 0
+    for k in counts:
+        want.append(fresh_rows(raw_triangles(P.device_triangles(placed[at:at + k], 0.15, min(H, W)))))
+        at += k
+    want = np.concatenate(want)
+    got = got.reshape(len(rows), 20)
+    assert len(rows) == sum(counts)
+    np.testing.assert_array_equal(got[:, :6], want[:, :6])   # vertices as placed, in the host's order
+    np.testing.assert_allclose(got[:, 6:10], want[:, 6:10], rtol=2e-5, atol=2e-5)  # logits in float32
+    np.testing.assert_allclose(got[:, 10:], want[:, 10:], rtol=1e-5, atol=1e-6)
+
+
+def _copy_out(gpu_engine, source, size):
+    import wgpu
+
+    dev = gpu_engine.impl.device
+    staging = dev.create_buffer(size=size, usage=wgpu.BufferUsage.MAP_READ | wgpu.BufferUsage.COPY_DST)
+    enc = dev.create_command_encoder()
+    enc.copy_buffer_to_buffer(source, 0, staging, 0, size)
+    dev.queue.submit([enc.finish()])
+    return staging
+
+
+@pytest.mark.gpu
+def test_growth_and_respawn_on_the_device_read_back_no_triangles(gpu_engine):
+    # placed on the device, the new triangles go to the gather as rows there: each placement
+    # reads back only the tiles' error sums, which come with the chunk before it
+    f = _eventful_fitter(gpu_engine, placement="device", sigma_probes=0, host_snapshot_every=0)
+    reads = []
+    dp_cls = type(f.device_placement())
+    real = dp_cls._submit_read
+    dp_cls._submit_read = lambda self, *a: reads.append(a[-1]) or real(self, *a)
+    try:
+        f.step(60)
+    finally:
+        dp_cls._submit_read = real
+    assert f.respawned > 0 and reads == [], reads
+    f.close()
+
+
+@pytest.mark.gpu
 def test_device_placement_follows_the_error_like_the_host(gpu_engine):
     # 400 triangles into a frame whose error is all in its left third: both placements put them there
     H, W = 48, 96

@@ -4,21 +4,39 @@ A growth or respawn event places triangles where the error of the current render
 Here that render stays on the device: ``error_tiles`` sums each 16 x 16 tile's (focus-weighted)
 squared error in a fixed order and brings back only the sums (4 bytes a tile); the host samples
 tiles by them (render/placement.py, with the fit's own random stream); ``place`` finds the pixel
-inside each sampled tile and shapes the triangle to the patch around it (shaders/events.wgsl),
-bringing back 48 bytes a triangle. The targets and focus maps at full size are uploaded once per
+inside each sampled tile and shapes the triangle to the patch around it (shaders/events.wgsl).
+For the fit's growth and respawn, ``place_rows`` then turns the triangles into the rows the fit
+loop's gather takes, on the device: nothing comes back (``place`` brings back 48 bytes a triangle,
+for callers that want the values). The targets and focus maps at full size are uploaded once per
 fit; the render is the fit loop's last forward, or a render of the current scene on the device
 (the half-size stage, whose forward is not at full size).
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
+from ..fitloop import logit
 from .layouts import PLACE
 from .workspace import COPY_DST, COPY_SRC, MAP_READ, STORAGE, TILE, UNIFORM
 
 PLACE_IN = 12   # floats per new triangle's record in (shaders/events.wgsl)
 PLACE_OUT = 12  # ... and out
+PLACE_ROW = 20  # ... and as a gather's fresh row (GpuFitLoop.permute / take)
+
+
+@dataclass(frozen=True)
+class DeviceRows:
+    """``n`` fresh rows (n, PLACE_ROW) float32 in a device buffer: new triangles as the fit loop's
+    gather takes them, grouped by image in order (:meth:`DevicePlacement.place_rows`)."""
+
+    buffer: object
+    n: int
+
+    def __len__(self) -> int:
+        return self.n
 
 
 class DevicePlacement:
@@ -45,7 +63,7 @@ class DevicePlacement:
         self._new_cap = 0
         self._read = {}
         up = self._write("place", PLACE.pack(width=W, height=H, tiles_x=self.tiles_x, tiles_y=self.tiles_y,
-                                             weighted=int(weights is not None)))
+                                             weighted=int(weights is not None), n_new=0, alpha_raw=0.0))
         up += self._write("target_img", np.ascontiguousarray(targets, dtype=np.float32))
         if weights is not None:
             up += self._write("weights", np.ascontiguousarray(weights, dtype=np.float32))
@@ -57,8 +75,11 @@ class DevicePlacement:
         return self.tiles_x * self.tiles_y
 
     def _write(self, name: str, data) -> int:
+        return self._write_at(name, 0, data)
+
+    def _write_at(self, name: str, offset: int, data) -> int:
         raw = data if isinstance(data, bytes) else memoryview(np.ascontiguousarray(data)).cast("B")
-        self.device.queue.write_buffer(self.buffers[name], 0, raw)
+        self.device.queue.write_buffer(self.buffers[name], offset, raw)
         return len(raw)
 
     def _pipeline(self, entry: str):
@@ -76,7 +97,7 @@ class DevicePlacement:
         pl = self._pipeline(entry)
         bufs = {**self.buffers, "image": image}
         slots = {"place": 0, "image": 1, "target_img": 2, "weights": 3, "err": 4, "tile_err": 5,
-                 "new_in": 6, "new_out": 7}
+                 "new_in": 6, "new_out": 7, "rows": 8}
         entries = [{"binding": slots[n], "resource": {"buffer": bufs[n]}} for n in names]
         bg = self.device.create_bind_group(layout=pl.get_bind_group_layout(0), entries=entries)
         if len(self._groups) > 8:
@@ -135,22 +156,48 @@ class DevicePlacement:
     def place(self, image, records: np.ndarray) -> np.ndarray:
         """(n, PLACE_OUT) float32: a triangle for each record (n, PLACE_IN) of
         shaders/events.wgsl, against the errors the last :meth:`error_tiles` of ``image`` left."""
+        n = self._records(records)
+        if n == 0:
+            return np.zeros((0, PLACE_OUT), np.float32)
+        enc = self._encode_place(image, n)
+        return self._submit_read(enc, self.buffers["new_out"], n * PLACE_OUT * 4).reshape(n, PLACE_OUT)
+
+    def place_rows(self, image, records: np.ndarray, alpha: float) -> DeviceRows:
+        """:meth:`place`, with the triangles (opacity ``alpha``) turned on the device into the rows
+        the fit loop's gather takes (shaders/events.wgsl placed_rows; each image's larger ones
+        first): nothing comes back. The rows stay valid until the next placement."""
+        n = self._records(records)
+        if n == 0:
+            return DeviceRows(None, 0)
+        self.backend.counters.upload_bytes += self._write_at("place", *PLACE.pack_at(
+            n_new=n, alpha_raw=float(logit(np.float64(alpha)))))
+        enc = self._encode_place(image, n)
+        self._encode_pass("placed_rows", ["place", "new_in", "new_out", "rows"], image, (-(-n // 64), 1, 1), enc)
+        self.device.queue.submit([enc.finish()])
+        self.backend.counters.submissions += 1
+        return DeviceRows(self.buffers["rows"], n)
+
+    def _records(self, records: np.ndarray) -> int:
+        """Upload the new triangles' records (buffers grown to hold them); returns their count."""
         records = np.ascontiguousarray(records, dtype=np.float32)
         n = len(records)
         if n == 0:
-            return np.zeros((0, PLACE_OUT), np.float32)
+            return 0
         if n > self._new_cap:
-            for name in ("new_in", "new_out"):
+            for name in ("new_in", "new_out", "rows"):
                 if name in self.buffers:
                     self._pool.release(self.buffers.pop(name))
             cap = max(64, 1 << (n - 1).bit_length())
             self.buffers["new_in"] = self._pool.acquire(STORAGE | COPY_DST, cap * PLACE_IN * 4, "place-in")
             self.buffers["new_out"] = self._pool.acquire(STORAGE | COPY_SRC, cap * PLACE_OUT * 4, "place-out")
+            self.buffers["rows"] = self._pool.acquire(STORAGE | COPY_SRC, cap * PLACE_ROW * 4, "place-rows")
             self._new_cap = cap
         self.backend.counters.upload_bytes += self._write("new_in", records)
+        return n
+
+    def _encode_place(self, image, n: int):
         names = ["place", "image", "target_img", "err", "new_in", "new_out"]
-        enc = self._encode_pass("place_new", names, image, (n, 1, 1))
-        return self._submit_read(enc, self.buffers["new_out"], n * PLACE_OUT * 4).reshape(n, PLACE_OUT)
+        return self._encode_pass("place_new", names, image, (n, 1, 1))
 
     def release(self) -> None:
         for buf in list(self.buffers.values()) + list(self._read.values()):

@@ -34,6 +34,7 @@ from ..errors import DeviceLostError, NumericalFault
 from ..fitloop import FitSettings, Schedule, values_from_raw
 from .backend import GpuBackend
 from .encode import Recorder, Repeats, per_image, submission_sizes
+from .events import PLACE_ROW, DeviceRows
 from .layouts import OPTIM, SCENE, SCHEDULE, STATE
 from .workspace import COPY_DST, COPY_SRC, MAP_READ, STORAGE, UNIFORM, Shape, Workspace, reduce_groups
 
@@ -116,7 +117,8 @@ class GpuFitLoop:
             *self.ws.pass_entries(), ("backward.wgsl", "main"),
             ("adam.wgsl", "main"), ("render.wgsl", "main"), ("loss_reduce.wgsl", "main"),
             ("reduce.wgsl", "reduce_grad"), ("costs.wgsl", "main"), ("events.wgsl", "error_tiles"),
-            ("events.wgsl", "place_new"), ("respawn_flags.wgsl", "main"), ("permute.wgsl", "main")))
+            ("events.wgsl", "place_new"), ("events.wgsl", "placed_rows"), ("respawn_flags.wgsl", "main"),
+            ("permute.wgsl", "main")))
         self._iteration_dispatches()
 
     # ------------------------------------------------------------------ state
@@ -513,7 +515,8 @@ class GpuFitLoop:
         """Reorder every image's triangles on the device: new slot t of image b takes old slot
         ``source[b, t]`` (parameters, moments and scene record), or fresh row ``-1 - source[b, t]``
         of ``fresh`` (rows, 20): raw parameters, then the record values they materialise to, with
-        zero moments (shaders/permute.wgsl). Nothing comes back."""
+        zero moments (shaders/permute.wgsl) -- an array, or rows already on the device
+        (``DeviceRows``, placement's). Nothing comes back."""
         B, n = self.batch, self.n_tris * 10 + 3
         live = (self.extra["params"], self.extra["moments"], self.ws.buffers["scene"])
         sizes = (B * n * 4, B * n * 8, B * self.shape.scene_stride * 4)
@@ -544,16 +547,18 @@ class GpuFitLoop:
     def _gather(self, old, old_tris: int, source, fresh, copies=(), snapshot: bool = False) -> None:
         B, T = self.batch, self.n_tris
         source = np.ascontiguousarray(source, dtype=np.int32).reshape(B, T)
-        fresh = np.ascontiguousarray(fresh, dtype=np.float32).reshape(-1, 20)
+        on_device = isinstance(fresh, DeviceRows)  # (placed on the device: copied there, never uploaded)
+        if not on_device:
+            fresh = np.ascontiguousarray(fresh, dtype=np.float32).reshape(-1, PLACE_ROW)
         if len(fresh) > B * T:
             raise ValueError(f"{len(fresh)} fresh rows for {B} x {T} slots")
         src_buf, fresh_buf, shape_buf = self._gather_buffers()[:3]
         queue = self.device.queue
         queue.write_buffer(src_buf, 0, source)
         queue.write_buffer(shape_buf, 0, np.array([old_tris, 0, 0, 0], np.uint32))
-        if len(fresh):
+        if len(fresh) and not on_device:
             queue.write_buffer(fresh_buf, 0, fresh)
-        self.backend.counters.upload_bytes += source.nbytes + fresh.nbytes + 16
+        self.backend.counters.upload_bytes += source.nbytes + (0 if on_device else fresh.nbytes) + 16
         pl = self.ws.pipeline("permute.wgsl")
         key = tuple(old)  # (a bind group is the buffers it binds: the same ones, the same group)
         bg = self._gather_groups.get(key)
@@ -568,6 +573,8 @@ class GpuFitLoop:
         enc = self.device.create_command_encoder()
         for buf, copy, size in copies:
             enc.copy_buffer_to_buffer(buf, 0, copy, 0, size)
+        if on_device and len(fresh):
+            enc.copy_buffer_to_buffer(fresh.buffer, 0, fresh_buf, 0, len(fresh) * PLACE_ROW * 4)
         cpass = enc.begin_compute_pass()
         cpass.set_pipeline(pl)
         cpass.set_bind_group(0, bg)

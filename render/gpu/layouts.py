@@ -326,6 +326,8 @@ PLACE = Struct("Place", [  # placement on the device (events.wgsl, render/gpu/ev
     ("tiles_x", "u32", "16 x 16 px tiles of the error sums"),
     ("tiles_y", "u32"),
     ("weighted", "u32", "1: each pixel's error times its weight (the weights buffer)"),
+    ("n_new", "u32", "new triangles in new_in / new_out (placed_rows)"),
+    ("alpha_raw", "f32", "the new triangles' opacity as a logit (placed_rows)"),
 ], "uniform")
 
 #: what every kernel is given ahead of common.wgsl (render/gpu/shaders.py)
