@@ -197,7 +197,9 @@ def _thread_cpu() -> dict[str, tuple[str, float]]:
 
 def host_calls(a) -> dict:
     """A time-limited fit (as ``long``) with wgpu-py's per-chunk calls and the fit loop's direct
-    encoding wrapped: this thread's CPU and wall inside each, and every thread's CPU (/proc)."""
+    encoding wrapped: this thread's CPU and wall inside each, and every thread's CPU (/proc); and
+    the GPU's time for an iteration (the medians of its passes' timestamps in each chunk's first
+    iteration) times the iterations: an estimate of how long the GPU ran iterations."""
     from collections import defaultdict
 
     from wgpu.backends import wgpu_native as wn
@@ -238,7 +240,10 @@ def host_calls(a) -> dict:
     thread_cpu, wall, after = time.thread_time() - c0, time.perf_counter() - t0, _thread_cpu()
     threads = sorted(((cpu - before.get(tid, (name, 0.0))[1], name, tid) for tid, (name, cpu) in after.items()),
                      reverse=True)
+    gpu_ms = f.timings()["gpu_ms"]  # (median per pass of the chunks' timed first iterations; "loss" is the events')
+    per_iteration = sum(v for k, v in gpu_ms.items() if k in ("bin", "forward", "backward", "reduce+adam"))
     return {"seconds": a.seconds, "size": a.size, "tris": a.tris, "iterations": f.iteration, "wall_s": wall,
+            "gpu_ms": gpu_ms, "gpu_busy_s_estimate": per_iteration * f.iteration / 1e3,
             "fit_thread_cpu_s": thread_cpu, "process_cpu_s": sum(t[0] for t in threads),
             "threads": [{"name": n, "tid": tid, "cpu_s": c} for c, n, tid in threads if c > 0],
             "inside": {k: {"calls": n, "thread_cpu_s": c, "wall_s": w} for k, (n, c, w) in
