@@ -44,7 +44,8 @@ def _rel(a, b):
 VARIANTS = {  # kernel variants: (subgroup reduction, segmented backward, backward pixels per thread)
     "subgroups": (True, False, 1),
     "workgroup-tree": (False, False, 1),
-    "segmented": (True, True, 1),
+    "segmented": (True, True, 1),  # (segments of SHORT_SEGMENT_LEN: these frames are small)
+    "segmented-32": (True, True, 1),  # (segments of SEGMENT_LEN, as frames of more than SHORT_SEGMENT_TILES tiles have)
     "4-pixels-per-thread": (True, False, 4),
     "8-pixels-per-thread-tree": (False, False, 8),
     "2-pixels-per-thread-tree-segmented": (False, True, 2),
@@ -53,8 +54,13 @@ VARIANTS = {  # kernel variants: (subgroup reduction, segmented backward, backwa
 
 @pytest.mark.parametrize("variant", list(VARIANTS))
 @pytest.mark.parametrize("n, W, H, sp", SCENES)
-def test_matches_reference(gpu_ctx, n, W, H, sp, variant):
+def test_matches_reference(gpu_ctx, n, W, H, sp, variant, monkeypatch):
     subgroups, segmented, ppt = VARIANTS[variant]
+    if variant == "segmented-32":
+        from trifit.gpu import workspace
+
+        monkeypatch.setattr(workspace, "SHORT_SEGMENT_TILES", 0)
+        assert workspace.Shape(1, W, H, n).segment_len == workspace.SEGMENT_LEN
     if subgroups and not gpu_ctx.has_subgroups:
         subgroups = False  # the adapter lacks the feature: the portable variant stands in
     eng = Engine("gpu", subgroups=subgroups, segmented=segmented, pixels_per_thread=ppt)
@@ -78,7 +84,7 @@ def test_segments_capped_by_memory_still_walk_the_whole_list(gpu_ctx, monkeypatc
     """The segmented backward has at most Shape.n_seg segments (their checkpoints' memory is
     capped), so a tile list longer than n_seg * seg_len must end in one long bottom segment: every
     entry below still gets its gradient and the background its own. 200 faint triangles over most
-    of the 64 x 64 frame make the middle tiles' lists 200 long; the cap is cut to two segments of 32."""
+    of the 64 x 64 frame make the middle tiles' lists 200 long; the cap is cut to two segments."""
     from trifit.gpu import workspace
 
     rng = np.random.default_rng(1)
@@ -89,7 +95,8 @@ def test_segments_capped_by_memory_still_walk_the_whole_list(gpu_ctx, monkeypatc
     target = rng.uniform(0, 1, (64, 64, 3))
     loss_r, gt, gb = R.loss_and_grad(scene, target)
     monkeypatch.setattr(workspace, "SEGMENT_BUDGET_BYTES", 2 * 16 * 4096)  # two segments' checkpoints
-    assert workspace.Shape(1, 64, 64, n).n_seg == 2 and workspace.SEGMENT_LEN * 2 < n
+    shape = workspace.Shape(1, 64, 64, n)
+    assert shape.n_seg == 2 and shape.seg_len * 2 < n
     eng = Engine("gpu", subgroups=gpu_ctx.has_subgroups, segmented=True)
     loss_g, grad = eng.loss_and_grad(scene, target)
     assert loss_g == pytest.approx(loss_r, rel=1e-5)

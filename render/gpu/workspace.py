@@ -37,8 +37,14 @@ RECOMPUTE_BELOW = 1.0 / 16.0
 #: with a loss, the forward walks on to this transmittance (the backward's stop), so the
 #: segment checkpoints and the gradients of hidden triangles and the background stay exact
 STOP_TRANSMITTANCE_WITH_LOSS = 1e-30
-#: backward segments: list entries per segment, and the checkpoint memory they may use
+#: backward segments: list entries per segment, and the checkpoint memory they may use. Where the
+#: frame has at most SHORT_SEGMENT_TILES tiles (x batch) a segment is SHORT_SEGMENT_LEN entries: the
+#: GPU is far from full there, and shorter segments are more workgroups walking at once (a fitted
+#: 176 px scene's backward 13-16% shorter on the H200), where on bigger frames they cost a few
+#: per cent (docs/PERFORMANCE.md, "Shorter backward segments on small frames")
 SEGMENT_LEN = 32
+SHORT_SEGMENT_LEN = 16
+SHORT_SEGMENT_TILES = 256
 SEGMENT_BUDGET_BYTES = 64 * 2**20
 # Binning in two passes of its own (shaders/bin.wgsl coarse_main, fine_main) from this many tile-triangle tests of
 # flat binning (every tile tests every triangle) on: 512 px with 1000 triangles is 1.0 M, 1024 px
@@ -80,17 +86,23 @@ class Shape:
     weighted: bool = False  # a focus map weighs the loss (its own buffer and kernel variant: shaders/focus_map.wgsl)
 
     @property
+    def segment_len(self) -> int:
+        """List entries a backward segment takes (SHORT_SEGMENT_LEN on small frames)."""
+        return SHORT_SEGMENT_LEN if self.n_tiles * self.batch <= SHORT_SEGMENT_TILES else SEGMENT_LEN
+
+    @property
     def n_seg(self) -> int:
         """Backward segments per tile: enough for parallelism, within SEGMENT_BUDGET_BYTES."""
-        if not self.segmented or self.n_tris <= SEGMENT_LEN:
+        length = self.segment_len
+        if not self.segmented or self.n_tris <= length:
             return 1
         per_seg = self.batch * self.n_tiles * 256 * 16
-        return max(1, min((self.n_tris + SEGMENT_LEN - 1) // SEGMENT_LEN, SEGMENT_BUDGET_BYTES // per_seg,
+        return max(1, min((self.n_tris + length - 1) // length, SEGMENT_BUDGET_BYTES // per_seg,
                           65535 // self.batch))
 
     @property
     def seg_len(self) -> int:
-        return SEGMENT_LEN if self.n_seg > 1 else max(self.n_tris, 1)
+        return self.segment_len if self.n_seg > 1 else max(self.n_tris, 1)
 
     @property
     def tiles_x(self) -> int:
