@@ -39,9 +39,9 @@ RECOMPUTE_BELOW = 1.0 / 16.0
 STOP_TRANSMITTANCE_WITH_LOSS = 1e-30
 #: backward segments: list entries per segment, and the checkpoint memory they may use. Where the
 #: frame has at most SHORT_SEGMENT_TILES tiles (x batch) a segment is SHORT_SEGMENT_LEN entries: the
-#: GPU is far from full there, and shorter segments are more workgroups walking at once (a fitted
-#: 176 px scene's backward 13-16% shorter on the H200), where on bigger frames they cost a few
-#: per cent (docs/PERFORMANCE.md, "Shorter backward segments on small frames")
+#: GPU is far from full there, and shorter segments are more workgroups walking at once; on bigger
+#: frames the GPU is full and each segment's set-up costs more than the parallelism gains
+#: (docs/PERFORMANCE.md, "Shorter backward segments on small frames")
 SEGMENT_LEN = 32
 SHORT_SEGMENT_LEN = 16
 SHORT_SEGMENT_TILES = 256
