@@ -66,6 +66,33 @@ def test_batch_of_one_equals_single_loop(gpu_engine):
     a.release(), b.release()
 
 
+def test_segmented_batch_takes_each_image_s_own_segments(gpu_ctx):
+    """The segmented backward (GPUs) cuts an image's tile lists by the image's own frame, never by
+    the batch: 3 images of 121 tiles (363 together) walk the segments one such image walks alone,
+    so each image's losses and parameters are the same bits either way."""
+    from trifit import Engine
+    from trifit.gpu import workspace
+
+    eng = Engine("gpu", segmented=True)
+    n = 40
+    targets = _targets(3, 176, 176)
+    one, three = workspace.Shape(1, 176, 176, n), workspace.Shape(3, 176, 176, n)
+    assert one.n_tiles <= workspace.SHORT_SEGMENT_TILES < three.n_tiles * three.batch
+    assert (one.seg_len, one.n_seg) == (three.seg_len, three.n_seg) and one.n_seg > 1
+    s = FitSettings(triangles=n, size=176, chunk=3, planned_iterations=6)
+    sched = default_schedule(s, 176)
+    raws = [initial_raw(t, n, np.random.default_rng(k), s, sched.sigma_start) for k, t in enumerate(targets)]
+    loop = eng.impl.fit_loop(np.stack(targets), np.stack(raws), n, s, sched)
+    losses = loop.run(6)
+    raw = loop.get_state()[0]
+    for b in range(3):
+        alone = eng.impl.fit_loop(targets[b], raws[b], n, s, sched)
+        np.testing.assert_array_equal(losses[:, b], alone.run(6))
+        np.testing.assert_array_equal(raw[b], alone.get_state()[0])
+        alone.release()
+    loop.release()
+
+
 def test_batched_reference_loop_follows_the_gpu(gpu_engine, ref_engine):
     targets = _targets(2, W=24, H=18)
     s, sched, raws = _setup(targets, iters=2)

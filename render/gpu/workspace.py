@@ -37,11 +37,12 @@ RECOMPUTE_BELOW = 1.0 / 16.0
 #: with a loss, the forward walks on to this transmittance (the backward's stop), so the
 #: segment checkpoints and the gradients of hidden triangles and the background stay exact
 STOP_TRANSMITTANCE_WITH_LOSS = 1e-30
-#: backward segments: list entries per segment, and the checkpoint memory they may use. Where the
-#: frame has at most SHORT_SEGMENT_TILES tiles (x batch) a segment is SHORT_SEGMENT_LEN entries: the
-#: GPU is far from full there, and shorter segments are more workgroups walking at once; on bigger
+#: backward segments: list entries per segment, and the checkpoint memory they may use. Where a
+#: frame has at most SHORT_SEGMENT_TILES tiles a segment is SHORT_SEGMENT_LEN entries: one such frame
+#: leaves the GPU far from full, and shorter segments are more workgroups walking at once; on bigger
 #: frames the GPU is full and each segment's set-up costs more than the parallelism gains
-#: (docs/PERFORMANCE.md, "Shorter backward segments on small frames")
+#: (docs/PERFORMANCE.md, "Shorter backward segments on small frames"). The rule is per image, not
+#: per batch: an image's bits must not depend on the batch it is fitted in (tests/test_batch_fit.py).
 SEGMENT_LEN = 32
 SHORT_SEGMENT_LEN = 16
 SHORT_SEGMENT_TILES = 256
@@ -88,7 +89,7 @@ class Shape:
     @property
     def segment_len(self) -> int:
         """List entries a backward segment takes (SHORT_SEGMENT_LEN on small frames)."""
-        return SHORT_SEGMENT_LEN if self.n_tiles * self.batch <= SHORT_SEGMENT_TILES else SEGMENT_LEN
+        return SHORT_SEGMENT_LEN if self.n_tiles <= SHORT_SEGMENT_TILES else SEGMENT_LEN
 
     @property
     def n_seg(self) -> int:
