@@ -70,16 +70,25 @@ class _BusyCPU:
             p.wait()
 
 
-@pytest.mark.parametrize("placement", ["host", "device"])
-def test_chunk_sizes_and_load_leave_the_scene_alone(gpu_engine, placement):
+@pytest.fixture(scope="module")
+def segmented_engine(gpu_ctx):
+    """The engine as GPUs run it: the backward in segments (CPU adapters walk whole lists)."""
+    from trifit import Engine
+
+    return Engine("gpu", segmented=True)
+
+
+@pytest.mark.parametrize("placement, segmented", [("host", False), ("device", False), ("device", True)])
+def test_chunk_sizes_and_load_leave_the_scene_alone(gpu_engine, segmented_engine, placement, segmented):
+    engine = segmented_engine if segmented else gpu_engine
     stop = StopConditions(iterations=150)
-    reference = _fit(gpu_engine, stop, chunk=1, placement=placement)
+    reference = _fit(engine, stop, chunk=1, placement=placement)
     assert reference.n_triangles == 24
     for chunk in (7, 64, None):
-        assert _bytes(_fit(gpu_engine, stop, chunk=chunk, placement=placement)) == _bytes(reference), chunk
-    assert _bytes(_fit(gpu_engine, stop, sizer=_RandomSizer(1), placement=placement)) == _bytes(reference)
+        assert _bytes(_fit(engine, stop, chunk=chunk, placement=placement)) == _bytes(reference), chunk
+    assert _bytes(_fit(engine, stop, sizer=_RandomSizer(1), placement=placement)) == _bytes(reference)
     with _BusyCPU():
-        assert _bytes(_fit(gpu_engine, stop, placement=placement)) == _bytes(reference)
+        assert _bytes(_fit(engine, stop, placement=placement)) == _bytes(reference)
 
 
 class _FixedSizer(ChunkSizer):
