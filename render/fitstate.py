@@ -163,19 +163,14 @@ class FitState:
         new triangles' raw parameters and the records they materialise to go up, or are there
         already (``new`` placed on the device: :class:`PlacedOnDevice`)."""
         placed = new if isinstance(new, PlacedOnDevice) else None
-        if placed is None:
-            dead, new = self._spare_locked(dead, new)
+        if placed is not None:  # each dead triangle's row on the device (a locked one's stays unused there)
+            new = [placed.first(b) + np.arange(len(d)) for b, d in enumerate(dead)]
+        dead, new = self._spare_locked(dead, new)
         B, T = self.batch, self.n_triangles
         source = np.tile(np.arange(T, dtype=np.int64), (B, 1))
         rows, images = [], []
         ids = self.triangle_ids_all()
-        for b, d in enumerate(dead):
-            d = np.asarray(d, dtype=np.int64)
-            if placed is not None:  # (the rows of locked triangles stay unused on the device)
-                spare = ~np.isin(d, self.locks[b])
-                d, fresh_at = d[spare], placed.first(b) + np.flatnonzero(spare)
-            else:
-                fresh_at = sum(len(r) for r in rows) + np.arange(len(d))
+        for b, (d, fresh) in enumerate(zip(dead, new)):
             if not len(d):
                 continue
             alive = np.ones(T, bool)
@@ -183,10 +178,13 @@ class FitState:
             order = np.concatenate([np.flatnonzero(alive), d])
             self._reindex_locks(b, order)
             ids[b] = np.concatenate([ids[b][alive], self._new_ids(len(d))])  # re-placed: new triangles
+            if placed is not None:
+                fresh_at = fresh
+            else:
+                fresh_at = sum(len(r) for r in rows) + np.arange(len(d))
+                rows.append(fresh_rows(raw_triangles(fresh)))
             order[T - len(d):] = -1 - fresh_at
             source[b] = order
-            if placed is None:
-                rows.append(fresh_rows(raw_triangles(new[b])))
             images.append(b)
             self.respawned += len(d)
         if not images:
