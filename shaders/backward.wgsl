@@ -83,7 +83,7 @@ struct Walk {
 // have many nearly opaque triangles (docs/PERFORMANCE.md). The operations and their order are
 // those of one loop from the background. CPU adapters loop from the background each time: there a
 // workgroup-memory read is a gather per lane, and the kept canvas measured slower.
-struct Below4 {
+struct BelowPixels {
     c0: vec3f,
     c1: vec3f,
     c2: vec3f,
@@ -111,7 +111,7 @@ fn over(c: vec3f, p: vec2f, t: TriSetup, inv_sig: f32) -> vec3f {
     return c * (1.0 - alpha) + t.rgba.rgb * alpha;
 }
 
-fn over4(r: ptr<function, Below4>, t: TriSetup, inv_sig: f32, p: Points) {
+fn over_pixels(r: ptr<function, BelowPixels>, t: TriSetup, inv_sig: f32, p: Points) {
     (*r).c0 = over((*r).c0, p.p0, t, inv_sig);
     if (PPT > 1u) { (*r).c1 = over((*r).c1, p.p1, t, inv_sig); }
     if (PPT > 2u) {
@@ -127,20 +127,20 @@ fn over4(r: ptr<function, Below4>, t: TriSetup, inv_sig: f32, p: Points) {
 }
 
 // List entries 0..m-1 over the background, read from the scene.
-fn composite_scene(w: Walk, m: u32, p: Points) -> Below4 {
+fn composite_scene(w: Walk, m: u32, p: Points) -> BelowPixels {
     let bg = background(w.b, frame);
-    var r = Below4(bg, bg, bg, bg, bg, bg, bg, bg);
+    var r = BelowPixels(bg, bg, bg, bg, bg, bg, bg, bg);
     for (var q = 0u; q < m; q++) {
         let t = setup_tri(load_tri(record_tri(w.b, tile_list[w.list_base + q], frame), frame), -w.reach);
-        over4(&r, t, w.inv_sig, p);
+        over_pixels(&r, t, w.inv_sig, p);
     }
     return r;
 }
 
-var<private> round_base: Below4;  // (ROUND_BASE) the canvas beneath the staged round's first entry
+var<private> round_base: BelowPixels;  // (ROUND_BASE) the canvas beneath the staged round's first entry
 var<private> round_based: bool;   // round_base holds this round's
 
-fn composite_below(w: Walk, m: u32, start: u32, p: Points) -> Below4 {
+fn composite_below(w: Walk, m: u32, start: u32, p: Points) -> BelowPixels {
     if (!ROUND_BASE) { return composite_scene(w, m, p); }
     if (!round_based) {
         round_base = composite_scene(w, start, p);
@@ -148,7 +148,7 @@ fn composite_below(w: Walk, m: u32, start: u32, p: Points) -> Below4 {
     }
     var r = round_base;
     for (var q = start; q < m; q++) {
-        over4(&r, staged_setup(staged[q - start], -w.reach), w.inv_sig, p);
+        over_pixels(&r, staged_setup(staged[q - start], -w.reach), w.inv_sig, p);
     }
     return r;
 }
