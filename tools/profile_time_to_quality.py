@@ -5,6 +5,7 @@ cells with their passes, and long fits' host CPU and readback per iteration.
     python tools/profile_time_to_quality.py wall --repeats 5 --pythonpath NEW --pythonpath BASE
                                                            # process wall of `trifit fit astronaut.png
                                                            # --time-limit 1`, fresh processes, alternating
+                                                           # (--quiet; with --bar as typed, its progress bar shown)
     python tools/profile_time_to_quality.py cells          # fit 512/1000, 1024/5000; fwd+bwd 512^2x1024, 1024^2x5000
     ... cells --cell fit:176:150 --cell fwdbwd:128:64 --calls 5   # other cells (a CPU adapter)
     python tools/profile_time_to_quality.py long [--seconds 20] [--size 512] [--tris 1000]
@@ -66,7 +67,8 @@ def start(a) -> dict:
 
 def wall(a) -> dict:
     """Process wall of the issue's 1 s fit, from exec to exit, in fresh processes: each
-    ``--pythonpath`` (a staged trifit first on PYTHONPATH) in turn, ``--repeats`` rounds."""
+    ``--pythonpath`` (a staged trifit first on PYTHONPATH) in turn, ``--repeats`` rounds; ``--quiet``
+    unless ``--bar`` (the command as a user types it, its progress bar on a stderr not a terminal)."""
     import os
     import tempfile
     from pathlib import Path
@@ -79,7 +81,8 @@ def wall(a) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         for _ in range(a.repeats):
             for path in paths:
-                fit = ["fit", str(image), "--time-limit", f"{a.seconds:g}", "-o", f"{tmp}/a.json", "--quiet"]
+                fit = ["fit", str(image), "--time-limit", f"{a.seconds:g}", "-o", f"{tmp}/a.json"]
+                fit += [] if a.bar else ["--quiet"]
                 rows[path].append(process_wall(fit, env={**os.environ, "PYTHONPATH": path}))
     return {path: {"wall_s": r, "median_s": sorted(r)[len(r) // 2]} for path, r in rows.items()}
 
@@ -369,6 +372,7 @@ def main():
     p.add_argument("--cell", action="append", metavar="KIND:SIDE:TRIS",
                    help="cells: this cell instead of the big ones (repeatable), e.g. fit:176:150 or fwdbwd:128:64")
     p.add_argument("--calls", type=int, default=25, help="cells: calls per timed submission")
+    p.add_argument("--bar", action="store_true", help="wall: the fit shows its progress bar (as typed), not --quiet")
     p.add_argument("--set", action="append", metavar="KEY=VALUE", help="a fit setting (long, readback)")
     a = p.parse_args()
     modes = {"start": start, "wall": wall, "cells": cells, "long": long_fit, "host": host_calls, "readback": readback,
