@@ -2,13 +2,15 @@
 // Raw parameters: vertex coordinates as they are; colours, opacities and the background as
 // logits (value = sigmoid(raw)), so every value stays in range by construction. The step
 // writes the raw parameter, its moments, and the materialised scene value the next forward reads.
-// One more workgroup, (reduce_groups(n_tris), b), the last of the dispatch, ends image b's
-// iteration: it writes the loss into the loss ring (loss_record.wgsl; a dispatch of its own would
-// add a launch and a barrier every iteration), then the next iteration's sigma into the scene
-// record (schedule.wgsl; no Adam thread writes that slot, and this iteration's binning, forward and
-// backward have read it). It is a workgroup of its own, not the first reduction's, so that its
-// finiteness check and loss tree run beside the reductions instead of before one of them: at
-// small sizes that workgroup was the dispatch's longest (docs/PERFORMANCE.md). The loss's finiteness check
+// One more workgroup, (0, b), the first of the dispatch, ends image b's iteration: it writes the
+// loss into the loss ring (loss_record.wgsl; a dispatch of its own would add a launch and a barrier
+// every iteration), then the next iteration's sigma into the scene record (schedule.wgsl; no Adam
+// thread writes that slot, and this iteration's binning, forward and backward have read it). It is
+// a workgroup of its own, not a reduction's, so that its finiteness check and loss tree run beside
+// the reductions instead of before one of them: at small sizes that workgroup was the dispatch's
+// longest. And it is the first, so that it starts with the first wave: on big scenes its check of
+// the whole scene record outlasts a reduction's workgroup (docs/PERFORMANCE.md, "The loss's sum in
+// the reduction's first workgroup"). Workgroup (x + 1, b) takes reduce_param.wgsl's slots of x. The loss's finiteness check
 // reads the scene record while other workgroups write the next one: both are finite in a sound
 // fit, and a non-finite number is then reported this iteration or the next -- either rolls back.
 // A locked triangle (locked[b * n_tris + i] != 0) keeps its parameters, moments and scene record
@@ -16,7 +18,7 @@
 // An anchor (anchor[b, triangle, k] = (value, weight); render/gpu/fitloop.py set_anchor) adds the
 // gradient of weight * (value now - anchored value)^2 to the loss's, on the value before the chain
 // rule through the sigmoid (reference.anchor_penalty); a zero weight leaves the arithmetic as it is.
-// Dispatch: (reduce_groups(n_tris) + 1 in render/gpu/workspace.py, batch); the reduction is reduce_param.wgsl's.
+// Dispatch: (1 + reduce_groups(n_tris) in render/gpu/workspace.py, batch); the reduction is reduce_param.wgsl's.
 // (struct Optim: render/gpu/layouts.py OPTIM, generated.)
 
 @group(0) @binding(0) var<uniform> frame: Frame;
@@ -38,13 +40,13 @@
 @compute @workgroup_size(256)
 fn main(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_index) li: u32) {
     let b = wid.y;
-    if (wid.x == reduce_group_count()) {  // the iteration's end (wid is uniform in a workgroup: barriers allowed)
+    if (wid.x == 0u) {  // the iteration's end (wid is uniform in a workgroup: barriers allowed)
         record_loss(b, li);
         if (li == 0u) { scene[record_sigma(b, frame)] = schedule_sigma(state.iter + 1u, sigma_end[b]); }
         return;
     }
     let n_params = frame.n_tris * 10u + 3u;
-    let slot = param_slot(wid.x, li);
+    let slot = param_slot(wid.x - 1u, li);
     var g = reduce_param(b, slot, li);
     if (slot.lane != 0u || !slot.valid) { return; }
     let j = slot.j;

@@ -1,6 +1,7 @@
-// The loss of one iteration into the loss ring, shared by loss_reduce.wgsl (its own dispatch) and
-// adam.wgsl (the fit loop: workgroup (0, b) does it before its Adam step, one dispatch an
-// iteration fewer). The including kernel declares frame, scene, loss_partial, state and ring.
+// The loss of one iteration into the loss ring, shared by loss_reduce.wgsl (its own dispatch: a loss
+// without a gradient), reduce.wgsl (the engine's loss and gradient) and adam.wgsl (the fit loop):
+// in those two, workgroup (0, b) of the gradient reduction's dispatch does it, a dispatch fewer.
+// The including kernel declares frame, scene, loss_partial, state and ring.
 //
 // Sums image b's tiles' partial losses in a fixed order (strided per thread, then a fixed tree) and
 // writes the mean at slot state.iter % ring_len. It also checks that every number of the image's

@@ -3,7 +3,7 @@
 // written by binning: the tiles its bounding box can touch, row-major), lane r taking the range's
 // tiles r, r + 8, r + 16, ... in order (skipping tiles whose list does not hold the triangle). The
 // background's three values sum every tile of the frame, so they get a workgroup of their own,
-// the last of the dispatch: 64 tile lanes each (with 8, their serial sums of 128 tiles at 512 px
+// the reduction's last: 64 tile lanes each (with 8, their serial sums of 128 tiles at 512 px
 // and 512 at 1024 px were most of the reduction). Then the lane totals are added in lane order.
 // Same order every call, so gradients are bit-reproducible. Shared by reduce.wgsl (its own
 // dispatch) and adam.wgsl (fused with the Adam step); the including kernel declares frame,

@@ -306,9 +306,13 @@ def test_timings_name_every_pass(gpu_engine, gpu_ctx):
     t = gpu_engine.timings()
     assert {"pack", "upload", "submit", "readback"} <= set(t["host_ms"])
     if gpu_ctx.has_pass_timestamps:
-        assert {"forward", "loss", "backward", "reduce"} <= set(t["gpu_ms"])
+        assert {"forward", "backward", "reduce"} <= set(t["gpu_ms"])
+        assert "loss" not in t["gpu_ms"]  # (the reduction's last workgroup sums the loss)
         assert "bin" not in t["gpu_ms"]  # (a small problem: the forward bins its tiles)
         assert all(v >= 0 for v in t["gpu_ms"].values())
+        gpu_engine.impl.mse_batch(np.asarray(scene.triangles)[None], np.asarray(scene.background)[None],
+                                  [scene.sigma], np.zeros((1, 32, 32, 3)))
+        assert "loss" in gpu_engine.timings()["gpu_ms"]  # a loss without a gradient sums it in a pass of its own
 
 
 def test_naive_baseline_kernel_matches_reference(gpu_engine):

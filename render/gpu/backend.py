@@ -301,17 +301,18 @@ class GpuBackend:
         cpass.end()
 
     def _encode_loss_dispatches(self, cpass, ws, backward: bool, removal_costs: bool, timed: bool) -> None:
-        """[bin ->] forward (+ binning, loss) [-> backward -> reduce (-> the removal costs)] into the
-        compute pass ``cpass`` (binning has passes of its own where the forward does not bin:
-        Shape.bins_in_forward)."""
+        """[bin ->] forward (+ binning, loss) -> the loss's sum, or the backward and the reduction (the
+        loss's sum in its first workgroup) [-> the removal costs], into the compute pass ``cpass``
+        (binning has passes of its own where the forward does not bin: Shape.bins_in_forward)."""
         if not ws.shape.bins_in_forward:
             with self.timer.span(cpass, "bin", timed):
                 ws.encode_bin(cpass)
         with self.timer.span(cpass, "forward", timed):
             ws.encode_forward(cpass)
-        with self.timer.span(cpass, "loss", timed):
-            ws.encode_loss(cpass)
-        if backward:
+        if not backward:
+            with self.timer.span(cpass, "loss", timed):
+                ws.encode_loss(cpass)
+        else:
             with self.timer.span(cpass, "backward", timed):
                 ws.encode_backward(cpass)
             with self.timer.span(cpass, "reduce", timed):

@@ -99,7 +99,7 @@ PIECES: dict[str, tuple[str, ...]] = {
     "backward.wgsl": ("scene_access.wgsl", STAGING, REDUCTION, FOCUS),
     "naive_forward.wgsl": ("scene_access.wgsl",),
     "render.wgsl": ("scene_access.wgsl", "scan.wgsl"),
-    "reduce.wgsl": ("reduce_param.wgsl",),
+    "reduce.wgsl": ("reduce_param.wgsl", "loss_record.wgsl"),
     "loss_reduce.wgsl": ("loss_record.wgsl",),
     "adam.wgsl": ("reduce_param.wgsl", "loss_record.wgsl", "schedule.wgsl"),
     "events.wgsl": (),

@@ -364,7 +364,8 @@ class Workspace:
                        ((s.width * s.height + 255) // 256, s.batch, 1))
 
     def encode_loss(self, cpass) -> None:
-        """The per-pixel loss is fused into the forward (frame.with_loss); this sums its tiles."""
+        """The per-pixel loss is fused into the forward (frame.with_loss); this sums its tiles (a
+        forward without a backward: :meth:`encode_reduce` sums them beside the gradients)."""
         self._dispatch(cpass, "loss_reduce.wgsl", ["frame", "loss_partial", "state", "ring", "scene"],
                        (self.shape.batch, 1, 1))
 
@@ -375,8 +376,10 @@ class Workspace:
                        (s.tiles_x, s.tiles_y, s.batch * s.n_seg))
 
     def encode_reduce(self, cpass) -> None:
-        self._dispatch(cpass, "reduce.wgsl", ["frame", "partial", "tile_mask", "grad", "tri_tiles"],
-                       (reduce_groups(self.shape.n_tris), self.shape.batch, 1), entry="reduce_grad")
+        """The gradients' reduction, and in its first workgroup the loss (what encode_loss does alone)."""
+        self._dispatch(cpass, "reduce.wgsl",
+                       ["frame", "partial", "tile_mask", "grad", "tri_tiles", "loss_partial", "state", "ring", "scene"],
+                       (reduce_groups(self.shape.n_tris) + 1, self.shape.batch, 1), entry="reduce_grad")
 
     def encode_costs(self, cpass) -> None:
         """Column 0 of the reduced sums (the removal costs) into the compact ``costs`` buffer."""
