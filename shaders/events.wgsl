@@ -266,8 +266,8 @@ fn placed_rows(@builtin(global_invocation_id) gid: vec3u) {
     for (var k = 6u; k < 9u; k++) {
         let raw = logit(new_out[src + k]);
         rows[at + k] = raw;
-        rows[at + 10u + k] = 1.0 / (1.0 + exp(-raw));
+        rows[at + 10u + k] = sigmoid(raw);
     }
     rows[at + 9u] = place.alpha_raw;
-    rows[at + 19u] = 1.0 / (1.0 + exp(-place.alpha_raw));
+    rows[at + 19u] = sigmoid(place.alpha_raw);
 }
