@@ -151,7 +151,6 @@ def test_rows_placed_on_the_device_are_the_hosts_rows(gpu_engine):
     # parameters (logits), then the values they materialise to
     from trifit.fitloop import raw_triangles
     from trifit.fitstate import fresh_rows
-    from trifit.gpu.workspace import Workspace
 
     rng = np.random.default_rng(4)
     B, H, W = 3, 40, 56
@@ -166,7 +165,7 @@ def test_rows_placed_on_the_device_are_the_hosts_rows(gpu_engine):
                               for b, k in enumerate(counts)])
         placed = dp.place(buf, rec)
         rows = dp.place_rows(buf, rec, 0.15)
-        got = Workspace.read(_copy_out(gpu_engine, rows.buffer, len(rows) * 80), len(rows) * 80).view(np.float32)
+        got = dp._submit_read(gpu_engine.impl.device.create_command_encoder(), rows.buffer, len(rows) * 80)
     finally:
         dp.release()
     want, at = [], 0
@@ -179,17 +178,6 @@ def test_rows_placed_on_the_device_are_the_hosts_rows(gpu_engine):
     np.testing.assert_array_equal(got[:, :6], want[:, :6])   # vertices as placed, in the host's order
     np.testing.assert_allclose(got[:, 6:10], want[:, 6:10], rtol=2e-5, atol=2e-5)  # logits in float32
     np.testing.assert_allclose(got[:, 10:], want[:, 10:], rtol=1e-5, atol=1e-6)
-
-
-def _copy_out(gpu_engine, source, size):
-    import wgpu
-
-    dev = gpu_engine.impl.device
-    staging = dev.create_buffer(size=size, usage=wgpu.BufferUsage.MAP_READ | wgpu.BufferUsage.COPY_DST)
-    enc = dev.create_command_encoder()
-    enc.copy_buffer_to_buffer(source, 0, staging, 0, size)
-    dev.queue.submit([enc.finish()])
-    return staging
 
 
 @pytest.mark.gpu
