@@ -300,12 +300,10 @@ def reads(a) -> dict:
     eng = Engine("gpu")
     f = Fitter(load_image(sample_path(a.image), a.size), triangles=a.tris, size=a.size, seed=a.seed, engine=eng,
                **_settings(a))
-    n_events = [0]
-    on_event = f.strategy.on_event
-    f.strategy.on_event = lambda it: (n_events.__setitem__(0, n_events[0] + 1), on_event(it))[1]
+    events = _EventClock(f)
     f.run(StopConditions(iterations=a.iters))
     wn.GPUBuffer.map_sync = real
-    return {"iterations": f.iteration, "size": a.size, "tris": a.tris, "settings": _settings(a), "events": n_events[0],
+    return {"iterations": f.iteration, "size": a.size, "tris": a.tris, "settings": _settings(a), "events": events.calls,
             "reads": sum(callers.values()), "by_caller": dict(callers.most_common())}
 
 
