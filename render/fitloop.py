@@ -89,8 +89,9 @@ class FitSettings:
                                   # removal cost (render/placement.py): a greedy start, revised; 1 = off
     prune_until: float = 0.85     # ... in prune_stages equal steps between growth_until and this fraction of the plan,
     prune_stages: int = 2
-    overgrow_cycles: int = 0      # ... in cycles (each after the first grows back, then prunes): as many as fit,
-                                  # so a longer plan revises its scene more often (>0: at most this many)
+    overgrow_cycles: int = 150    # ... in cycles (each after the first grows back, then prunes): as many as fit,
+                                  # so a longer plan revises its scene more often, up to this many (0: no cap);
+                                  # past it, revising more often is worth less than training each cycle longer
     prune_hold: float = 0.0       # ... each cycle holding its peak for this fraction of it before the pruning steps,
     prune_cycle_min: int = 100    # ... each at least this many iterations long
     cycle_lr: float = 2.0         # >0: each pruning cycle after the first restarts the learning-rate scale at (at

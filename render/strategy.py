@@ -206,7 +206,8 @@ class DefaultStrategy(FixedStrategy):
 
     def prune_cycles(self) -> int:
         """Pruning cycles in this plan: as many of at least prune_cycle_min iterations as fit
-        between growth_until and prune_until (up to overgrow_cycles where that is set)."""
+        between growth_until and prune_until, up to overgrow_cycles (0: no cap); a longer plan
+        than that makes each cycle longer."""
         s = self.settings
         span = (s.prune_until - s.growth_until) * s.planned_iterations
         fit = int(span // max(1, s.prune_cycle_min))

@@ -41,18 +41,23 @@ def _wanted_by_formula(s, peak, it, pruning=False):
 
 
 def test_pruning_cycles_scale_with_the_plan(ref_engine):
-    # a longer plan revises its scene in more cycles of the same length, unless a cap is set
+    # a longer plan revises its scene in more cycles of the same length, up to the cap (150 by
+    # default); past it the cycles grow longer. A cap of 0 lifts it.
     f = Fitter(_target(), triangles=150, size=24, seed=0, engine=ref_engine)
     capped = Fitter(_target(), triangles=150, size=24, seed=0, engine=ref_engine, overgrow_cycles=24)
-    for plan, cycles in ((300, 1), (7500, 26), (30000, 105)):
-        f.plan(plan)
-        capped.plan(plan)
-        assert f.strategy.prune_cycles() == cycles
+    uncapped = Fitter(_target(), triangles=150, size=24, seed=0, engine=ref_engine, overgrow_cycles=0)
+    assert f.settings.overgrow_cycles == 150
+    for plan, cycles in ((300, 1), (7500, 26), (30000, 105), (60000, 210), (100000, 350)):
+        for fitter in (f, capped, uncapped):
+            fitter.plan(plan)
+        assert uncapped.strategy.prune_cycles() == cycles
+        assert f.strategy.prune_cycles() == min(cycles, 150)
         assert capped.strategy.prune_cycles() == min(cycles, 24)
         first, length, n = f.strategy.cycles()
-        assert n == cycles and length >= f.settings.prune_cycle_min
-    f.close()
-    capped.close()
+        assert n == min(cycles, 150) and length >= f.settings.prune_cycle_min
+        assert length == pytest.approx(0.35 * plan / n)
+    for fitter in (f, capped, uncapped):
+        fitter.close()
 
 
 @pytest.mark.parametrize("settings", [

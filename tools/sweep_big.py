@@ -39,7 +39,7 @@ VARIANTS = {
     "sigma_end 0.35": {"sigma_end_px": 0.35},
     "sigma_end 0.75": {"sigma_end_px": 0.75},
     "no respawn": {"respawn_every": 0},
-    "cycles of 100": {"overgrow_cycles": 100_000},  # as many pruning cycles as fit, prune_cycle_min iterations each
+    "cycles of 100": {"overgrow_cycles": 0},  # as many pruning cycles as fit, prune_cycle_min iterations each (no cap)
 }
 
 

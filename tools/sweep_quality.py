@@ -95,7 +95,9 @@ VARIANTS = {
     "respawn 200": {"respawn_every": 200},
     "cycles 96": {"overgrow_cycles": 96},
     "cycles 48": {"overgrow_cycles": 48},
-    "cycles of 100": {"overgrow_cycles": 100_000},  # as many as fit, prune_cycle_min iterations each
+    "cycles 75": {"overgrow_cycles": 75},   # long plans: fewer, longer cycles (150 is the default since
+    "cycles 150": {"overgrow_cycles": 150},  # QUALITY.md "At most 150 cycles")
+    "cycles of 100": {"overgrow_cycles": 0},  # as many as fit, prune_cycle_min iterations each (no cap)
     # (sixth session) cycle length and shape at a 1 s fit's length
     "cycles of 50": {"prune_cycle_min": 50},
     "cycles of 70": {"prune_cycle_min": 70},
