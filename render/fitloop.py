@@ -345,8 +345,9 @@ class ReferenceFitLoop:
                 vhat = self.v[b] / (1 - s.beta2 ** self.iter)
                 self.raw[b] = self.raw[b] - lr * lr_scale * mhat / (np.sqrt(vhat) + s.adam_eps)
                 self._hold_locked(b, before)
-                # as loss_reduce.wgsl: a non-finite parameter is reported as a NaN loss (a NaN vertex
-                # is otherwise silently invisible: its distance compares false everywhere)
+                # as the GPU forward (forward_walk.wgsl): a non-finite parameter of the scene this
+                # iteration renders is reported as a NaN loss (a NaN vertex is otherwise silently
+                # invisible: its distance compares false everywhere)
                 losses[k, b] = loss if np.all(np.isfinite(scene.triangles)) else np.nan
         return losses
 

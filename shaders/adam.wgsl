@@ -6,14 +6,12 @@
 // loss into the loss ring (loss_record.wgsl; a dispatch of its own would add a launch and a barrier
 // every iteration), then the next iteration's sigma into the scene record (schedule.wgsl; no Adam
 // thread writes that slot, and this iteration's binning, forward and backward have read it). It is
-// a workgroup of its own, not a reduction's, so that its finiteness check and loss tree run beside
-// the reductions instead of before one of them: at small sizes that workgroup was the dispatch's
-// longest. And it is the first, so that it starts with the first wave: on big scenes its check of
-// the whole scene record outlasts a reduction's workgroup (docs/PERFORMANCE.md, "The loss's sum in
-// the reduction's first workgroup"). Workgroup (x + 1, b) takes reduce_param.wgsl's slots of x.
-// The loss's finiteness check reads the scene record while other workgroups write the next one:
-// both are finite in a sound fit, and a non-finite number is then reported this iteration or the
-// next -- either rolls back.
+// a workgroup of its own, not a reduction's, so that its loss tree runs beside the reductions
+// instead of before one of them: at small sizes that workgroup was the dispatch's longest. And it
+// is the first, so that it starts with the first wave (docs/PERFORMANCE.md, "The loss's sum in the
+// reduction's first workgroup"). Workgroup (x + 1, b) takes reduce_param.wgsl's slots of x.
+// A number this step makes non-finite is reported by the next iteration's forward, which checks
+// the record it reads (forward_walk.wgsl), as the host loop does (render/fitloop.py).
 // A locked triangle (locked[b * n_tris + i] != 0) keeps its parameters, moments and scene record
 // to the bit: its threads end after the reduction, which every thread of the workgroup shares.
 // An anchor (anchor[b, triangle, k] = (value, weight); render/gpu/fitloop.py set_anchor) adds the

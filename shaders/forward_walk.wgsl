@@ -186,6 +186,18 @@ fn walk_tile(wid: vec3u, li: u32, count: u32) {
         contrib += finish_pixel(s6, b, record, segments) + finish_pixel(s7, b, record, segments);
     }
     if (frame.with_loss != 0u) {  // uniform
+        // This tile's share of image b's scene record, checked for numbers that are not finite: a
+        // NaN in the partial makes the loss NaN (binning silently drops a triangle with a NaN vertex,
+        // so the walk alone would never show it, and the fitter's rollback keys on a non-finite
+        // loss). Here, and not where the loss is summed: the fit's Adam dispatch sums it while its
+        // other workgroups write the next record, and nothing writes the record during a forward,
+        // so a bad number is always reported at the first iteration whose forward reads it.
+        let share = (frame.scene_stride + frame.n_tiles - 1u) / frame.n_tiles;
+        let tile = wid.y * frame.tiles_x + wid.x;
+        let last = min((tile + 1u) * share, frame.scene_stride);
+        for (var i = tile * share + li; i < last; i += THREADS) {
+            if (!(abs(scene[b * frame.scene_stride + i]) <= 3.0e38)) { contrib = bitcast<f32>(0x7fc00000u); }  // false for NaN and inf
+        }
         loss_red[li] = contrib;
         workgroupBarrier();
         for (var off = THREADS / 2u; off > 0u; off = off / 2u) {

@@ -2,9 +2,8 @@
 // adam.wgsl calls the same reduce_param (reduce_param.wgsl) instead. One more workgroup, the first
 // of the dispatch, writes image b's loss into the loss ring (loss_record.wgsl), as adam.wgsl's
 // does: beside the reductions rather than a dispatch of its own (a launch and a barrier more), and
-// first, so that it starts with the first wave: its finiteness check reads the whole scene record,
-// longer than a reduction's workgroup on big scenes (docs/PERFORMANCE.md, "The loss's sum in
-// the reduction's first workgroup").
+// first, so that it starts with the first wave (docs/PERFORMANCE.md, "The loss's sum in the
+// reduction's first workgroup").
 
 @group(0) @binding(0) var<uniform> frame: Frame;
 @group(0) @binding(1) var<storage, read> partial: array<f32>;
@@ -14,7 +13,6 @@
 @group(0) @binding(5) var<storage, read> loss_partial: array<f32>;
 @group(0) @binding(6) var<storage, read> state: State;
 @group(0) @binding(7) var<storage, read_write> ring: array<f32>;
-@group(0) @binding(8) var<storage, read> scene: array<f32>;
 
 // Dispatch: (1 + reduce_groups(n_tris) in render/gpu/workspace.py, batch); workgroup x + 1 takes
 // reduce_param.wgsl's slots of x.

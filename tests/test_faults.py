@@ -40,6 +40,37 @@ def test_nan_rolls_back_lowers_lr_and_continues(backend, request):
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("chunk", [1, 4])
+def test_a_nan_the_step_makes_is_reported_by_the_next_iteration(chunk, gpu_engine, ref_engine):
+    # An Adam step that makes a parameter NaN (here: a NaN first moment, set between chunks) is
+    # reported by the next iteration, the first whose forward renders it -- on the GPU, whose Adam
+    # dispatch writes the next scene record while it sums the loss, as in the host loop; whatever
+    # the chunking (with chunks of one it is the next chunk's, which rolls back two snapshots).
+    from trifit.errors import NumericalFault
+    from trifit.fitloop import FitSettings
+    from trifit.placement import initial_raw
+    from trifit.strategy import plan_schedule
+
+    target = _target()
+    s = FitSettings(triangles=6, size=32, chunk=chunk, planned_iterations=40)
+    sched = plan_schedule(s, 24)
+    raw0 = initial_raw(target, 6, np.random.default_rng(0), s, sched.sigma_start)
+    reported = {}
+    for name, eng in (("gpu", gpu_engine), ("reference", ref_engine)):
+        loop = eng.impl.fit_loop(target, raw0, 6, s, sched)
+        loop.run(4)
+        raw, m, v = loop.get_state()
+        m[0] = np.nan  # the next step's update of vertex 0's x is NaN
+        loop.set_state(raw, m, v)
+        with pytest.raises(NumericalFault) as fault:
+            loop.run(8)
+        reported[name] = fault.value.iteration
+        assert np.all(np.isfinite(loop.current_values()[0]))  # rolled back to finite parameters
+        if name == "gpu":
+            loop.release()
+    assert reported == {"gpu": 6, "reference": 6}
+
+
 def test_lost_device_is_recreated_and_the_fit_resumes(gpu_ctx):
     # in a subprocess: destroying the device must not disturb the other tests' shared device
     code = textwrap.dedent("""

@@ -366,7 +366,7 @@ class Workspace:
     def encode_loss(self, cpass) -> None:
         """The per-pixel loss is fused into the forward (frame.with_loss); this sums its tiles (a
         forward without a backward: :meth:`encode_reduce` sums them beside the gradients)."""
-        self._dispatch(cpass, "loss_reduce.wgsl", ["frame", "loss_partial", "state", "ring", "scene"],
+        self._dispatch(cpass, "loss_reduce.wgsl", ["frame", "loss_partial", "state", "ring"],
                        (self.shape.batch, 1, 1))
 
     def encode_backward(self, cpass) -> None:
@@ -378,7 +378,7 @@ class Workspace:
     def encode_reduce(self, cpass) -> None:
         """The gradients' reduction, and in its first workgroup the loss (what encode_loss does alone)."""
         self._dispatch(cpass, "reduce.wgsl",
-                       ["frame", "partial", "tile_mask", "grad", "tri_tiles", "loss_partial", "state", "ring", "scene"],
+                       ["frame", "partial", "tile_mask", "grad", "tri_tiles", "loss_partial", "state", "ring"],
                        (reduce_groups(self.shape.n_tris) + 1, self.shape.batch, 1), entry="reduce_grad")
 
     def encode_costs(self, cpass) -> None:
