@@ -19,8 +19,9 @@ from . import reference
 from .errors import NumericalFault
 from .scene import Scene
 
-# logits are clamped here when made from values, so 0 and 1 map to finite parameters
-_LOGIT_EPS = 1e-4
+#: logits are clamped here when made from values, so 0 and 1 map to finite parameters (events.wgsl
+#: gets it from render/gpu/shaders.py)
+LOGIT_EPS = 1e-4
 
 
 #: the working size (longer side, px) at which ``FitSettings.lr_vertex`` is in force as set; at
@@ -166,7 +167,7 @@ class Schedule:
 
 
 def logit(v: np.ndarray) -> np.ndarray:
-    v = np.clip(v, _LOGIT_EPS, 1 - _LOGIT_EPS)
+    v = np.clip(v, LOGIT_EPS, 1 - LOGIT_EPS)
     return np.log(v / (1 - v))
 
 

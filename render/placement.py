@@ -25,12 +25,13 @@ from .scene import Scene
 INSERT_SHAPES = ("residual", "random")
 # the three corners of an equilateral triangle on the unit circle, from angle 0
 _CORNERS = np.array([0.0, 2 * np.pi / 3, 4 * np.pi / 3])
-# a filled equilateral triangle of circumradius r has variance r^2 / 8 along every axis
-_VAR_PER_R2 = 1.0 / 8.0
-# pixel variance added to a patch's second moments (and their floor): a triangle at least ~1.4 px wide
-_MIN_VAR_PX = 0.25
-# a window wider than 2x this many pixels is read every few pixels: its moments barely change
-_MAX_SAMPLES_PER_SIDE = 64
+# (the next three are events.wgsl's too: render/gpu/shaders.py writes them into it)
+#: a filled equilateral triangle of circumradius r has variance r^2 / 8 along every axis
+VAR_PER_R2 = 1.0 / 8.0
+#: pixel variance added to a patch's second moments (and their floor): a triangle at least ~1.4 px wide
+MIN_VAR_PX = 0.25
+#: a window wider than 2x this many pixels is read every few pixels: its moments barely change
+MAX_SAMPLES_PER_SIDE = 64
 
 
 def _residual(target: np.ndarray, image: np.ndarray | None) -> np.ndarray:
@@ -171,9 +172,9 @@ def pick_in_tile(err: np.ndarray, tile: int, frac: float, floor: float) -> tuple
 
 def _window(r_px: float) -> tuple[float, int, int]:
     """Gaussian window of a patch for circumradius r_px: (its sigma, half-width h, read step)."""
-    sw = max(r_px * math.sqrt(_VAR_PER_R2), 0.75)
+    sw = max(r_px * math.sqrt(VAR_PER_R2), 0.75)
     h = math.ceil(3 * sw)
-    return sw, h, max(1, h // _MAX_SAMPLES_PER_SIDE)
+    return sw, h, max(1, h // MAX_SAMPLES_PER_SIDE)
 
 
 def shapes_to_residual(target: np.ndarray, residual: np.ndarray, cx: np.ndarray, cy: np.ndarray,
@@ -222,7 +223,7 @@ def shapes_to_residual(target: np.ndarray, residual: np.ndarray, cx: np.ndarray,
         ex, ey = dx - ox[:, None], dy - oy[:, None]
         cxx, cyy = (wx * ex * ex).sum(axis=1) / tot, (wy * ey * ey).sum(axis=1) / tot
         cxy = np.einsum("mij,mi,mj->m", w, ey, ex) / tot
-        cov = np.stack([np.stack([cxx, cxy], -1), np.stack([cxy, cyy], -1)], -2) + _MIN_VAR_PX * np.eye(2)
+        cov = np.stack([np.stack([cxx, cxy], -1), np.stack([cxy, cyy], -1)], -2) + MIN_VAR_PX * np.eye(2)
         rgb = np.einsum("mijc,mij->mc", tgt_flat[flat], w) / tot[:, None]
         verts, radius = _triangles_from_moments(ccx + ox, ccy + oy, cov, np.asarray(angle, float)[idx], W, H)
         for k, i in enumerate(members):
@@ -236,7 +237,7 @@ def _triangles_from_moments(mx, my, cov, angle, W: int, H: int):
     at ``angle``, stretched along cov's (m, 2, 2) principal axes to its second moments, centred
     at (mx, my)."""
     lam, axes = np.linalg.eigh(cov)
-    rho = np.sqrt(np.maximum(lam, _MIN_VAR_PX) / _VAR_PER_R2)  # circumradius along each axis
+    rho = np.sqrt(np.maximum(lam, MIN_VAR_PX) / VAR_PER_R2)  # circumradius along each axis
     a = angle[:, None] + _CORNERS[None]
     corners = np.stack([np.cos(a), np.sin(a)], axis=-1) * rho[:, None, :]  # (m, 3, 2)
     p = np.stack([mx, my], axis=-1)[:, None, :] + corners @ np.swapaxes(axes, 1, 2)

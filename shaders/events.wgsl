@@ -23,10 +23,8 @@ const PLACE_IN: u32 = 12u;
 const PLACE_OUT: u32 = 12u;
 const PLACE_THREADS: u32 = 64u;
 const PLACE_ROW: u32 = 20u;        // a gather's fresh row: 10 raw parameters, then 10 record values
-const LOGIT_EPS: f32 = 1e-4;       // render/fitloop.py _LOGIT_EPS
-const VAR_PER_R2: f32 = 0.125;     // a filled equilateral triangle: variance r^2 / 8 along any axis
-const MIN_VAR_PX: f32 = 0.25;      // added to the moments and their floor (placement._MIN_VAR_PX)
-const MAX_SAMPLES_PER_SIDE: i32 = 64;
+// (LOGIT_EPS, VAR_PER_R2, MIN_VAR_PX, MAX_SAMPLES_PER_SIDE: the host's values, written in by
+// render/gpu/shaders.py `constants`)
 const TWO_PI_3: f32 = 2.0943951023931953;
 
 @group(0) @binding(0) var<uniform> place: Place;

@@ -115,6 +115,14 @@ def constants(name: str, kb: int = 1, subgroup_size: int = 0, ppt: int = 1) -> s
     lines = []
     if "reduce_param.wgsl" in PIECES.get(name, ()):
         lines.append(f"const PARAMS_PER_GROUP: u32 = {PARAMS_PER_GROUP}u;  // triangle parameters a workgroup")
+    if name == "events.wgsl":  # the host's placement constants, so the two cannot drift apart
+        from .. import placement
+        from ..fitloop import LOGIT_EPS
+
+        lines.append(f"const LOGIT_EPS: f32 = {LOGIT_EPS!r};  // render/fitloop.py")
+        lines.append(f"const VAR_PER_R2: f32 = {placement.VAR_PER_R2!r};  // render/placement.py, as the next two")
+        lines.append(f"const MIN_VAR_PX: f32 = {placement.MIN_VAR_PX!r};")
+        lines.append(f"const MAX_SAMPLES_PER_SIDE: i32 = {int(placement.MAX_SAMPLES_PER_SIDE)};")
     if name == "bin.wgsl":
         lines.append(f"const SUPER: u32 = {SUPER_TILES}u;  // tiles a super-tile spans each way (two-pass binning)")
         lines.append(f"const FINE_WORDS: u32 = {FINE_MASK_WORDS}u;  // mask words fine_main's workgroup holds")
