@@ -122,19 +122,21 @@ def _settings(a) -> dict:
 class _EventClock:
     """This thread's CPU seconds inside the strategy's events (placement, respawn checks, pruning,
     probes): the host's share of them, apart from the GPU's (on lavapipe the GPU's work runs on
-    other threads, so the process's CPU time would count it)."""
+    other threads, so the process's CPU time would count it); and their wall seconds (the host's
+    share, and the waits for the GPU work and readbacks they need)."""
 
     def __init__(self, fitter):
-        self.cpu_s, self.calls = 0.0, 0
+        self.cpu_s, self.wall_s, self.calls = 0.0, 0.0, 0
         strategy = fitter.strategy
         inner = strategy.on_event
 
         def timed(iteration):
-            t = time.thread_time()
+            t, w = time.thread_time(), time.perf_counter()
             try:
                 return inner(iteration)
             finally:
                 self.cpu_s += time.thread_time() - t
+                self.wall_s += time.perf_counter() - w
                 self.calls += 1
 
         strategy.on_event = timed
@@ -175,7 +177,8 @@ def long_fit(a) -> dict:
            "iterations": f.iteration, "wall_s": wall, "host_cpu_s": cpu, "readback_bytes_per_iteration": rb / max(f.iteration, 1),
            **_readback(before, after, f.iteration), "psnr_working": psnr, "gpu_ms": tm["gpu_ms"], "host_ms": tm["host_ms"],
            "submissions": after["submissions"] - before["submissions"], "respawned": f.respawned,
-           "fit_thread_cpu_s": thread_cpu, "event_cpu_s": events.cpu_s, "events": events.calls}
+           "fit_thread_cpu_s": thread_cpu, "event_cpu_s": events.cpu_s, "event_wall_s": events.wall_s,
+           "events": events.calls}
     for at in (1, 5, 10, 20):
         got = [m for m in marks if m[0] <= at]
         if got:

@@ -40,6 +40,8 @@ VARIANTS = {
     "sigma_end 0.75": {"sigma_end_px": 0.75},
     "no respawn": {"respawn_every": 0},
     "cycles of 100": {"overgrow_cycles": 0},  # as many pruning cycles as fit, prune_cycle_min iterations each (no cap)
+    "cycles of 200": {"prune_cycle_min": 200},  # fewer, longer cycles (does a big count want longer ones?)
+    "cycles of 400": {"prune_cycle_min": 400},
 }
 
 
