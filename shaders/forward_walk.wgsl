@@ -58,6 +58,18 @@ fn start_pixel(tile: vec2u, pi: u32, slot: u32) -> Pixel {
 // Composites list entry `pos` (triangle t, of `count`) under pixel s.
 fn composite_entry(s: ptr<function, Pixel>, t: TriSetup, pos: u32, count: u32, record: bool, inv_sig: f32, reach: f32) {
     if ((*s).done) { return; }
+    record_entry(s, pos, count, record);
+    apply_alpha(s, culled_alpha((*s).p, t, inv_sig, reach), t.rgba.rgb);
+}
+
+// Entry `pos` with coverage `alpha` already evaluated, under a pixel not yet done.
+fn apply_entry(s: ptr<function, Pixel>, alpha: f32, rgb: vec3f, pos: u32, count: u32, record: bool) {
+    record_entry(s, pos, count, record);
+    apply_alpha(s, alpha, rgb);
+}
+
+// The backward's checkpoint where entry `pos` begins a segment (before the entry is composited).
+fn record_entry(s: ptr<function, Pixel>, pos: u32, count: u32, record: bool) {
     if (record) {
         // entering segment next_seg: list position pos == count - next_seg * seg_len - 1
         let ns = (*s).next_seg;
@@ -66,14 +78,30 @@ fn composite_entry(s: ptr<function, Pixel>, t: TriSetup, pos: u32, count: u32, r
             (*s).next_seg = ns + 1u;
         }
     }
-    let alpha = culled_alpha((*s).p, t, inv_sig, reach);
+}
+
+fn apply_alpha(s: ptr<function, Pixel>, alpha: f32, rgb: vec3f) {
     if (alpha == 0.0) { return; }  // culled (or fully transparent): nothing changes
-    (*s).acc += (*s).trans * alpha * t.rgba.rgb;
+    (*s).acc += (*s).trans * alpha * rgb;
     (*s).trans *= 1.0 - alpha;
     if ((*s).trans < frame.stop_t) {
         (*s).done = true;
         atomicAdd(&n_done, 1u);
     }
+}
+
+// composite_entry of entries `pos` (t1) then `pos - 1` (t2), with both coverages evaluated first:
+// one pixel a thread leaves a GPU's scheduler few warps to hide the walk's latency with, and the
+// two evaluations are independent chains it can interleave. The composite is the same arithmetic
+// in the same order, so the bits are composite_entry's; a pixel done after t1 skips t2 as there.
+fn composite_pair(s: ptr<function, Pixel>, t1: TriSetup, t2: TriSetup, pos: u32, count: u32, record: bool,
+                  inv_sig: f32, reach: f32) {
+    if ((*s).done) { return; }
+    let a1 = culled_alpha((*s).p, t1, inv_sig, reach);
+    let a2 = culled_alpha((*s).p, t2, inv_sig, reach);
+    apply_entry(s, a1, t1.rgba.rgb, pos, count, record);
+    if ((*s).done) { return; }
+    apply_entry(s, a2, t2.rgba.rgb, pos - 1u, count, record);
 }
 
 // Writes pixel s (and with the loss, dL/dC and its checkpoints); returns its loss contribution.
@@ -149,7 +177,17 @@ fn walk_tile(wid: vec3u, li: u32, count: u32) {
             staged[q] = stage_tri(load_tri(sbase + tile_list[list_base + start + q] * TRI_FLOATS, frame), reach);
         }
         workgroupBarrier();
-        for (var k = n; k > 0u; k--) {
+        var k = n;
+        if (PPT == 1u) {  // two entries at a time: their coverages are independent (see composite_pair)
+            while (k >= 2u) {
+                composite_pair(&s0, staged_setup(staged[k - 1u], reach), staged_setup(staged[k - 2u], reach),
+                               start + k - 1u, count, record, inv_sig, reach);
+                k -= 2u;
+                if (s0.done) { break; }
+            }
+            if (s0.done) { k = 0u; }
+        }
+        for (; k > 0u; k--) {
             let t = staged_setup(staged[k - 1u], reach);
             let pos = start + k - 1u;
             composite_entry(&s0, t, pos, count, record, inv_sig, reach);
