@@ -71,6 +71,7 @@ def test_a_nan_the_step_makes_is_reported_by_the_next_iteration(chunk, gpu_engin
     assert reported == {"gpu": 6, "reference": 6}
 
 
+@pytest.mark.gpu
 def test_lost_device_is_recreated_and_the_fit_resumes(gpu_ctx):
     # in a subprocess: destroying the device must not disturb the other tests' shared device
     code = textwrap.dedent("""
