@@ -19,12 +19,10 @@
 //   materialise to), each image's larger ones first as the host orders them
 //   (placement.device_triangles), so nothing comes back to the host on the way.
 
-const PLACE_IN: u32 = 12u;
-const PLACE_OUT: u32 = 12u;
 const PLACE_THREADS: u32 = 64u;
-const PLACE_ROW: u32 = 20u;        // a gather's fresh row: 10 raw parameters, then 10 record values
-// (LOGIT_EPS, VAR_PER_R2, MIN_VAR_PX, MAX_SAMPLES_PER_SIDE: the host's values, written in by
-// render/gpu/shaders.py `constants`)
+// (PLACE_IN, PLACE_OUT, PLACE_ROW -- a gather's fresh row: 10 raw parameters, then 10 record
+// values -- and LOGIT_EPS, VAR_PER_R2, MIN_VAR_PX, MAX_SAMPLES_PER_SIDE: the host's values,
+// written in by render/gpu/shaders.py `constants`)
 const TWO_PI_3: f32 = 2.0943951023931953;
 
 @group(0) @binding(0) var<uniform> place: Place;

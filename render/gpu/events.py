@@ -22,7 +22,7 @@ from ..fitloop import logit
 from .layouts import PLACE
 from .workspace import COPY_DST, COPY_SRC, MAP_READ, STORAGE, TILE, UNIFORM
 
-PLACE_IN = 12   # floats per new triangle's record in (shaders/events.wgsl)
+PLACE_IN = 12   # floats per new triangle's record in (shaders/events.wgsl: render/gpu/shaders.py writes these in)
 PLACE_OUT = 12  # ... and out
 PLACE_ROW = 20  # ... and as a gather's fresh row (GpuFitLoop.permute / take)
 

@@ -118,7 +118,10 @@ def constants(name: str, kb: int = 1, subgroup_size: int = 0, ppt: int = 1) -> s
     if name == "events.wgsl":  # the host's placement constants, so the two cannot drift apart
         from .. import placement
         from ..fitloop import LOGIT_EPS
+        from . import events
 
+        for const in ("PLACE_IN", "PLACE_OUT", "PLACE_ROW"):
+            lines.append(f"const {const}: u32 = {int(getattr(events, const))}u;  // render/gpu/events.py")
         lines.append(f"const LOGIT_EPS: f32 = {LOGIT_EPS!r};  // render/fitloop.py")
         lines.append(f"const VAR_PER_R2: f32 = {placement.VAR_PER_R2!r};  // render/placement.py, as the next two")
         lines.append(f"const MIN_VAR_PX: f32 = {placement.MIN_VAR_PX!r};")
