@@ -16,8 +16,6 @@
 @group(0) @binding(12) var<storage, read_write> state: State;
 @group(0) @binding(13) var<uniform> sched: Schedule;
 
-const SCAN_THREADS: u32 = THREADS;  // (scan.wgsl)
-
 @compute @workgroup_size(THREADS)
 fn main(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_index) li: u32) {
     bin_tile(wid, li);
@@ -29,10 +27,4 @@ fn fit_main(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_index) 
     bin_tile(wid, li);
     start_iteration(wid, li);
     walk_tile(wid, li, listed());
-}
-
-// The length of the list this workgroup just binned, to every thread, its entries visible to all.
-fn listed() -> u32 {
-    storageBarrier();
-    return workgroupUniformLoad(&running);
 }

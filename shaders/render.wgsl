@@ -3,15 +3,14 @@
 // walks the triangles in rounds of 256 from the top: test the round against the tile
 // (touches_tile), compact the hits in order (prefix scan) straight into the staging area, then
 // composite them front to back with the forward's early stop. Used by render calls; the loss
-// path's forward keeps its lists for the backward (forward.wgsl writes them as it bins, or
-// forward_listed.wgsl reads bin.wgsl's).
+// path's forward keeps its lists for the backward (forward.wgsl and forward_fine.wgsl write them
+// as they bin, forward_listed.wgsl reads bin.wgsl's).
 // Dispatch: (tiles_x, tiles_y, batch).
 
 @group(0) @binding(0) var<uniform> frame: Frame;
 @group(0) @binding(1) var<storage, read> scene: array<f32>;  // scene records (scene_access.wgsl)
 @group(0) @binding(2) var<storage, read_write> image: array<f32>;
 
-const SCAN_THREADS: u32 = WG;  // (scan.wgsl)
 var<workgroup> staged: array<TriPx, 256>;
 var<workgroup> n_done: atomic<u32>;
 var<workgroup> all_done: u32;
@@ -28,22 +27,23 @@ fn main(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_index) li: 
     let inv_sig = 1.0 / sig;
     let ext = tile_extent(wid.xy, frame);
     if (li == 0u) { atomicStore(&n_done, 0u); all_done = 0u; }
-    workgroupBarrier();  // zeroed before any pixel counts itself
+    clear_rounds(li);
+    workgroupBarrier();  // zeroed before any pixel counts itself (and before round 0 sets a mask)
 
     var acc = vec3f(0.0);
     var trans = 1.0;
     var done = !in_frame;
     if (done) { atomicAdd(&n_done, 1u); }
-    for (var r = (frame.n_tris + WG - 1u) / WG; r > 0u; r--) {
-        let i = (r - 1u) * WG + li;
+    let rounds = (frame.n_tris + WG - 1u) / WG;
+    for (var r = 0u; r < rounds; r++) {
+        let i = (rounds - 1u - r) * WG + li;  // (from the top)
         var hit = 0u;
         var tri: TriPx;
         if (i < frame.n_tris) {
             tri = load_tri(sbase + i * TRI_FLOATS, frame);
             if (touches_tile(tri, ext[0], ext[1], reach)) { hit = 1u; }
         }
-        workgroupBarrier();  // the previous round's walk is done with `staged` (and the scan's reads)
-        let prefix = exclusive_scan(li, hit);
+        let prefix = round_prefix(li, r, li, hit);  // (its barrier: the previous round's walk is done with `staged`)
         if (hit == 1u) { staged[prefix.x] = tri; }
         workgroupBarrier();  // staged before any pixel walks it
         let n = prefix.y;

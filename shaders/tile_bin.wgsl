@@ -5,18 +5,14 @@
 // iteration and one more set of commands for the host to encode. Where that is slower (big
 // problems, full GPUs) binning has passes of its own (bin.wgsl): the same lists, counts and masks
 // to the bit.
-// Order-preserving compaction (flag, workgroup prefix sum, scatter), WG = 256 triangles per round.
-// Each of the THREADS = WG / PPT threads tests PPT consecutive triangles of a round, so the prefix
-// sum runs over THREADS counts: on CPU adapters (PPT 4) a barrier then wakes a quarter of the SIMD
-// batches (docs/PERFORMANCE.md, round 10).
+// Order-preserving compaction (scan.wgsl: the round's hits as a bit mask), WG = 256 triangles per
+// round. Each of the THREADS = WG / PPT threads tests PPT consecutive triangles of a round; the
+// round's mask is also the tile's membership mask for those triangles.
 // A triangle's tile range is the tiles its cull-expanded bounding box can touch, one tile wider on
 // each side than the exact test (a superset of the tiles that list it), so the gradient reduction
 // (reduce_param.wgsl) walks those tiles and not the whole frame.
 // The including kernel declares frame, scene, tile_count, tile_list, tile_mask, tri_tiles, state
-// and sched, and SCAN_THREADS = THREADS (scan.wgsl).
-
-var<workgroup> words: array<atomic<u32>, 8>;
-var<workgroup> running: u32;  // the list's length so far
+// and sched (scan.wgsl: the compaction, and `running`, which it sets to the list's length).
 
 // The fit loop starts each iteration in its first dispatch: the counter and its learning-rate
 // scale, written by one thread. No other workgroup of that dispatch reads the state (binning and
@@ -40,11 +36,13 @@ fn bin_tile(wid: vec3u, li: u32) {
     let sbase = record_tri(b, 0u, frame);
     let reach = frame.cull_k * sigma_px(b, frame);
     let ext = tile_extent(wid.xy, frame);
-    if (li == 0u) { running = 0u; }
+    clear_rounds(li);
+    workgroupBarrier();
+    var run = 0u;  // the list's length so far (the same in every thread)
     let rounds = (frame.n_tris + WG - 1u) / WG;
     for (var r = 0u; r < rounds; r++) {
-        let first = r * WG + li * PPT;  // this thread's triangles: first .. first + PPT - 1
-        if (li < 8u) { atomicStore(&words[li], 0u); }
+        let k0 = li * PPT;  // this thread's first triangle within the round
+        let first = r * WG + k0;  // its triangles: first .. first + PPT - 1
         var hits = 0u;  // bit q: triangle first + q touches the tile
         for (var q = 0u; q < PPT; q++) {
             let i = first + q;
@@ -55,26 +53,24 @@ fn bin_tile(wid: vec3u, li: u32) {
             }
             if (tile_index == 0u) { tri_tiles[b * frame.n_tris + i] = tile_range(t, reach); }
         }
-        let mine = countOneBits(hits);
-        let prefix = exclusive_scan(li, mine);  // (its barriers order `running` and `words` too)
-        var at = running + prefix.x;  // this thread's first list position
+        let prefix = round_prefix(li, r, k0, hits);
+        var at = run + prefix.x;  // this thread's first list position
         for (var q = 0u; q < PPT; q++) {
             if ((hits & (1u << q)) != 0u) {
                 tile_list[list_base + at] = first + q;
                 at += 1u;
-                let k = li * PPT + q;  // index within the round
-                atomicOr(&words[k / 32u], 1u << (k % 32u));
             }
         }
-        workgroupBarrier();
-        let w = r * 8u + li;
+        let w = r * 8u + li;  // (the round's mask is the tile's mask words r * 8 ..)
         if (li < 8u && w < frame.mask_words) {
-            tile_mask[mask_base + w] = atomicLoad(&words[li]);
+            tile_mask[mask_base + w] = round_word(r, li);
         }
-        if (li == 0u) { running = running + prefix.y; }
-        workgroupBarrier();
+        run += prefix.y;
     }
-    if (li == 0u) { tile_count[slot] = running; }
+    if (li == 0u) {
+        tile_count[slot] = run;
+        running = run;
+    }
 }
 
 // The tiles (x0, y0)-(x1, y1), packed, that triangle t's bounding box expanded by `reach` may

@@ -174,7 +174,7 @@ def _astronaut(size=None):
 
 # ---------------------------------------------------------------------- the kernels' variants
 def test_the_focus_variant_is_its_own_piece_and_binding():
-    for name in ("forward.wgsl", "forward_listed.wgsl", "backward.wgsl"):
+    for name in ("forward.wgsl", "forward_listed.wgsl", "forward_fine.wgsl", "backward.wgsl"):
         plain = shaders.kernel_source(name, subgroups=False)
         weighted = shaders.kernel_source(name, subgroups=False, weighted=True)
         assert "shaders/focus_none.wgsl" in plain and "var<storage, read> weights" not in plain

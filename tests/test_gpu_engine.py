@@ -132,35 +132,43 @@ def test_subgroup_sums_by_any_number_of_transposing_exchanges(gpu_ctx, monkeypat
 @pytest.mark.parametrize("n, W, H, sp", [(300, 70, 50, 1.0), (40, 130, 33, 0.2), (1100, 24, 30, 2.0)])
 def test_every_binning_path_gives_the_same_bits(monkeypatch, gpu_ctx, n, W, H, sp):
     """The forward binning its own tiles (forward.wgsl), one binning pass of its own (bin.wgsl main)
-    and two (super-tiles, then tiles: coarse_main, fine_main; what big problems use), each before
-    the forward over their lists (forward_listed.wgsl), list the same triangles in the same order:
-    renders, losses, gradients and removal costs are the same bits. Forced here on small frames
-    (edge super-tiles, one super-tile, lists of more than one round)."""
+    before the forward over its lists (forward_listed.wgsl), and two for big problems -- super-tiles,
+    then each tile from its super-tile's list, in a pass of its own (coarse_main, fine_main,
+    forward_listed.wgsl) or by the forward's workgroups (coarse_main, forward_fine.wgsl) -- list
+    the same triangles in the same order:
+    renders, losses, gradients (with a focus map too) and removal costs are the same bits. Forced
+    here on small frames (edge super-tiles, one super-tile, lists of more than one round)."""
     from trifit.gpu import workspace
 
     scene = _scene(n, W, H, seed=n + W, sigma_px=sp)
     target = np.random.default_rng(n).uniform(0, 1, (H, W, 3))
+    focus = np.random.default_rng(n + 1).uniform(0, 1, (H, W))
     got = {}
     for path, (tests, groups) in _BIN_PATHS.items():
         monkeypatch.setattr(workspace, "COARSE_BIN_TESTS", tests)
         monkeypatch.setattr(workspace, "FUSED_BIN_GROUPS", groups)
         eng = Engine("gpu")
         shape = workspace.Shape(1, W, H, n)
-        assert (shape.bins_in_forward, shape.coarse_bin) == (path == "forward", path == "two passes")
+        assert (shape.bins_in_forward, shape.coarse_bin, shape.fine_in_forward) == \
+            (path == "forward", path.startswith(("two", "coarse")), path.startswith("coarse"))
         loss, grad = eng.loss_and_grad(scene, target, "mse")
+        wloss, wgrad = eng.loss_and_grad(scene, target, "mse", weights=focus)  # (the focus variant's kernels)
         got[path] = (eng.render(scene).tobytes(), np.float64(loss).tobytes(), grad.triangles.tobytes(),
-                     grad.background.tobytes(), eng.removal_costs(scene, target).tobytes())
-    assert got["forward"] == got["one pass"] == got["two passes"]
+                     grad.background.tobytes(), eng.removal_costs(scene, target).tobytes(),
+                     np.float64(wloss).tobytes(), wgrad.triangles.tobytes())
+    assert got["forward"] == got["one pass"] == got["two passes"] == got["coarse, then the forward"]
 
 
 #: (COARSE_BIN_TESTS, FUSED_BIN_GROUPS) forcing each binning path on any problem
-_BIN_PATHS = {"forward": (1 << 62, 1 << 62), "one pass": (1 << 62, 0), "two passes": (0, 1 << 62)}
+_BIN_PATHS = {"forward": (1 << 62, 1 << 62), "one pass": (1 << 62, 0), "two passes": (0, 0),
+              "coarse, then the forward": (0, 1 << 62)}
 
 
 def test_binning_paths_in_a_batch_and_their_limits(monkeypatch, gpu_ctx):
     """A batch bins each image's tiles apart on every path (the same bits); a count whose mask would
-    not fit fine_main's workgroup memory bins in one pass; the forward bins its tiles up to
-    FUSED_BIN_GROUPS tile workgroups (tiles x batch)."""
+    not fit a tile's workgroup memory (fine_bin.wgsl) bins in one pass; the forward bins its tiles
+    (from every triangle, or from the super-tiles' lists) up to FUSED_BIN_GROUPS tile workgroups
+    (tiles x batch)."""
     from trifit.gpu import shaders, workspace
 
     scenes = [_scene(120, 70, 50, seed=s, sigma_px=1.0) for s in (1, 2, 3)]
@@ -171,19 +179,22 @@ def test_binning_paths_in_a_batch_and_their_limits(monkeypatch, gpu_ctx):
         monkeypatch.setattr(workspace, "FUSED_BIN_GROUPS", groups)
         losses, grads = Engine("gpu").loss_and_grad_many(scenes, targets)
         got[path] = (np.asarray(losses).tobytes(), *(g.triangles.tobytes() + g.background.tobytes() for g in grads))
-    assert got["forward"] == got["one pass"] == got["two passes"]
+    assert got["forward"] == got["one pass"] == got["two passes"] == got["coarse, then the forward"]
     monkeypatch.setattr(workspace, "COARSE_BIN_TESTS", 0)
     most = 32 * shaders.FINE_MASK_WORDS
     assert workspace.Shape(1, 64, 64, most).coarse_bin and not workspace.Shape(1, 64, 64, most + 1).coarse_bin
     monkeypatch.setattr(workspace, "COARSE_BIN_TESTS", 1 << 62)
     monkeypatch.setattr(workspace, "FUSED_BIN_GROUPS", 32)  # 16 tiles of 64 x 64: two images, not three
     assert workspace.Shape(2, 64, 64, 10).bins_in_forward and not workspace.Shape(3, 64, 64, 10).bins_in_forward
+    monkeypatch.setattr(workspace, "COARSE_BIN_TESTS", 0)  # (and after the super-tiles' pass)
+    assert workspace.Shape(2, 64, 64, 10).fine_in_forward and not workspace.Shape(3, 64, 64, 10).fine_in_forward
 
 
 def test_a_fits_iteration_bins_inside_its_forward(monkeypatch, gpu_ctx):
     """A fit iteration's dispatches: where the forward bins its own tiles (and starts the
     iteration) a small problem's iteration is three dispatches; the other paths bin in passes of
-    their own (the first starting the iteration) and walk their lists."""
+    their own (the first starting the iteration), and the forward walks their lists or, after the
+    super-tiles' pass, bins its tiles from theirs."""
     from trifit import Fitter
     from trifit.gpu import workspace
 
@@ -191,7 +202,8 @@ def test_a_fits_iteration_bins_inside_its_forward(monkeypatch, gpu_ctx):
     end = ["backward.wgsl:main", "adam.wgsl:main"]
     want = {"forward": ["forward.wgsl:fit_main", *end],
             "one pass": ["bin.wgsl:fit_main", "forward_listed.wgsl:main", *end],
-            "two passes": ["bin.wgsl:coarse_fit_main", "bin.wgsl:fine_main", "forward_listed.wgsl:main", *end]}
+            "two passes": ["bin.wgsl:coarse_fit_main", "bin.wgsl:fine_main", "forward_listed.wgsl:main", *end],
+            "coarse, then the forward": ["bin.wgsl:coarse_fit_main", "forward_fine.wgsl:main", *end]}
     scenes = set()
     for path, (tests, groups) in _BIN_PATHS.items():
         monkeypatch.setattr(workspace, "COARSE_BIN_TESTS", tests)

@@ -186,7 +186,8 @@ def test_staging_variant_follows_pixels_per_thread():
                               (8, "stage_tri.wgsl", "stage_setup.wgsl")):
         st = shaders.staging(ppt)
         assert st.piece == piece
-        for kernel, stage in (("forward.wgsl", st.forward), ("forward_listed.wgsl", st.forward), ("backward.wgsl", st.backward)):
+        for kernel, stage in (("forward.wgsl", st.forward), ("forward_listed.wgsl", st.forward),
+                              ("forward_fine.wgsl", st.forward), ("backward.wgsl", st.backward)):
             src = shaders.kernel_source(kernel, subgroups=False, ppt=ppt)
             assert f"// ---- shaders/{piece}" in src and f"// ---- shaders/{other}" not in src
             assert f"const STAGE: u32 = {stage}u;" in src

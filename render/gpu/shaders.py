@@ -21,11 +21,12 @@ from dataclasses import dataclass
 from . import layouts
 
 _lock = threading.Lock()
-_PPT_KERNELS = ("bin.wgsl", "forward.wgsl", "forward_listed.wgsl", "backward.wgsl")  # pixels (binning: triangles) per thread
+#: the kernels with PPT pixels (binning: triangles) per thread
+_PPT_KERNELS = ("bin.wgsl", "forward.wgsl", "forward_listed.wgsl", "forward_fine.wgsl", "backward.wgsl")
 _pipelines: dict[tuple, object] = {}
 SUPER_TILES = 4         # binning in two passes (bin.wgsl coarse_main): super-tiles of 4 x 4 tiles
 PARAMS_PER_GROUP = 32   # the gradient reduction's triangle parameters a workgroup (reduce_param.wgsl)
-FINE_MASK_WORDS = 512   # ... and fine_main's mask in workgroup memory: up to 16,384 triangles
+FINE_MASK_WORDS = 512   # ... and a tile's mask in workgroup memory there: up to 16,384 triangles
 
 
 @functools.cache
@@ -92,10 +93,11 @@ def staging(ppt: int) -> Staging:
 
 #: the shared pieces of each kernel, in order, between the constants and the kernel file
 PIECES: dict[str, tuple[str, ...]] = {
-    "bin.wgsl": ("scene_access.wgsl", "scan.wgsl", "schedule.wgsl", "tile_bin.wgsl"),
+    "bin.wgsl": ("scene_access.wgsl", "scan.wgsl", "schedule.wgsl", "tile_bin.wgsl", "fine_bin.wgsl"),
     "forward.wgsl": ("scene_access.wgsl", "scan.wgsl", "schedule.wgsl", "tile_bin.wgsl", STAGING, FOCUS,
                      "forward_walk.wgsl"),
     "forward_listed.wgsl": ("scene_access.wgsl", STAGING, FOCUS, "forward_walk.wgsl"),
+    "forward_fine.wgsl": ("scene_access.wgsl", "scan.wgsl", "fine_bin.wgsl", STAGING, FOCUS, "forward_walk.wgsl"),
     "backward.wgsl": ("scene_access.wgsl", STAGING, REDUCTION, FOCUS),
     "naive_forward.wgsl": ("scene_access.wgsl",),
     "render.wgsl": ("scene_access.wgsl", "scan.wgsl"),
@@ -126,13 +128,13 @@ def constants(name: str, kb: int = 1, subgroup_size: int = 0, ppt: int = 1) -> s
         lines.append(f"const VAR_PER_R2: f32 = {placement.VAR_PER_R2!r};  // render/placement.py, as the next two")
         lines.append(f"const MIN_VAR_PX: f32 = {placement.MIN_VAR_PX!r};")
         lines.append(f"const MAX_SAMPLES_PER_SIDE: i32 = {int(placement.MAX_SAMPLES_PER_SIDE)};")
-    if name == "bin.wgsl":
+    if "fine_bin.wgsl" in PIECES.get(name, ()):
         lines.append(f"const SUPER: u32 = {SUPER_TILES}u;  // tiles a super-tile spans each way (two-pass binning)")
-        lines.append(f"const FINE_WORDS: u32 = {FINE_MASK_WORDS}u;  // mask words fine_main's workgroup holds")
+        lines.append(f"const FINE_WORDS: u32 = {FINE_MASK_WORDS}u;  // mask words a tile's workgroup holds (fine_bin.wgsl)")
     if name in _PPT_KERNELS:
         lines.append(f"const PPT: u32 = {int(ppt)}u;  // pixels per thread")
         lines.append(f"const THREADS: u32 = {threads}u;  // WG / PPT")
-    if name in ("forward.wgsl", "forward_listed.wgsl"):
+    if name in ("forward.wgsl", "forward_listed.wgsl", "forward_fine.wgsl"):
         lines.append(f"const STAGE: u32 = {staging(ppt).forward}u;  // triangles staged a round (render/gpu/shaders.py)")
     if name == "backward.wgsl":
         lines.append(f"const STAGE: u32 = {staging(ppt).backward}u;  // triangles staged a round (render/gpu/shaders.py)")

@@ -47,14 +47,16 @@ SEGMENT_LEN = 32
 SHORT_SEGMENT_LEN = 16
 SHORT_SEGMENT_TILES = 256
 SEGMENT_BUDGET_BYTES = 64 * 2**20
-# Binning in two passes of its own (shaders/bin.wgsl coarse_main, fine_main) from this many tile-triangle tests of
-# flat binning (every tile tests every triangle) on: 512 px with 1000 triangles is 1.0 M, 1024 px
-# with 5000 is 20 M; both measured faster in two passes (docs/PERFORMANCE.md).
+# Binning in two steps (super-tiles, shaders/bin.wgsl coarse_main; then tiles, fine_bin.wgsl) from
+# this many tile-triangle tests of flat binning (every tile tests every triangle) on: 512 px with
+# 1000 triangles is 1.0 M, 1024 px with 5000 is 20 M; both measured faster in two steps
+# (docs/PERFORMANCE.md).
 COARSE_BIN_TESTS = 1_000_000
 # The forward bins its own tiles (one dispatch fewer) up to this many tile workgroups a dispatch
 # (tiles x batch), where one-pass binning applies: below it the GPU is not full and the pass's
 # launch and barrier are what binning costs; a full GPU ran the longer fused workgroups slower
-# (docs/PERFORMANCE.md, "Binning inside the forward").
+# (docs/PERFORMANCE.md, "Binning inside the forward"). After the super-tiles' pass, likewise
+# (Shape.fine_in_forward).
 FUSED_BIN_GROUPS = 2048
 
 LOSS_KINDS = {"mse": 0, "l1": 1}
@@ -136,6 +138,16 @@ class Shape:
         """Bin in two passes, super-tiles then tiles (the same lists): where every tile testing
         every triangle would cost COARSE_BIN_TESTS tests or more."""
         return self.n_tiles * self.n_tris >= COARSE_BIN_TESTS and self.mask_words <= shaders.FINE_MASK_WORDS
+
+    @property
+    def fine_in_forward(self) -> bool:
+        """After the super-tiles' pass (coarse_bin) the forward's workgroups bin their own tiles from
+        their super-tiles' lists (forward_fine.wgsl) where there are at most FUSED_BIN_GROUPS of
+        them (tiles x batch): one dispatch fewer an iteration for the host to encode, the GPU's
+        time the same. More run in several waves, and a fine pass of its own (bin.wgsl fine_main)
+        was measured faster there (docs/PERFORMANCE.md, "Tiles binned by the forward from the
+        super-tiles' lists")."""
+        return self.coarse_bin and self.n_tiles * self.batch <= FUSED_BIN_GROUPS
 
     @property
     def supers(self) -> tuple[int, int]:
@@ -313,15 +325,18 @@ class Workspace:
         and not (what to build)."""
         if self.shape.bins_in_forward:
             return ("forward.wgsl", "fit_main"), ("forward.wgsl", "main")
+        if self.shape.fine_in_forward:
+            return ("bin.wgsl", "coarse_fit_main"), ("bin.wgsl", "coarse_main"), ("forward_fine.wgsl", "main")
         if self.shape.coarse_bin:
-            bins = (("bin.wgsl", "coarse_fit_main"), ("bin.wgsl", "coarse_main"), ("bin.wgsl", "fine_main"))
-        else:
-            bins = (("bin.wgsl", "fit_main"), ("bin.wgsl", "main"))
-        return (*bins, ("forward_listed.wgsl", "main"))
+            return (("bin.wgsl", "coarse_fit_main"), ("bin.wgsl", "coarse_main"), ("bin.wgsl", "fine_main"),
+                    ("forward_listed.wgsl", "main"))
+        return ("bin.wgsl", "fit_main"), ("bin.wgsl", "main"), ("forward_listed.wgsl", "main")
 
     def encode_bin(self, cpass, fit: dict | None = None) -> None:
-        """Binning's own passes, where it has them (else nothing: the forward bins). ``fit``: the fit
-        loop's buffers (its ``sched``); the first pass then also starts the iteration."""
+        """Binning's own passes, where it has them (else nothing: the forward bins): for a big problem
+        the super-tiles', then the tiles' from their lists unless the forward bins them
+        (Shape.fine_in_forward). ``fit``: the fit loop's buffers (its ``sched``); the first pass
+        then also starts the iteration."""
         if self.shape.bins_in_forward:
             return
         start = ["state", "sched"] if fit is not None else [None, None]
@@ -332,16 +347,21 @@ class Workspace:
         supers = ["super_count", "super_list"]
         self._dispatch(cpass, "bin.wgsl", ["frame", "scene", None, None, None, "tri_tiles", *start, *supers],
                        (*self.shape.supers, self.shape.batch), "coarse_main" if fit is None else "coarse_fit_main", fit)
-        self._dispatch(cpass, "bin.wgsl", ["frame", "scene", "tile_count", "tile_list", "tile_mask", None, None, None,
-                                           *supers], self.tile_groups, "fine_main")
+        if not self.shape.fine_in_forward:
+            self._dispatch(cpass, "bin.wgsl", ["frame", "scene", "tile_count", "tile_list", "tile_mask", None, None,
+                                               None, *supers], self.tile_groups, "fine_main")
 
     def encode_forward(self, cpass, fit: dict | None = None) -> None:
-        """The forward; where binning has no passes of its own it bins each tile first (the lists,
+        """The forward; where binning has no pass of its own it bins each tile first (the lists,
         masks and tile ranges the backward and the reduction read), and with ``fit`` (the fit
-        loop's buffers) also starts the iteration."""
+        loop's buffers) also starts the iteration; after the super-tiles' pass it bins each tile
+        from its super-tile's list first where Shape.fine_in_forward holds."""
         names = ["frame", "scene", "tile_count", "tile_list", "image", "target", "dldc", "loss_partial", "ckpt",
                  "weights" if self.shape.weighted else None]
-        if not self.shape.bins_in_forward:
+        if self.shape.fine_in_forward:  # (the forward's workgroups bin their tiles from their super-tiles' lists)
+            self._dispatch(cpass, "forward_fine.wgsl", names + ["tile_mask", "super_count", "super_list"],
+                           self.tile_groups)
+        elif not self.shape.bins_in_forward:
             self._dispatch(cpass, "forward_listed.wgsl", names, self.tile_groups)
         elif fit is None:
             self._dispatch(cpass, "forward.wgsl", names + ["tile_mask", "tri_tiles"], self.tile_groups)
