@@ -49,9 +49,9 @@ SHORT_SEGMENT_TILES = 256
 SEGMENT_BUDGET_BYTES = 64 * 2**20
 # Binning in two steps (super-tiles, shaders/bin.wgsl coarse_main; then tiles, fine_bin.wgsl) from
 # this many tile-triangle tests of flat binning (every tile tests every triangle) on: 512 px with
-# 1000 triangles is 1.0 M, 1024 px with 5000 is 20 M; both measured faster in two steps
-# (docs/PERFORMANCE.md).
-COARSE_BIN_TESTS = 1_000_000
+# 1000 triangles is 1.0 M (flat binning in the forward measured 6% faster there), with 2000 2.0 M
+# (two steps 8% faster), 1024 px with 5000 20 M (docs/PERFORMANCE.md, "Binning by bit counts").
+COARSE_BIN_TESTS = 1_400_000
 # The forward bins its own tiles (one dispatch fewer) up to this many tile workgroups a dispatch
 # (tiles x batch), where one-pass binning applies: below it the GPU is not full and the pass's
 # launch and barrier are what binning costs; a full GPU ran the longer fused workgroups slower
@@ -145,8 +145,7 @@ class Shape:
         their super-tiles' lists (forward_fine.wgsl) where there are at most FUSED_BIN_GROUPS of
         them (tiles x batch): one dispatch fewer an iteration for the host to encode, the GPU's
         time the same. More run in several waves, and a fine pass of its own (bin.wgsl fine_main)
-        was measured faster there (docs/PERFORMANCE.md, "Tiles binned by the forward from the
-        super-tiles' lists")."""
+        was measured faster there (docs/PERFORMANCE.md, "Binning by bit counts")."""
         return self.coarse_bin and self.n_tiles * self.batch <= FUSED_BIN_GROUPS
 
     @property
