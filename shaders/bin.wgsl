@@ -25,7 +25,6 @@
 @group(0) @binding(8) var<storage, read_write> super_count: array<u32>;
 @group(0) @binding(9) var<storage, read_write> super_list: array<u32>;
 
-
 @compute @workgroup_size(THREADS)
 fn main(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_index) li: u32) {
     bin_tile(wid, li);

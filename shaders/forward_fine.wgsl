@@ -1,8 +1,7 @@
 // Forward after coarse binning (bin.wgsl coarse_main; big problems whose tile workgroups run at
 // once: render/gpu/workspace.py Shape.fine_in_forward): each workgroup first bins its 16x16 tile
-// from its super-tile's list
-// (fine_bin.wgsl: the list, count and mask the backward and the gradient reduction read), then
-// walks it (forward_walk.wgsl).
+// from its super-tile's list (fine_bin.wgsl: the list, count and mask the backward and the
+// gradient reduction read), then walks it (forward_walk.wgsl).
 // Dispatch: (tiles_x, tiles_y, batch).
 
 // Bindings 0-1 and 4-9: forward_walk.wgsl.

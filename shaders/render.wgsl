@@ -1,7 +1,7 @@
 // Render-only forward with binning fused in: each workgroup bins its own tile in workgroup memory
 // instead of reading a list from the bin pass -- one dispatch per render, no list round trip. It
 // walks the triangles in rounds of 256 from the top: test the round against the tile
-// (touches_tile), compact the hits in order (prefix scan) straight into the staging area, then
+// (touches_tile), compact the hits in order (scan.wgsl) straight into the staging area, then
 // composite them front to back with the forward's early stop. Used by render calls; the loss
 // path's forward keeps its lists for the backward (forward.wgsl and forward_fine.wgsl write them
 // as they bin, forward_listed.wgsl reads bin.wgsl's).
