@@ -22,6 +22,10 @@ from .scene import Scene
 #: logits are clamped here when made from values, so 0 and 1 map to finite parameters (events.wgsl
 #: gets it from render/gpu/shaders.py)
 LOGIT_EPS = 1e-4
+#: floats in a new triangle's row for a gather on the device: its 10 raw parameters, then the 10 record
+#: values they materialise to (render/fitstate.py fresh_rows; render/gpu/fitloop.py permute / take and
+#: render/gpu/events.py place_rows fill them, shaders/permute.wgsl reads them)
+FRESH_ROW = 20
 
 
 #: the working size (longer side, px) at which ``FitSettings.lr_vertex`` is in force as set; at

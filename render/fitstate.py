@@ -17,7 +17,7 @@ from typing import NamedTuple
 import numpy as np
 
 from .errors import AdapterError, DeviceLostError, TrifitError
-from .fitloop import LR_VERTEX_SIZE, FitSettings, raw_triangles, sigmoid, values_from_raw
+from .fitloop import FRESH_ROW, LR_VERTEX_SIZE, FitSettings, raw_triangles, sigmoid, values_from_raw
 from .history import release_loop
 from .imageio import as_target
 
@@ -56,13 +56,15 @@ class PlacedOnDevice:
 
 
 def fresh_rows(raw: np.ndarray) -> np.ndarray:
-    """(rows, 20) float32 for new triangles gathered on the device (GpuFitLoop.permute / take):
-    their raw parameters (rows, 10) in float32, then the record values set_state would write for
-    them (the host's sigmoid of those float32 parameters)."""
+    """(rows, FRESH_ROW) float32 for new triangles gathered on the device (GpuFitLoop.permute /
+    take): their raw parameters (rows, 10) in float32, then the record values set_state would
+    write for them (the host's sigmoid of those float32 parameters)."""
     raw = np.asarray(raw).astype(np.float32)
     values = raw.astype(np.float64)
     values[:, 6:10] = sigmoid(values[:, 6:10])
-    return np.concatenate([raw, values.astype(np.float32)], axis=1)
+    rows = np.concatenate([raw, values.astype(np.float32)], axis=1)
+    assert rows.shape[1] == FRESH_ROW
+    return rows
 
 
 def in_halves(call, n: int) -> np.ndarray:

@@ -14,7 +14,7 @@
 @group(0) @binding(5) var<storage, read> old_moments: array<f32>;
 @group(0) @binding(6) var<storage, read> old_scene: array<f32>;
 @group(0) @binding(7) var<storage, read> source: array<i32>;  // (B, n_tris)
-@group(0) @binding(8) var<storage, read> fresh: array<f32>;   // (rows, 20): raw parameters, then record values
+@group(0) @binding(8) var<storage, read> fresh: array<f32>;   // (rows, FRESH_ROW): raw parameters, then record values
 @group(0) @binding(9) var<storage, read> old_tris: array<u32>;  // [0]: the old layout's triangle count
 
 @compute @workgroup_size(64)
@@ -36,10 +36,10 @@ fn main(@builtin(global_invocation_id) gid: vec3u) {
         if (s < 0) {
             let j = u32(-1 - s);
             let c = k % TRI_FLOATS;
-            params[dst] = fresh[j * 20u + c];
+            params[dst] = fresh[j * FRESH_ROW + c];
             moments[2u * dst] = 0.0;
             moments[2u * dst + 1u] = 0.0;
-            scene[rec] = fresh[j * 20u + 10u + c];
+            scene[rec] = fresh[j * FRESH_ROW + 10u + c];
             return;
         }
         e = u32(s) * TRI_FLOATS + k % TRI_FLOATS;

@@ -18,13 +18,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..fitloop import logit
+from ..fitloop import FRESH_ROW, logit
 from .layouts import PLACE
 from .workspace import COPY_DST, COPY_SRC, MAP_READ, STORAGE, TILE, UNIFORM
 
 PLACE_IN = 12   # floats per new triangle's record in (shaders/events.wgsl: render/gpu/shaders.py writes these in)
 PLACE_OUT = 12  # ... and out
-PLACE_ROW = 20  # ... and as a gather's fresh row (GpuFitLoop.permute / take)
+PLACE_ROW = FRESH_ROW  # ... and as a gather's fresh row (GpuFitLoop.permute / take)
 
 
 @dataclass(frozen=True)

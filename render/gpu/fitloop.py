@@ -31,7 +31,7 @@ import wgpu
 
 from .. import focus
 from ..errors import DeviceLostError, NumericalFault
-from ..fitloop import FitSettings, Schedule, values_from_raw
+from ..fitloop import FRESH_ROW, FitSettings, Schedule, values_from_raw
 from .backend import GpuBackend
 from .encode import Recorder, Repeats, per_image, submission_sizes
 from .events import PLACE_ROW, DeviceRows
@@ -537,7 +537,7 @@ class GpuFitLoop:
         and pruning cycles make them dozens of times a second."""
         if self._gather_bufs is None:
             B, T, n = self.batch, self.n_tris, self.n_tris * 10 + 3
-            sizes = [(max(16, B * T * 4), "permute-source"), (max(80, B * T * 80), "permute-fresh"),
+            sizes = [(max(16, B * T * 4), "permute-source"), (B * max(T, 1) * FRESH_ROW * 4, "permute-fresh"),
                      (16, "permute-old-tris"), (B * n * 4, "permute-old"), (B * n * 8, "permute-old"),
                      (B * self.shape.scene_stride * 4, "permute-old")]
             self._gather_bufs = tuple(self.backend.pool.acquire(STORAGE | COPY_DST, size, label)

@@ -128,6 +128,10 @@ def constants(name: str, kb: int = 1, subgroup_size: int = 0, ppt: int = 1) -> s
         lines.append(f"const VAR_PER_R2: f32 = {placement.VAR_PER_R2!r};  // render/placement.py, as the next two")
         lines.append(f"const MIN_VAR_PX: f32 = {placement.MIN_VAR_PX!r};")
         lines.append(f"const MAX_SAMPLES_PER_SIDE: i32 = {int(placement.MAX_SAMPLES_PER_SIDE)};")
+    if name == "permute.wgsl":
+        from ..fitloop import FRESH_ROW
+
+        lines.append(f"const FRESH_ROW: u32 = {FRESH_ROW}u;  // floats in a fresh row (render/fitloop.py)")
     if "fine_bin.wgsl" in PIECES.get(name, ()):
         lines.append(f"const SUPER: u32 = {SUPER_TILES}u;  // tiles a super-tile spans each way (two-pass binning)")
         lines.append(f"const FINE_WORDS: u32 = {FINE_MASK_WORDS}u;  // mask words a tile's workgroup holds (fine_bin.wgsl)")
