@@ -135,9 +135,9 @@ def test_every_binning_path_gives_the_same_bits(monkeypatch, gpu_ctx, n, W, H, s
     before the forward over its lists (forward_listed.wgsl), and two for big problems -- super-tiles,
     then each tile from its super-tile's list, in a pass of its own (coarse_main, fine_main,
     forward_listed.wgsl) or by the forward's workgroups (coarse_main, forward_fine.wgsl) -- list
-    the same triangles in the same order:
-    renders, losses, gradients (with a focus map too) and removal costs are the same bits. Forced
-    here on small frames (edge super-tiles, one super-tile, lists of more than one round)."""
+    the same triangles in the same order: renders, losses, gradients (with a focus map too) and
+    removal costs are the same bits. Forced here on small frames (edge super-tiles, one
+    super-tile, lists of more than one round)."""
     from trifit.gpu import workspace
 
     scene = _scene(n, W, H, seed=n + W, sigma_px=sp)
