@@ -164,6 +164,24 @@ _BIN_PATHS = {"forward": (1 << 62, 1 << 62), "one pass": (1 << 62, 0), "two pass
               "coarse, then the forward": (0, 1 << 62)}
 
 
+def test_the_binning_path_of_the_issue_19_cells():
+    """The paths docs/ARCHITECTURE.md and docs/PERFORMANCE.md name for what users run: 512 px with
+    1000 triangles bins in the forward from every triangle (three dispatches an iteration), with
+    2000 from its super-tile's list after the super-tiles' pass (four), and 1024 px with 5000 in
+    two passes of binning's own (five); a 176 px fit bins in the forward."""
+    from trifit.gpu import workspace
+
+    def path(side, tris, batch=1):
+        s = workspace.Shape(batch, side, side, tris)
+        return s.bins_in_forward, s.coarse_bin, s.fine_in_forward
+
+    assert path(512, 1000) == (True, False, False)
+    assert path(512, 2000) == (False, True, True)
+    assert path(1024, 5000) == (False, True, False)
+    assert path(176, 150) == (True, False, False)
+    assert path(512, 1000, batch=3) == (False, False, False)  # (3072 tile workgroups: a bin pass of its own)
+
+
 def test_binning_paths_in_a_batch_and_their_limits(monkeypatch, gpu_ctx):
     """A batch bins each image's tiles apart on every path (the same bits); a count whose mask would
     not fit a tile's workgroup memory (fine_bin.wgsl) bins in one pass; the forward bins its tiles
