@@ -20,7 +20,7 @@
 //   (placement.device_triangles), so nothing comes back to the host on the way.
 
 const PLACE_THREADS: u32 = 64u;
-// (PLACE_IN, PLACE_OUT, PLACE_ROW -- a gather's fresh row: 10 raw parameters, then 10 record
+// (PLACE_IN, PLACE_OUT, FRESH_ROW -- a gather's fresh row: 10 raw parameters, then 10 record
 // values -- and LOGIT_EPS, VAR_PER_R2, MIN_VAR_PX, MAX_SAMPLES_PER_SIDE: the host's values,
 // written in by render/gpu/shaders.py `constants`)
 const TWO_PI_3: f32 = 2.0943951023931953;
@@ -33,7 +33,7 @@ const TWO_PI_3: f32 = 2.0943951023931953;
 @group(0) @binding(5) var<storage, read_write> tile_err: array<f32>;  // (B, tiles_y * tiles_x)
 @group(0) @binding(6) var<storage, read> new_in: array<f32>;          // (n_new, PLACE_IN)
 @group(0) @binding(7) var<storage, read_write> new_out: array<f32>;   // (n_new, PLACE_OUT)
-@group(0) @binding(8) var<storage, read_write> rows: array<f32>;      // (n_new, PLACE_ROW)
+@group(0) @binding(8) var<storage, read_write> rows: array<f32>;      // (n_new, FRESH_ROW)
 
 var<workgroup> tile_sums: array<f32, 256>;
 var<workgroup> sums: array<array<f32, 9>, PLACE_THREADS>;
@@ -253,7 +253,7 @@ fn placed_rows(@builtin(global_invocation_id) gid: vec3u) {
             }
         }
     }
-    let at = (first + rank) * PLACE_ROW;
+    let at = (first + rank) * FRESH_ROW;
     let src = i * PLACE_OUT;
     for (var k = 0u; k < 6u; k++) {
         rows[at + k] = new_out[src + k];

@@ -104,9 +104,9 @@ VARIANTS = {
     "cycles of 150": {"prune_cycle_min": 150},
     "peak hold 0.5": {"prune_stages": 1, "prune_hold": 0.5},
     "prune stages 3": {"prune_stages": 3},
-    "cull 1e-5": {"cull_tolerance": 1e-5},
+    "cull 1e-5": {"cull_tolerance": 1e-5},  # the iterations culled at the renders' budget (the default before 1e-3)
     "cull 3e-3": {"cull_tolerance": 3e-3},
-    "cull 1e-2": {"cull_tolerance": 1e-2},  # the iterations culled at the renders' budget (the default before 1e-3)
+    "cull 1e-2": {"cull_tolerance": 1e-2},
     "cycles 6 until 0.85 x1.75": {"overgrow_cycles": 6, "prune_until": 0.85, "overgrow": 1.75},
     "overgrow any count": {"overgrow_max": 1 << 30},
     "cycles 9 growth 0.3 until 0.85": {"overgrow_cycles": 9, "prune_until": 0.85, "growth_until": 0.3},

@@ -23,13 +23,12 @@ from .layouts import PLACE
 from .workspace import COPY_DST, COPY_SRC, MAP_READ, STORAGE, TILE, UNIFORM
 
 PLACE_IN = 12   # floats per new triangle's record in (shaders/events.wgsl: render/gpu/shaders.py writes these in)
-PLACE_OUT = 12  # ... and out
-PLACE_ROW = FRESH_ROW  # ... and as a gather's fresh row (GpuFitLoop.permute / take)
+PLACE_OUT = 12  # ... and out (as a gather's fresh row: FRESH_ROW, render/fitloop.py)
 
 
 @dataclass(frozen=True)
 class DeviceRows:
-    """``n`` fresh rows (n, PLACE_ROW) float32 in a device buffer: new triangles as the fit loop's
+    """``n`` fresh rows (n, FRESH_ROW) float32 in a device buffer: new triangles as the fit loop's
     gather takes them, grouped by image in order (:meth:`DevicePlacement.place_rows`)."""
 
     buffer: object
@@ -190,7 +189,7 @@ class DevicePlacement:
             cap = max(64, 1 << (n - 1).bit_length())
             self.buffers["new_in"] = self._pool.acquire(STORAGE | COPY_DST, cap * PLACE_IN * 4, "place-in")
             self.buffers["new_out"] = self._pool.acquire(STORAGE | COPY_SRC, cap * PLACE_OUT * 4, "place-out")
-            self.buffers["rows"] = self._pool.acquire(STORAGE | COPY_SRC, cap * PLACE_ROW * 4, "place-rows")
+            self.buffers["rows"] = self._pool.acquire(STORAGE | COPY_SRC, cap * FRESH_ROW * 4, "place-rows")
             self._new_cap = cap
         self.backend.counters.upload_bytes += self._write("new_in", records)
         return n

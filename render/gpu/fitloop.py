@@ -34,7 +34,7 @@ from ..errors import DeviceLostError, NumericalFault
 from ..fitloop import FRESH_ROW, FitSettings, Schedule, values_from_raw
 from .backend import GpuBackend
 from .encode import Recorder, Repeats, per_image, submission_sizes
-from .events import PLACE_ROW, DeviceRows
+from .events import DeviceRows
 from .layouts import OPTIM, SCENE, SCHEDULE, STATE
 from .workspace import COPY_DST, COPY_SRC, MAP_READ, STORAGE, UNIFORM, Shape, Workspace, reduce_groups
 
@@ -549,7 +549,7 @@ class GpuFitLoop:
         source = np.ascontiguousarray(source, dtype=np.int32).reshape(B, T)
         on_device = isinstance(fresh, DeviceRows)  # (placed on the device: copied there, never uploaded)
         if not on_device:
-            fresh = np.ascontiguousarray(fresh, dtype=np.float32).reshape(-1, PLACE_ROW)
+            fresh = np.ascontiguousarray(fresh, dtype=np.float32).reshape(-1, FRESH_ROW)
         if len(fresh) > B * T:
             raise ValueError(f"{len(fresh)} fresh rows for {B} x {T} slots")
         src_buf, fresh_buf, shape_buf = self._gather_buffers()[:3]
@@ -574,7 +574,7 @@ class GpuFitLoop:
         for buf, copy, size in copies:
             enc.copy_buffer_to_buffer(buf, 0, copy, 0, size)
         if on_device and len(fresh):
-            enc.copy_buffer_to_buffer(fresh.buffer, 0, fresh_buf, 0, len(fresh) * PLACE_ROW * 4)
+            enc.copy_buffer_to_buffer(fresh.buffer, 0, fresh_buf, 0, len(fresh) * FRESH_ROW * 4)
         cpass = enc.begin_compute_pass()
         cpass.set_pipeline(pl)
         cpass.set_bind_group(0, bg)

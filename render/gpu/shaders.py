@@ -122,13 +122,13 @@ def constants(name: str, kb: int = 1, subgroup_size: int = 0, ppt: int = 1) -> s
         from ..fitloop import LOGIT_EPS
         from . import events
 
-        for const in ("PLACE_IN", "PLACE_OUT", "PLACE_ROW"):
+        for const in ("PLACE_IN", "PLACE_OUT"):
             lines.append(f"const {const}: u32 = {int(getattr(events, const))}u;  // render/gpu/events.py")
         lines.append(f"const LOGIT_EPS: f32 = {LOGIT_EPS!r};  // render/fitloop.py")
         lines.append(f"const VAR_PER_R2: f32 = {placement.VAR_PER_R2!r};  // render/placement.py, as the next two")
         lines.append(f"const MIN_VAR_PX: f32 = {placement.MIN_VAR_PX!r};")
         lines.append(f"const MAX_SAMPLES_PER_SIDE: i32 = {int(placement.MAX_SAMPLES_PER_SIDE)};")
-    if name == "permute.wgsl":
+    if name in ("events.wgsl", "permute.wgsl"):  # (the one writes the rows the other gathers)
         from ..fitloop import FRESH_ROW
 
         lines.append(f"const FRESH_ROW: u32 = {FRESH_ROW}u;  // floats in a fresh row (render/fitloop.py)")
