@@ -149,6 +149,7 @@ def test_every_binning_path_gives_the_same_bits(monkeypatch, gpu_ctx, n, W, H, s
         monkeypatch.setattr(workspace, "FUSED_BIN_GROUPS", groups)
         eng = Engine("gpu")
         shape = workspace.Shape(1, W, H, n)
+        assert shape.bin_path == path
         assert (shape.bins_in_forward, shape.coarse_bin, shape.fine_in_forward) == \
             (path == "forward", path.startswith(("two", "coarse")), path.startswith("coarse"))
         loss, grad = eng.loss_and_grad(scene, target, "mse")
@@ -172,14 +173,14 @@ def test_the_binning_path_of_the_issue_19_cells():
     from trifit.gpu import workspace
 
     def path(side, tris, batch=1):
-        s = workspace.Shape(batch, side, side, tris)
-        return s.bins_in_forward, s.coarse_bin, s.fine_in_forward
+        return workspace.Shape(batch, side, side, tris).bin_path
 
-    assert path(512, 1000) == (True, False, False)
-    assert path(512, 2000) == (False, True, True)
-    assert path(1024, 5000) == (False, True, False)
-    assert path(176, 150) == (True, False, False)
-    assert path(512, 1000, batch=3) == (False, False, False)  # (3072 tile workgroups: a bin pass of its own)
+    assert path(512, 1000) == "forward"
+    assert path(512, 2000) == "coarse, then the forward"
+    assert path(1024, 5000) == "two passes"
+    assert path(176, 150) == "forward"
+    assert path(512, 1000, batch=3) == "one pass"  # (3072 tile workgroups: a bin pass of its own)
+    assert {len(steps) for steps in workspace.BIN_PATHS.values()} == {1, 2, 3}  # (+ backward, Adam: 3-5 a fit's)
 
 
 def test_binning_paths_in_a_batch_and_their_limits(monkeypatch, gpu_ctx):
@@ -228,7 +229,11 @@ def test_a_fits_iteration_bins_inside_its_forward(monkeypatch, gpu_ctx):
         monkeypatch.setattr(workspace, "FUSED_BIN_GROUPS", groups)
         f = Fitter(target, triangles=40, size=56, seed=3, engine=Engine("gpu"), strategy="fixed")
         f.step(30)
-        assert [pl.label for pl, _, _ in f._loop._iteration_dispatches().dispatches] == want[path]
+        labels = [pl.label for pl, _, _ in f._loop._iteration_dispatches().dispatches]
+        assert labels == want[path]
+        # what the fit built ahead (pass_entries) is what it dispatches, on this path and outside a fit
+        built = {f"{kernel}:{entry}" for kernel, entry in f._loop.ws.pass_entries()}
+        assert set(labels[:-2]) <= built and len(built) == len(labels[:-2]) + 1  # (+ the first's plain entry)
         scenes.add(f.scene.to_json())
         f.close()
     assert len(scenes) == 1  # the same scene bytes on every path

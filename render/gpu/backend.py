@@ -303,12 +303,8 @@ class GpuBackend:
     def _encode_loss_dispatches(self, cpass, ws, backward: bool, removal_costs: bool, timed: bool) -> None:
         """[bin ->] forward (+ binning, loss) -> the loss's sum, or the backward and the reduction (the
         loss's sum in its first workgroup) [-> the removal costs], into the compute pass ``cpass``
-        (binning has passes of its own where the forward does not bin: Shape.bins_in_forward)."""
-        if not ws.shape.bins_in_forward:
-            with self.timer.span(cpass, "bin", timed):
-                ws.encode_bin(cpass)
-        with self.timer.span(cpass, "forward", timed):
-            ws.encode_forward(cpass)
+        (binning's passes: the shape's path, workspace.BIN_PATHS)."""
+        ws.encode_binned_forward(cpass, self.timer.span, timed)
         if not backward:
             with self.timer.span(cpass, "loss", timed):
                 ws.encode_loss(cpass)

@@ -4,7 +4,7 @@ Each chunk of up to ``chunk`` iterations is encoded as compute passes of 3 dispa
     forward (+ binning its tile, the iteration counter and learning-rate scale, per-pixel loss)
     -> backward -> adam (the loss into the ring, fused fixed-order gradient reduction + Adam +
     materialised scene, the next iteration's sigma),
-or 4-5 where binning has passes of its own before the forward (Shape.bins_in_forward),
+or 4-5 where binning has passes of its own before the forward (workspace.BIN_PATHS),
 in one submission, or several for a long chunk (``first_submission`` iterations, then at least
 twice as many each time, more where the GPU takes longer for an iteration than the host: the GPU
 runs each part while the next is encoded; ``submission_sizes``).
@@ -640,11 +640,7 @@ class GpuFitLoop:
     def _encode_iteration(self, cpass, timed: bool) -> None:
         ws, span = self.ws, self.backend.timer.span
         B = self.shape.batch
-        if not ws.shape.bins_in_forward:  # (its own passes; the first also starts the iteration: counter, lr scale)
-            with span(cpass, "bin", timed):
-                ws.encode_bin(cpass, self.extra)
-        with span(cpass, "forward", timed):  # (+ binning, and the iteration's start where binning has no pass)
-            ws.encode_forward(cpass, self.extra)
+        ws.encode_binned_forward(cpass, span, timed, self.extra)  # (its first dispatch starts the iteration)
         with span(cpass, "backward", timed):
             ws.encode_backward(cpass)
         with span(cpass, "reduce+adam", timed):  # (+ the loss into the ring: loss_record.wgsl)

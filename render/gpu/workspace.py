@@ -79,6 +79,47 @@ def cull_sigmas(n_tris: int, tolerance: float = CULL_TOLERANCE) -> float:
 
 
 @dataclass(frozen=True)
+class BinStep:
+    """One dispatch of a binning path: ``entry``, or in a fit ``fit_entry`` where it has one (the
+    path's first dispatch, which also starts the iteration); workgroups over the tiles, or over the
+    super-tiles (``supers``). ``bindings`` in order (None: a binding the entry does not use); the
+    names in _FIT_ONLY are bound only in a fit, the focus map ("weights") only where the shape is
+    weighted."""
+    kernel: str
+    entry: str
+    bindings: tuple[str | None, ...]
+    fit_entry: str | None = None
+    supers: bool = False
+
+
+#: bound by a path's first dispatch in a fit only: the iteration's state and schedule
+_FIT_ONLY = ("state", "sched")
+_FORWARD = ("frame", "scene", "tile_count", "tile_list", "image", "target", "dldc", "loss_partial", "ckpt", "weights")
+_SUPER_LISTS = ("super_count", "super_list")
+_COARSE = BinStep("bin.wgsl", "coarse_main", ("frame", "scene", None, None, None, "tri_tiles", *_FIT_ONLY, *_SUPER_LISTS),
+                  "coarse_fit_main", supers=True)
+#: The four binning paths (Shape.bin_path), each its dispatches up to the forward's, the forward
+#: last; the backward and the reduction read the lists, masks and tile ranges they leave, whichever
+#: path made them, and every path computes the same bits (tests/test_gpu_engine.py).
+BIN_PATHS: dict[str, tuple[BinStep, ...]] = {
+    # every tile tests every triangle, in the forward's own workgroups
+    "forward": (BinStep("forward.wgsl", "main", (*_FORWARD, "tile_mask", "tri_tiles", *_FIT_ONLY), "fit_main"),),
+    # the same, in a pass of its own (more tile workgroups than FUSED_BIN_GROUPS)
+    "one pass": (BinStep("bin.wgsl", "main", ("frame", "scene", "tile_count", "tile_list", "tile_mask", "tri_tiles",
+                                              *_FIT_ONLY), "fit_main"),
+                 BinStep("forward_listed.wgsl", "main", _FORWARD)),
+    # super-tiles, then tiles from their lists, each a pass of its own (COARSE_BIN_TESTS and more)
+    "two passes": (_COARSE,
+                   BinStep("bin.wgsl", "fine_main", ("frame", "scene", "tile_count", "tile_list", "tile_mask", None,
+                                                     None, None, *_SUPER_LISTS)),
+                   BinStep("forward_listed.wgsl", "main", _FORWARD)),
+    # super-tiles, then the forward's workgroups bin their tiles from those lists
+    "coarse, then the forward": (_COARSE, BinStep("forward_fine.wgsl", "main", (*_FORWARD, "tile_mask",
+                                                                                 *_SUPER_LISTS))),
+}
+
+
+@dataclass(frozen=True)
 class Shape:
     batch: int
     width: int
@@ -147,6 +188,15 @@ class Shape:
         time the same. More run in several waves, and a fine pass of its own (bin.wgsl fine_main)
         was measured faster there (docs/PERFORMANCE.md, "Binning by bit counts")."""
         return self.coarse_bin and self.n_tiles * self.batch <= FUSED_BIN_GROUPS
+
+    @property
+    def bin_path(self) -> str:
+        """This shape's binning path, a key of BIN_PATHS."""
+        if self.bins_in_forward:
+            return "forward"
+        if not self.coarse_bin:
+            return "one pass"
+        return "coarse, then the forward" if self.fine_in_forward else "two passes"
 
     @property
     def supers(self) -> tuple[int, int]:
@@ -229,6 +279,7 @@ class Workspace:
             self.buffers[name] = pool.acquire(_USAGES.get(name, STORAGE), size, label=name)
         self._staging: dict[tuple[str, int], object] = {}
         self._bind_groups: dict[str, tuple[object, object]] = {}
+        self._paths: dict[bool, list[tuple]] = {}  # (the binning path's dispatches, in a fit and not)
         self.frame_kind: object = "unset"  # (loss, removal_costs) uploaded; loss None = render only
 
     # ------------------------------------------------------------------ lifetime
@@ -238,6 +289,7 @@ class Workspace:
         self.buffers.clear()
         self._staging.clear()
         self._bind_groups.clear()
+        self._paths.clear()
 
     # ------------------------------------------------------------------ uploads
     def frame_bytes(self, loss: str | None = "mse", removal_costs: bool = False) -> bytes:
@@ -320,53 +372,45 @@ class Workspace:
         return (s.tiles_x, s.tiles_y, s.batch)
 
     def pass_entries(self) -> tuple[tuple[str, str], ...]:
-        """The (kernel, entry) pairs :meth:`encode_bin` and :meth:`encode_forward` dispatch, for a fit
-        and not (what to build)."""
-        if self.shape.bins_in_forward:
-            return ("forward.wgsl", "fit_main"), ("forward.wgsl", "main")
-        if self.shape.fine_in_forward:
-            return ("bin.wgsl", "coarse_fit_main"), ("bin.wgsl", "coarse_main"), ("forward_fine.wgsl", "main")
-        if self.shape.coarse_bin:
-            return (("bin.wgsl", "coarse_fit_main"), ("bin.wgsl", "coarse_main"), ("bin.wgsl", "fine_main"),
-                    ("forward_listed.wgsl", "main"))
-        return ("bin.wgsl", "fit_main"), ("bin.wgsl", "main"), ("forward_listed.wgsl", "main")
+        """The (kernel, entry) pairs :meth:`encode_binned_forward` dispatches on this shape's binning
+        path, for a fit and not (what to build)."""
+        return tuple((step.kernel, entry) for step in BIN_PATHS[self.shape.bin_path]
+                     for entry in (step.fit_entry, step.entry) if entry is not None)
 
-    def encode_bin(self, cpass, fit: dict | None = None) -> None:
-        """Binning's own passes, where it has them (else nothing: the forward bins): for a big problem
-        the super-tiles', then the tiles' from their lists unless the forward bins them
-        (Shape.fine_in_forward). ``fit``: the fit loop's buffers (its ``sched``); the first pass
-        then also starts the iteration."""
-        if self.shape.bins_in_forward:
-            return
-        start = ["state", "sched"] if fit is not None else [None, None]
-        if not self.shape.coarse_bin:
-            self._dispatch(cpass, "bin.wgsl", ["frame", "scene", "tile_count", "tile_list", "tile_mask", "tri_tiles",
-                                               *start], self.tile_groups, "main" if fit is None else "fit_main", fit)
-            return
-        supers = ["super_count", "super_list"]
-        self._dispatch(cpass, "bin.wgsl", ["frame", "scene", None, None, None, "tri_tiles", *start, *supers],
-                       (*self.shape.supers, self.shape.batch), "coarse_main" if fit is None else "coarse_fit_main", fit)
-        if not self.shape.fine_in_forward:
-            self._dispatch(cpass, "bin.wgsl", ["frame", "scene", "tile_count", "tile_list", "tile_mask", None, None,
-                                               None, *supers], self.tile_groups, "fine_main")
+    def encode_binned_forward(self, cpass, span, timed: bool, fit: dict | None = None) -> None:
+        """This shape's binning path (BIN_PATHS): binning's own passes, where it has them (timed as
+        "bin"), then the forward ("forward"), which bins its tiles itself where binning has no pass
+        of its own and, after the super-tiles' pass, may bin them from their lists. ``span``: the
+        timer's span (``timer.span``); ``fit``: the fit loop's buffers (its ``sched``): the path's
+        first dispatch then also starts the iteration (the counter, the learning rate's scale)."""
+        *bins, forward = self._path_dispatches(fit)
+        if bins:
+            with span(cpass, "bin", timed):
+                for pl, bg, groups in bins:
+                    cpass.set_pipeline(pl)
+                    cpass.set_bind_group(0, bg)
+                    cpass.dispatch_workgroups(*groups)
+        pl, bg, groups = forward
+        with span(cpass, "forward", timed):
+            cpass.set_pipeline(pl)
+            cpass.set_bind_group(0, bg)
+            cpass.dispatch_workgroups(*groups)
 
-    def encode_forward(self, cpass, fit: dict | None = None) -> None:
-        """The forward; where binning has no pass of its own it bins each tile first (the lists,
-        masks and tile ranges the backward and the reduction read), and with ``fit`` (the fit
-        loop's buffers) also starts the iteration; after the super-tiles' pass it bins each tile
-        from its super-tile's list first where Shape.fine_in_forward holds."""
-        names = ["frame", "scene", "tile_count", "tile_list", "image", "target", "dldc", "loss_partial", "ckpt",
-                 "weights" if self.shape.weighted else None]
-        if self.shape.fine_in_forward:  # (the forward's workgroups bin their tiles from their super-tiles' lists)
-            self._dispatch(cpass, "forward_fine.wgsl", names + ["tile_mask", "super_count", "super_list"],
-                           self.tile_groups)
-        elif not self.shape.bins_in_forward:
-            self._dispatch(cpass, "forward_listed.wgsl", names, self.tile_groups)
-        elif fit is None:
-            self._dispatch(cpass, "forward.wgsl", names + ["tile_mask", "tri_tiles"], self.tile_groups)
-        else:
-            self._dispatch(cpass, "forward.wgsl", names + ["tile_mask", "tri_tiles", "state", "sched"], self.tile_groups,
-                           "fit_main", fit)
+    def _path_dispatches(self, fit: dict | None) -> list[tuple]:
+        """The binning path's (pipeline, bind group, workgroups), resolved once for a fit and once
+        outside one: the engine's small calls are bound by the host's encoding."""
+        found = self._paths.get(fit is not None)
+        if found is None:
+            fitting, weighted = fit is not None, self.shape.weighted
+            found = []
+            for step in BIN_PATHS[self.shape.bin_path]:
+                names = [None if (n in _FIT_ONLY and not fitting) or (n == "weights" and not weighted) else n
+                         for n in step.bindings]
+                entry = step.fit_entry if fitting and step.fit_entry else step.entry
+                groups = (*self.shape.supers, self.shape.batch) if step.supers else self.tile_groups
+                found.append((*self.bind_group(step.kernel, names, entry, fit), groups))
+            self._paths[fit is not None] = found
+        return found
 
     def _focus(self) -> list[str]:
         """The focus map's binding, last, in the weighted variant of the forward and backward."""
