@@ -12,6 +12,7 @@
 // list's length).
 
 var<workgroup> fine_mask: array<atomic<u32>, FINE_WORDS>;
+var<workgroup> fine_count: u32;  // the super-tile's list length, read once for the workgroup
 
 fn bin_tile_fine(wid: vec3u, li: u32) {
     let b = wid.z;
@@ -19,13 +20,16 @@ fn bin_tile_fine(wid: vec3u, li: u32) {
     let list_base = slot * frame.n_tris;
     let mask_base = slot * frame.mask_words;
     let sup = (b * supers_y() + wid.y / SUPER) * supers_x() + wid.x / SUPER;
-    let count = super_count[sup];
     let sbase = record_tri(b, 0u, frame);
     let reach = frame.cull_k * sigma_px(b, frame);
     let ext = tile_extent(wid.xy, frame);
+    if (li == 0u) { fine_count = super_count[sup]; }
     for (var w = li; w < frame.mask_words; w += THREADS) { atomicStore(&fine_mask[w], 0u); }
     clear_rounds(li);
-    workgroupBarrier();
+    // The rounds' loop holds barriers, so its bound must be uniform: a load from a binding the
+    // kernel may write (bin.wgsl's super_count) is not, by WGSL's rules, and this load's barrier
+    // also orders the clears before round 0.
+    let count = workgroupUniformLoad(&fine_count);
     var run = 0u;  // the list's length so far (the same in every thread)
     let rounds = (count + THREADS - 1u) / THREADS;
     for (var r = 0u; r < rounds; r++) {
