@@ -682,6 +682,15 @@ def cmd_gui(args) -> int:
     return run_gui(args.image, start=args.start)
 
 
+def one_blas_thread() -> None:
+    """Before numpy loads: one OpenBLAS thread unless the user set a count. Its loader starts a
+    thread for each core, and they spin for a while: on a lent H200's 16-core host a 1 s fit's
+    process used 3.0-3.2 s of CPU, 1.2-1.3 s with one (docs/PERFORMANCE.md, "Start-up of a 1 s
+    fit"). trifit's own arithmetic on the host is on arrays too small for BLAS threads. Child
+    processes (a local Dask cluster's workers) inherit it."""
+    os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+
+
 def entry() -> None:
     """The ``trifit`` console script (and ``python -m trifit.cli``): :func:`main`, then exit.
 
@@ -693,6 +702,7 @@ def entry() -> None:
     ordinary exit."""
     global _finished
     _finished = None
+    one_blas_thread()
     code = main()
     others = [t for t in threading.enumerate() if t is not threading.main_thread() and not t.daemon]
     if _finished in FAST_EXIT and not others:

@@ -277,3 +277,16 @@ def test_entry_leaves_without_teardown_only_after_a_command_whose_outputs_are_cl
     finally:
         release.set()
         worker.join()
+
+
+def test_entry_asks_for_one_blas_thread_unless_the_user_set_a_count(monkeypatch):
+    """numpy's OpenBLAS would start a spinning thread for each core (render/cli.py one_blas_thread);
+    a child process inherits the setting, and a count the user set is kept."""
+    import os
+
+    monkeypatch.delenv("OPENBLAS_NUM_THREADS", raising=False)
+    assert _entry(monkeypatch, ["--version"]) == ("normal", 0)
+    assert os.environ["OPENBLAS_NUM_THREADS"] == "1"
+    monkeypatch.setenv("OPENBLAS_NUM_THREADS", "6")
+    assert _entry(monkeypatch, ["--version"]) == ("normal", 0)
+    assert os.environ["OPENBLAS_NUM_THREADS"] == "6"
