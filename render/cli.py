@@ -684,10 +684,10 @@ def cmd_gui(args) -> int:
 
 def one_blas_thread() -> None:
     """Before numpy loads: one OpenBLAS thread unless the user set a count. Its loader starts a
-    thread for each core, and they spin for a while: on a lent H200's 16-core host a 1 s fit's
-    process used 3.0-3.2 s of CPU, 1.2-1.3 s with one (docs/PERFORMANCE.md, "Start-up of a 1 s
-    fit"). trifit's own arithmetic on the host is on arrays too small for BLAS threads. Child
-    processes (a local Dask cluster's workers) inherit it."""
+    thread for each core, and they spin for a while, so on a many-core host a short fit's process
+    burned more CPU in them than in the fit (docs/PERFORMANCE.md, "Start-up of a 1 s fit"), while
+    trifit's own arithmetic on the host is on arrays too small for BLAS threads. Child processes
+    (a local Dask cluster's workers) inherit the setting."""
     os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 

@@ -280,8 +280,8 @@ def test_entry_leaves_without_teardown_only_after_a_command_whose_outputs_are_cl
 
 
 def test_entry_asks_for_one_blas_thread_unless_the_user_set_a_count(monkeypatch):
-    """numpy's OpenBLAS would start a spinning thread for each core (render/cli.py one_blas_thread);
-    a child process inherits the setting, and a count the user set is kept."""
+    """numpy's OpenBLAS would start a spinning thread for each core (render/cli.py one_blas_thread),
+    so the console script sets one where the environment names no count, and keeps one it names."""
     import os
 
     monkeypatch.delenv("OPENBLAS_NUM_THREADS", raising=False)
