@@ -8,7 +8,8 @@ back to back in one compute pass and waiting for the result; the figure is wall 
 A per-pass breakdown comes from GPU timestamps of one separate call. The fit-iteration cell
 runs the device-resident fitter (chunks of 25 or 100 iterations a readback, each in growing
 submissions since the seventh session: 8, 16, 32, ... iterations; two before, 8 then the rest).
-The start-up cell times ``trifit fit`` and ``trifit --version`` in fresh processes.
+The start-up cell times ``trifit fit`` and ``trifit --version`` in fresh processes: wall, and the
+process's CPU.
 """
 
 from __future__ import annotations
@@ -175,8 +176,9 @@ def run_bench(args) -> int:
     runs, seconds = (2, 0.25) if args.quick else (5, 1.0)
     results["start"] = start_cell(args.backend, runs, seconds)
     st = results["start"]
+    cpu = "".join(f", process CPU {c['median_s']:.2f} ({c['min_s']:.2f}-{c['max_s']:.2f})" for c in [st["fit"].get("cpu")] if c)
     print(f"\nstart-up, {runs} fresh processes each (s, median (min-max)): `{st['fit']['command']}` "
-          f"{st['fit']['median_s']:.2f} ({st['fit']['min_s']:.2f}-{st['fit']['max_s']:.2f}); "
+          f"{st['fit']['median_s']:.2f} ({st['fit']['min_s']:.2f}-{st['fit']['max_s']:.2f}){cpu}; "
           f"`trifit --version` {st['version']['median_s']:.2f} ({st['version']['min_s']:.2f}-{st['version']['max_s']:.2f})")
     results["pool"] = engine.pool_stats()
     if args.json:
@@ -203,23 +205,46 @@ def start_cell(backend: str, runs: int, seconds: float) -> dict:
         fit = ["fit", str(sample_path("astronaut.png")), "--time-limit", f"{seconds:g}", "--backend", backend,
                "--quiet", "-o", os.path.join(tmp, "a.json")]
         process_wall(fit)
-        fits = [process_wall(fit) for _ in range(runs)]
-        versions = [process_wall(["--version"]) for _ in range(runs)]
-    return {"fit": {"command": f"trifit fit astronaut.png --time-limit {seconds:g}", "time_limit_s": seconds,
-                    "runs_s": fits, **_seconds(fits)},
-            "version": {"command": "trifit --version", "runs_s": versions, **_seconds(versions)}}
+        fit_runs = [process_run(fit) for _ in range(runs)]
+        version_runs = [process_run(["--version"]) for _ in range(runs)]
+    out = {}
+    for key, command, rows in (("fit", f"trifit fit astronaut.png --time-limit {seconds:g}", fit_runs),
+                               ("version", "trifit --version", version_runs)):
+        walls, cpus = [w for w, _ in rows], [c for _, c in rows]
+        out[key] = {"command": command, "runs_s": walls, **_seconds(walls)}
+        if None not in cpus:  # the process's CPU in all its threads (a driver's, a BLAS library's too)
+            out[key]["cpu_runs_s"] = cpus
+            out[key]["cpu"] = _seconds(cpus)
+    out["fit"]["time_limit_s"] = seconds
+    return out
 
 
 def process_wall(args: list[str], env: dict | None = None) -> float:
     """Seconds from exec to exit of ``trifit ARGS`` in a fresh Python process (its output dropped;
     ``env``: the process's environment, this one's by default)."""
+    return process_run(args, env)[0]
+
+
+def process_run(args: list[str], env: dict | None = None) -> tuple[float, float | None]:
+    """:func:`process_wall`'s run: (seconds from exec to exit, the CPU seconds the process used in
+    all its threads, user and system), the CPU None where the platform does not count a finished
+    child's (no ``resource`` module: Windows)."""
     import os
     import subprocess
 
+    try:
+        import resource
+    except ImportError:
+        resource = None
+    before = resource.getrusage(resource.RUSAGE_CHILDREN) if resource else None
     t = time.perf_counter()
     subprocess.run([sys.executable, "-m", "trifit.cli", *args], check=True, stdout=subprocess.DEVNULL,
                    stderr=subprocess.DEVNULL, env={**os.environ, "PYTHONUNBUFFERED": "1"} if env is None else env)
-    return time.perf_counter() - t
+    wall = time.perf_counter() - t
+    if before is None:
+        return wall, None
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return wall, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
 
 
 def _seconds(values: list[float]) -> dict[str, float]:

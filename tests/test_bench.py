@@ -26,6 +26,10 @@ def test_bench_quick_writes_every_section(tmp_path, gpu_ctx):
     assert st["fit"]["time_limit_s"] < st["fit"]["min_s"] <= st["fit"]["median_s"] <= st["fit"]["max_s"]
     assert len(st["fit"]["runs_s"]) == len(st["version"]["runs_s"]) == 2
     assert 0 < st["version"]["min_s"] <= st["version"]["median_s"] < st["fit"]["min_s"]
+    # and each process's CPU, all its threads (Linux and macOS count a finished child's)
+    cpu = st["fit"]["cpu"]
+    assert len(st["fit"]["cpu_runs_s"]) == 2 and 0 < cpu["min_s"] <= cpu["median_s"] <= cpu["max_s"]
+    assert 0 < st["version"]["cpu"]["median_s"] < cpu["median_s"]
 
 
 def test_bench_quality_scores_the_saved_scene(tmp_path, gpu_ctx):
