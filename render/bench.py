@@ -176,7 +176,8 @@ def run_bench(args) -> int:
     runs, seconds = (2, 0.25) if args.quick else (5, 1.0)
     results["start"] = start_cell(args.backend, runs, seconds)
     st = results["start"]
-    cpu = "".join(f", process CPU {c['median_s']:.2f} ({c['min_s']:.2f}-{c['max_s']:.2f})" for c in [st["fit"].get("cpu")] if c)
+    c = st["fit"].get("cpu")
+    cpu = f", process CPU {c['median_s']:.2f} ({c['min_s']:.2f}-{c['max_s']:.2f})" if c else ""
     print(f"\nstart-up, {runs} fresh processes each (s, median (min-max)): `{st['fit']['command']}` "
           f"{st['fit']['median_s']:.2f} ({st['fit']['min_s']:.2f}-{st['fit']['max_s']:.2f}){cpu}; "
           f"`trifit --version` {st['version']['median_s']:.2f} ({st['version']['min_s']:.2f}-{st['version']['max_s']:.2f})")

@@ -138,7 +138,7 @@ def constants(name: str, kb: int = 1, subgroup_size: int = 0, ppt: int = 1) -> s
     if name in _PPT_KERNELS:
         lines.append(f"const PPT: u32 = {int(ppt)}u;  // pixels per thread")
         lines.append(f"const THREADS: u32 = {threads}u;  // WG / PPT")
-    if name in ("forward.wgsl", "forward_listed.wgsl", "forward_fine.wgsl"):
+    if "forward_walk.wgsl" in PIECES.get(name, ()):
         lines.append(f"const STAGE: u32 = {staging(ppt).forward}u;  // triangles staged a round (render/gpu/shaders.py)")
     if name == "backward.wgsl":
         lines.append(f"const STAGE: u32 = {staging(ppt).backward}u;  // triangles staged a round (render/gpu/shaders.py)")

@@ -384,17 +384,13 @@ class Workspace:
         timer's span (``timer.span``); ``fit``: the fit loop's buffers (its ``sched``): the path's
         first dispatch then also starts the iteration (the counter, the learning rate's scale)."""
         *bins, forward = self._path_dispatches(fit)
-        if bins:
-            with span(cpass, "bin", timed):
-                for pl, bg, groups in bins:
-                    cpass.set_pipeline(pl)
-                    cpass.set_bind_group(0, bg)
-                    cpass.dispatch_workgroups(*groups)
-        pl, bg, groups = forward
-        with span(cpass, "forward", timed):
-            cpass.set_pipeline(pl)
-            cpass.set_bind_group(0, bg)
-            cpass.dispatch_workgroups(*groups)
+        for name, dispatches in (("bin", bins), ("forward", [forward])):
+            if dispatches:
+                with span(cpass, name, timed):
+                    for pl, bg, groups in dispatches:
+                        cpass.set_pipeline(pl)
+                        cpass.set_bind_group(0, bg)
+                        cpass.dispatch_workgroups(*groups)
 
     def _path_dispatches(self, fit: dict | None) -> list[tuple]:
         """The binning path's (pipeline, bind group, workgroups), resolved once for a fit and once
