@@ -58,8 +58,7 @@ fn start_pixel(tile: vec2u, pi: u32, slot: u32) -> Pixel {
 // Composites list entry `pos` (triangle t, of `count`) under pixel s.
 fn composite_entry(s: ptr<function, Pixel>, t: TriSetup, pos: u32, count: u32, record: bool, inv_sig: f32, reach: f32) {
     if ((*s).done) { return; }
-    record_entry(s, pos, count, record);
-    apply_alpha(s, culled_alpha((*s).p, t, inv_sig, reach), t.rgba.rgb);
+    apply_entry(s, culled_alpha((*s).p, t, inv_sig, reach), t.rgba.rgb, pos, count, record);
 }
 
 // Entry `pos` with coverage `alpha` already evaluated, under a pixel not yet done.
