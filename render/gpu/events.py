@@ -23,7 +23,7 @@ from .layouts import PLACE
 from .workspace import COPY_DST, COPY_SRC, MAP_READ, STORAGE, TILE, UNIFORM
 
 PLACE_IN = 12   # floats per new triangle's record in (shaders/events.wgsl: render/gpu/shaders.py writes these in)
-PLACE_OUT = 12  # ... and out (as a gather's fresh row: FRESH_ROW, render/fitloop.py)
+PLACE_OUT = 12  # ... and out (a gather's fresh row is another size: FRESH_ROW, render/fitloop.py)
 
 
 @dataclass(frozen=True)
