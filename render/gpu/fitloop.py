@@ -36,6 +36,7 @@ from .backend import GpuBackend
 from .encode import Recorder, Repeats, per_image, submission_sizes
 from .events import DeviceRows
 from .layouts import OPTIM, SCENE, SCHEDULE, STATE
+from .readback import read_ranges
 from .workspace import COPY_DST, COPY_SRC, MAP_READ, STORAGE, UNIFORM, Shape, Workspace, reduce_groups
 
 RING = 256  # loss ring entries; a submission never encodes more iterations than this
@@ -387,12 +388,7 @@ class GpuFitLoop:
         ring's first ``ring_bytes`` (the chunk's losses), the state counted as ``state_kind``."""
         sizes = {**self._out_size, "timestamps": ts_bytes, "ring": ring_bytes}
         names = names + (["timestamps"] if ts_bytes else [])
-        self._out.map_sync(wgpu.MapMode.READ, 0, self._out.size)
-        try:
-            got = {name: np.frombuffer(self._out.read_mapped(self._out_at[name], sizes[name], copy=True),
-                                       dtype=np.uint8) for name in names}
-        finally:
-            self._out.unmap()
+        got = dict(zip(names, read_ranges(self._out, [(self._out_at[name], sizes[name]) for name in names])))
         kinds = {"ring": "losses", "timestamps": "losses", "params": state_kind, "moments": state_kind, "image": "image",
                  "flags": "events", "sums": "events", "costs": "sums"}
         for name in names:

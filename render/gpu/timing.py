@@ -16,6 +16,7 @@ import numpy as np
 import wgpu
 
 from .device import GpuContext
+from .readback import read_ranges
 
 #: what a readback brought to the host, for the report: a fit's losses (the ring and the sampled
 #: iteration's timestamps), the state for an event, crash-recovery snapshots, images (placement
@@ -121,11 +122,7 @@ class GpuTimer:
         if data is not None:
             ts = np.frombuffer(data, dtype=np.uint64, count=n)
         else:
-            self.read_buf.map_sync(wgpu.MapMode.READ, 0, self.read_buf.size)
-            try:
-                ts = np.frombuffer(self.read_buf.read_mapped(0, n * 8, copy=True), dtype=np.uint64)
-            finally:
-                self.read_buf.unmap()
+            ts = read_ranges(self.read_buf, [(0, n * 8)])[0].view(np.uint64)
         out: dict[str, float] = defaultdict(float)
         for k, name in enumerate(self._names):
             start, end = int(ts[2 * k]), int(ts[2 * k + 1])

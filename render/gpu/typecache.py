@@ -59,6 +59,7 @@ FIT_CDECLS = (
     "void(WGPUMapAsyncStatus, WGPUStringView, void *, void *)", "WGPUBufferMapCallbackInfo *",
     "intptr_t", "uintptr_t", "WGPUQuerySetDescriptor *", "uint8_t []", "uint8_t *",
     "void(WGPUQueueWorkDoneStatus, void *, void *)", "WGPUQueueWorkDoneCallbackInfo *",
+    "void *",  # (render/gpu/readback.py: a map request's number as the callback's userdata)
 )
 
 #: The C types wgpu-py's backend parses while it imports (its log callback's, and the empty and

@@ -19,6 +19,7 @@ from . import shaders
 from .device import GpuContext
 from .layouts import FRAME, SCENE, STATE
 from .pool import BufferPool
+from .readback import read_ranges
 
 TILE = 16
 STORAGE = wgpu.BufferUsage.STORAGE
@@ -466,8 +467,4 @@ class Workspace:
 
     @staticmethod
     def read(staging, size: int, dtype=np.float32) -> np.ndarray:
-        staging.map_sync(wgpu.MapMode.READ, 0, staging.size)
-        try:
-            return np.frombuffer(staging.read_mapped(0, size, copy=True), dtype=dtype).copy()
-        finally:
-            staging.unmap()
+        return read_ranges(staging, [(0, size)])[0].view(dtype)
