@@ -93,6 +93,52 @@ def test_segmented_batch_takes_each_image_s_own_segments(gpu_ctx):
     loop.release()
 
 
+def test_fused_iteration_is_the_one_segment_walk_and_keeps_each_image_s_bits(gpu_ctx, monkeypatch):
+    """Where a fit's forward bins its tiles and an image has FUSE_BACKWARD_TILES tiles (lowered
+    here) its iteration walks each tile's forward and backward in one dispatch, with one backward
+    segment a tile (segmented GPUs otherwise cut lists into segments). Unfused -- the same image in
+    a batch too big for binning in the forward, or the fusion switched off -- it walks one segment
+    a tile too: the same losses and parameters to the bit."""
+    from trifit import Engine
+    from trifit.gpu import workspace
+
+    monkeypatch.setattr(workspace, "FUSE_BACKWARD_TILES", 16)  # a 64 x 64 image's tiles
+    monkeypatch.setattr(workspace, "FUSED_BIN_GROUPS", 32)    # two such images bin in the forward, not three
+    eng = Engine("gpu", segmented=True)
+    n = 40
+    targets = _targets(3, 64, 64)
+    s = FitSettings(triangles=n, size=64, chunk=3, planned_iterations=6)
+    sched = default_schedule(s, 64)
+    raws = [initial_raw(t, n, np.random.default_rng(k), s, sched.sigma_start) for k, t in enumerate(targets)]
+    assert workspace.Shape(1, 64, 64, n).n_seg > 1  # (outside a fit: segments)
+
+    def run(loop):
+        losses = loop.run(6)
+        raw = loop.get_state()[0]
+        kernels = [pl.label for pl, _, _ in loop._iteration_dispatches().dispatches]
+        loop.release()
+        return losses, raw, kernels
+
+    three = eng.impl.fit_loop(np.stack(targets), np.stack(raws), n, s, sched)
+    assert not three.shape.fuses_backward and three.shape.n_seg == 1
+    losses, raw, kernels = run(three)
+    assert "backward.wgsl:main" in kernels
+    for b in range(3):
+        alone = eng.impl.fit_loop(targets[b], raws[b], n, s, sched)
+        assert alone.shape.fuses_backward and alone.shape.n_seg == 1
+        got_losses, got_raw, kernels = run(alone)
+        assert kernels == ["forward_backward.wgsl:fit_main", "adam.wgsl:main"]
+        np.testing.assert_array_equal(losses[:, b], got_losses)
+        np.testing.assert_array_equal(raw[b], got_raw)
+    monkeypatch.setattr(workspace.Shape, "fuses_backward", property(lambda shape: False))
+    unfused = eng.impl.fit_loop(targets[0], raws[0], n, s, sched)
+    assert unfused.shape.n_seg == 1
+    got_losses, got_raw, kernels = run(unfused)
+    assert kernels[-2:] == ["backward.wgsl:main", "adam.wgsl:main"]
+    np.testing.assert_array_equal(losses[:, 0], got_losses)
+    np.testing.assert_array_equal(raw[0], got_raw)
+
+
 def test_batched_reference_loop_follows_the_gpu(gpu_engine, ref_engine):
     targets = _targets(2, W=24, H=18)
     s, sched, raws = _setup(targets, iters=2)

@@ -74,7 +74,8 @@ def test_many_iterations_per_submission_and_no_allocation_per_step(gpu_engine, f
     assert p1["misses"] == p0["misses"] and p1["bytes"] == p0["bytes"]
     timings = f.timings()
     if gpu_engine.impl.timer.enabled:
-        assert {"forward", "backward", "reduce+adam"} <= set(timings["gpu_ms"])
+        walks = {"forward+backward"} if f._loop.shape.fuses_backward else {"forward", "backward"}
+        assert walks | {"reduce+adam"} <= set(timings["gpu_ms"])
     f.close()
 
 

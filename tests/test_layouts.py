@@ -186,11 +186,13 @@ def test_staging_variant_follows_pixels_per_thread():
                               (8, "stage_tri.wgsl", "stage_setup.wgsl")):
         st = shaders.staging(ppt)
         assert st.piece == piece
-        for kernel, stage in (("forward.wgsl", st.forward), ("forward_listed.wgsl", st.forward),
-                              ("forward_fine.wgsl", st.forward), ("backward.wgsl", st.backward)):
+        for kernel, stage, bstage in (("forward.wgsl", st.forward, None), ("forward_listed.wgsl", st.forward, None),
+                                      ("forward_fine.wgsl", st.forward, None), ("backward.wgsl", None, st.backward),
+                                      ("forward_backward.wgsl", st.forward, st.backward)):
             src = shaders.kernel_source(kernel, subgroups=False, ppt=ppt)
             assert f"// ---- shaders/{piece}" in src and f"// ---- shaders/{other}" not in src
-            assert f"const STAGE: u32 = {stage}u;" in src
+            assert (f"const STAGE: u32 = {stage}u;" in src) == ("const STAGE:" in src) == (stage is not None)
+            assert (f"const BSTAGE: u32 = {bstage}u;" in src) == (bstage is not None)
 
 
 def test_a_file_spelling_a_generated_struct_is_refused():

@@ -247,7 +247,7 @@ def host_calls(a) -> dict:
     threads = sorted(((cpu - before.get(tid, (name, 0.0))[1], name, tid) for tid, (name, cpu) in after.items()),
                      reverse=True)
     gpu_ms = f.timings()["gpu_ms"]  # (median per pass of the chunks' timed first iterations; "loss" is the events')
-    per_iteration = sum(v for k, v in gpu_ms.items() if k in ("bin", "forward", "backward", "reduce+adam"))
+    per_iteration = sum(v for k, v in gpu_ms.items() if k in ("bin", "forward", "backward", "forward+backward", "reduce+adam"))
     return {"seconds": a.seconds, "size": a.size, "tris": a.tris, "iterations": f.iteration, "wall_s": wall,
             "gpu_ms": gpu_ms, "gpu_busy_s_estimate": per_iteration * f.iteration / 1e3,
             "fit_thread_cpu_s": thread_cpu, "process_cpu_s": sum(t[0] for t in threads),

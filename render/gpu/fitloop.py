@@ -62,7 +62,7 @@ class GpuFitLoop:
         B, H, W = targets.shape[:3]
         self.batch = B
         self.target_shape = target.shape
-        self.shape = Shape(B, W, H, n_tris, backend.segmented, backend.pixels_per_thread, weights is not None)
+        self.shape = Shape(B, W, H, n_tris, backend.segmented, backend.pixels_per_thread, weights is not None, fit=True)
         pool = backend.pool
         # the iterations cull at the fit's budget (FitSettings.cull_tolerance), looser than a render's
         self.ws = Workspace(backend.ctx, pool, self.shape, ring_len=RING, subgroups=backend.subgroups,
@@ -116,6 +116,7 @@ class GpuFitLoop:
         # the device's (placement, respawn flags, the reordering). Compiled several at once.
         self.ws.build_pipelines((
             *self.ws.pass_entries(), ("backward.wgsl", "main"),
+            *((("forward_backward.wgsl", "fit_main"),) if self.shape.fuses_backward else ()),
             ("adam.wgsl", "main"), ("render.wgsl", "main"), ("loss_reduce.wgsl", "main"),
             ("reduce.wgsl", "reduce_grad"), ("costs.wgsl", "main"), ("events.wgsl", "error_tiles"),
             ("events.wgsl", "place_new"), ("events.wgsl", "placed_rows"), ("respawn_flags.wgsl", "main"),
@@ -636,9 +637,12 @@ class GpuFitLoop:
     def _encode_iteration(self, cpass, timed: bool) -> None:
         ws, span = self.ws, self.backend.timer.span
         B = self.shape.batch
-        ws.encode_binned_forward(cpass, span, timed, self.extra)  # (its first dispatch starts the iteration)
-        with span(cpass, "backward", timed):
-            ws.encode_backward(cpass)
+        if self.shape.fuses_backward:  # (its one dispatch starts the iteration)
+            ws.encode_fit_forward_backward(cpass, span, timed, self.extra)
+        else:
+            ws.encode_binned_forward(cpass, span, timed, self.extra)  # (its first dispatch starts the iteration)
+            with span(cpass, "backward", timed):
+                ws.encode_backward(cpass)
         with span(cpass, "reduce+adam", timed):  # (+ the loss into the ring: loss_record.wgsl)
             ws.encode_custom(cpass, "adam.wgsl",
                              ["frame", "opt", "partial", "tile_mask", "state", "params", "moments", "scene",

@@ -22,7 +22,8 @@ from . import layouts
 
 _lock = threading.Lock()
 #: the kernels with PPT pixels (binning: triangles) per thread
-_PPT_KERNELS = ("bin.wgsl", "forward.wgsl", "forward_listed.wgsl", "forward_fine.wgsl", "backward.wgsl")
+_PPT_KERNELS = ("bin.wgsl", "forward.wgsl", "forward_listed.wgsl", "forward_fine.wgsl", "backward.wgsl",
+                "forward_backward.wgsl")
 _pipelines: dict[tuple, object] = {}
 SUPER_TILES = 4         # binning in two passes (bin.wgsl coarse_main): super-tiles of 4 x 4 tiles
 PARAMS_PER_GROUP = 32   # the gradient reduction's triangle parameters a workgroup (reduce_param.wgsl)
@@ -98,7 +99,9 @@ PIECES: dict[str, tuple[str, ...]] = {
                      "forward_walk.wgsl"),
     "forward_listed.wgsl": ("scene_access.wgsl", STAGING, FOCUS, "forward_walk.wgsl"),
     "forward_fine.wgsl": ("scene_access.wgsl", "scan.wgsl", "fine_bin.wgsl", STAGING, FOCUS, "forward_walk.wgsl"),
-    "backward.wgsl": ("scene_access.wgsl", STAGING, REDUCTION, FOCUS),
+    "backward.wgsl": ("scene_access.wgsl", STAGING, REDUCTION, FOCUS, "backward_walk.wgsl"),
+    "forward_backward.wgsl": ("scene_access.wgsl", "scan.wgsl", "schedule.wgsl", "tile_bin.wgsl", STAGING, FOCUS,
+                              "forward_walk.wgsl", REDUCTION, "backward_walk.wgsl"),
     "naive_forward.wgsl": ("scene_access.wgsl",),
     "render.wgsl": ("scene_access.wgsl", "scan.wgsl"),
     "reduce.wgsl": ("reduce_param.wgsl", "loss_record.wgsl"),
@@ -140,8 +143,9 @@ def constants(name: str, kb: int = 1, subgroup_size: int = 0, ppt: int = 1) -> s
         lines.append(f"const THREADS: u32 = {threads}u;  // WG / PPT")
     if "forward_walk.wgsl" in PIECES.get(name, ()):
         lines.append(f"const STAGE: u32 = {staging(ppt).forward}u;  // triangles staged a round (render/gpu/shaders.py)")
-    if name == "backward.wgsl":
-        lines.append(f"const STAGE: u32 = {staging(ppt).backward}u;  // triangles staged a round (render/gpu/shaders.py)")
+    if "backward_walk.wgsl" in PIECES.get(name, ()):
+        lines.append(f"const BSTAGE: u32 = {staging(ppt).backward}u;  // triangles staged a backward round "
+                     "(render/gpu/shaders.py)")
         lines.append(f"const KB: u32 = {int(kb)}u;  // triangles per barrier pair (render/gpu/shaders.py)")
         lines.append(f"const MAX_SUBGROUPS: u32 = {max_subgroups(subgroup_size, threads)}u;  "
                      "// THREADS / probed subgroup size")
@@ -188,8 +192,11 @@ def check_pixels_per_thread(ppt) -> int:
 def _variant(device, name: str, entry: str, subgroups: bool, workgroup_storage: int, subgroup_size: int, ppt: int,
              weighted: bool) -> tuple[tuple, int, int, bool]:
     """(cache key, backward batch, pixels per thread, weighted) of a kernel's pipeline variant."""
-    is_backward = name == "backward.wgsl"
+    is_backward = "backward_walk.wgsl" in PIECES.get(name, ())
     ppt = check_pixels_per_thread(ppt) if name in _PPT_KERNELS else 1
+    if "forward_walk.wgsl" in PIECES.get(name, ()):  # (the forward's share of the workgroup memory)
+        st = staging(ppt)
+        workgroup_storage -= (st.forward - st.backward) * st.record_bytes + 4 * (256 // ppt) + 1024
     kb = backward_batch(workgroup_storage, subgroups, subgroup_size, ppt) if is_backward else 1
     weighted = bool(weighted) and FOCUS in PIECES.get(name, ())
     # the device itself: ids get reused

@@ -59,6 +59,16 @@ COARSE_BIN_TESTS = 1_400_000
 # (docs/PERFORMANCE.md, "Binning inside the forward"). After the super-tiles' pass, likewise
 # (Shape.fine_in_forward).
 FUSED_BIN_GROUPS = 2048
+# A fit's iteration walks each tile's forward and backward in one workgroup
+# (shaders/forward_backward.wgsl: two dispatches an iteration, not three) where the forward bins its
+# own tiles, on CPU adapters (whose backward has one segment a tile anyway: the same bits) and on
+# GPUs for images of at least this many tiles (512 px). There the tiles fill the GPU, the segments'
+# parallelism is worth less than their checkpoints and a dispatch: on an H200 the 20 s fit at
+# 512 px / 1000 triangles used less host CPU for a few percent fewer iterations and the same PSNR;
+# smaller frames gained no iterations without them (docs/PERFORMANCE.md, "The forward and the
+# backward in one dispatch"). Per image, not per batch, as the segments' rule: an image whose batch
+# is too big for binning in the forward walks one segment a tile unfused, with the same bits.
+FUSE_BACKWARD_TILES = 1024
 
 LOSS_KINDS = {"mse": 0, "l1": 1}
 
@@ -129,6 +139,7 @@ class Shape:
     segmented: bool = True  # split tile lists into backward segments (off on CPU adapters)
     ppt: int = 1  # backward pixels per thread (more on CPU adapters: shaders/backward.wgsl)
     weighted: bool = False  # a focus map weighs the loss (its own buffer and kernel variant: shaders/focus_map.wgsl)
+    fit: bool = False  # the fit loop's: its iteration may fuse the forward and the backward (fuses_backward)
 
     @property
     def segment_len(self) -> int:
@@ -139,7 +150,7 @@ class Shape:
     def n_seg(self) -> int:
         """Backward segments per tile: enough for parallelism, within SEGMENT_BUDGET_BYTES."""
         length = self.segment_len
-        if not self.segmented or self.n_tris <= length:
+        if not self.segmented or self.n_tris <= length or self.fit_one_segment:
             return 1
         per_seg = self.batch * self.n_tiles * 256 * 16
         return max(1, min((self.n_tris + length - 1) // length, SEGMENT_BUDGET_BYTES // per_seg,
@@ -198,6 +209,20 @@ class Shape:
         if not self.coarse_bin:
             return "one pass"
         return "coarse, then the forward" if self.fine_in_forward else "two passes"
+
+    @property
+    def fit_one_segment(self) -> bool:
+        """A fit's image of at least FUSE_BACKWARD_TILES tiles whose binning is flat walks one
+        backward segment a tile (per image: whether its batch lets the forward bin, and so fuse,
+        changes no bits)."""
+        return self.fit and self.segmented and self.n_tiles >= FUSE_BACKWARD_TILES and not self.coarse_bin
+
+    @property
+    def fuses_backward(self) -> bool:
+        """A fit's iteration walks each tile's forward and backward in one workgroup
+        (shaders/forward_backward.wgsl) -- where the forward bins its own tiles and a tile's list is
+        one backward segment: on CPU adapters, and on GPUs where fit_one_segment."""
+        return self.fit and self.bins_in_forward and (not self.segmented or self.fit_one_segment)
 
     @property
     def supers(self) -> tuple[int, int]:
@@ -280,7 +305,7 @@ class Workspace:
             self.buffers[name] = pool.acquire(_USAGES.get(name, STORAGE), size, label=name)
         self._staging: dict[tuple[str, int], object] = {}
         self._bind_groups: dict[str, tuple[object, object]] = {}
-        self._paths: dict[bool, list[tuple]] = {}  # (the binning path's dispatches, in a fit and not)
+        self._paths: dict = {}  # (the binning path's dispatches, in a fit and not; the fused iteration's)
         self.frame_kind: object = "unset"  # (loss, removal_costs) uploaded; loss None = render only
 
     # ------------------------------------------------------------------ lifetime
@@ -408,6 +433,22 @@ class Workspace:
                 found.append((*self.bind_group(step.kernel, names, entry, fit), groups))
             self._paths[fit is not None] = found
         return found
+
+    def encode_fit_forward_backward(self, cpass, span, timed: bool, fit: dict) -> None:
+        """A fit iteration's binning, forward and backward in one dispatch (Shape.fuses_backward),
+        timed as "forward+backward"."""
+        key = "fused"
+        found = self._paths.get(key)
+        if found is None:
+            names = [n if n != "weights" or self.shape.weighted else None
+                     for n in (*_FORWARD, "tile_mask", "tri_tiles", *_FIT_ONLY, "partial")]
+            found = self._paths[key] = (*self.bind_group("forward_backward.wgsl", names, "fit_main", fit),
+                                        self.tile_groups)
+        pl, bg, groups = found
+        with span(cpass, "forward+backward", timed):
+            cpass.set_pipeline(pl)
+            cpass.set_bind_group(0, bg)
+            cpass.dispatch_workgroups(*groups)
 
     def _focus(self) -> list[str]:
         """The focus map's binding, last, in the weighted variant of the forward and backward."""
