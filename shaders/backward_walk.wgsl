@@ -1,8 +1,34 @@
-// The backward's walk of one tile segment (backward_tile), shared by backward.wgsl (a dispatch of
-// its own, one workgroup a segment) and forward_backward.wgsl (after the same workgroup's forward,
-// one segment a tile). The including kernel declares the bindings it reads (frame, scene,
-// tile_count, tile_list, image, dldc, partial, ckpt) and the workgroup memory (staged, at least
-// BSTAGE records; staged_id; n_done; all_done). How the walk works: backward.wgsl.
+// The backward's walk of one tile segment (backward_tile), O(T) per pixel. Each pixel walks its
+// tile's list top-down like the forward, carrying the transmittance above the current triangle
+// exactly and un-compositing the canvas beneath it by division,
+//     C_{i-1} = (C_i - alpha_i rgb_i) / (1 - alpha_i),
+// falling back to re-compositing from the background when 1 - alpha_i is too small for the
+// division to be accurate. Per-triangle gradients are summed over the tile in a fixed order
+// (stash10/gather, KB triangles per barrier pair) and written to the tile's own slot: no float
+// atomics, so results are reproducible.
+// Pixels per thread: PPT (prepended by render/gpu/shaders.py, with THREADS = WG / PPT). Thread li
+// walks pixels li, li + THREADS, ... of the tile and adds their gradients before the workgroup
+// sum, so one sum serves PPT pixels. GPUs use 1; CPU adapters use more, where a workgroup sum
+// and a barrier cost far more than the arithmetic (docs/PERFORMANCE.md, round 7). The pixels are
+// separate named variables, not an array: an array of per-pixel state is indexed dynamically and
+// spills to memory (round 5).
+// Segments: a tile's list is cut into segments of seg_len entries counted from the top, and each
+// segment is its own workgroup (more parallelism for small frames). A segment starts from the
+// transmittance T and accumulated colour A the forward recorded at its top boundary:
+// the canvas beneath is C = (C_T - A) / T there. The bottom segment writes the background's slot.
+// There are at most n_seg segments (their checkpoints' memory is capped: render/gpu/workspace.py
+// Shape.n_seg), so where a list is longer than n_seg * seg_len the last segment takes everything
+// below its top.
+// Workgroup wid: segment wid.z % n_seg of tile wid.xy of image wid.z / n_seg. Partial layout:
+// [(b * n_tiles + tile), slot, 10], where slot n_tris holds the background gradient.
+// With frame.removal_costs set (and the forward run with the mse loss), the same walk sums each
+// triangle's exact removal cost into its slot's first value instead (render/placement.py has the
+// float64 version): the fitter's pruning ranks triangles with one pass instead of host work.
+// Shared by backward.wgsl (a dispatch of its own) and forward_backward.wgsl (after the same
+// workgroup's forward, one segment a tile). The including kernel declares the bindings it reads
+// (frame, scene, tile_count, tile_list, image, dldc, partial, ckpt) and the workgroup memory
+// (staged, at least BSTAGE records; staged_id; n_done; all_done).
+
 // The backward walks on far below the forward's stop: gradients of deeply hidden triangles and of
 // the background stay exact, and the division cannot overflow before this.
 const BACKWARD_STOP: f32 = 1e-30;
