@@ -53,7 +53,7 @@ class _Native:
         device, idle_polls = buffer._device._internal, 0
         while request not in self.done:
             # (blocks until the queue's work is done, then runs the callbacks of what it finished; a
-            # map whose callback has not run after two polls of an idle queue never will)
+            # map whose callback has not run after three polls of an idle queue never will)
             idle = lib.wgpuDevicePoll(device, True, ffi.NULL)
             idle_polls = idle_polls + 1 if idle else 0
             if idle_polls > 2 and request not in self.done:
