@@ -13,6 +13,8 @@ cells with their passes, and long fits' host CPU and readback per iteration.
                                                            # calls and the fit loop's encoding; each thread's CPU
     python tools/profile_time_to_quality.py readback       # 600 iterations, 128 px, 60 triangles
     ... long|readback --set placement=device               # fit settings (repeatable), e.g. events on the device
+    ... cells|long|host --fuse-tiles 1073741824             # a GPU fit's iteration unfused (three dispatches) at
+                                                           # every size; --fuse-tiles 1: fused at every size
     python tools/profile_time_to_quality.py events [--size 512] [--tris 1000] [--repeats 5]
                                                            # one growth placement and one respawn, host vs device
     python tools/profile_time_to_quality.py reads --iters 11000 --size 64 --tris 150
@@ -375,7 +377,14 @@ def main():
     p.add_argument("--calls", type=int, default=25, help="cells: calls per timed submission")
     p.add_argument("--bar", action="store_true", help="wall: the fit shows its progress bar (as typed), not --quiet")
     p.add_argument("--set", action="append", metavar="KEY=VALUE", help="a fit setting (long, readback)")
+    p.add_argument("--fuse-tiles", type=int, metavar="N",
+                   help="cells, long, host: a fit walks the forward and the backward in one dispatch from N tiles an "
+                        "image (render/gpu/workspace.py FUSE_BACKWARD_TILES; a huge N turns it off on GPUs)")
     a = p.parse_args()
+    if a.fuse_tiles is not None:
+        from trifit.gpu import workspace
+
+        workspace.FUSE_BACKWARD_TILES = a.fuse_tiles
     modes = {"start": start, "wall": wall, "cells": cells, "long": long_fit, "host": host_calls, "readback": readback,
              "events": events, "reads": reads}
     res = modes[a.what](a)
