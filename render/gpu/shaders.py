@@ -194,7 +194,7 @@ def _variant(device, name: str, entry: str, subgroups: bool, workgroup_storage: 
     """(cache key, backward batch, pixels per thread, weighted) of a kernel's pipeline variant."""
     is_backward = "backward_walk.wgsl" in PIECES.get(name, ())
     ppt = check_pixels_per_thread(ppt) if name in _PPT_KERNELS else 1
-    if "forward_walk.wgsl" in PIECES.get(name, ()):  # (the forward's share of the workgroup memory)
+    if is_backward and "forward_walk.wgsl" in PIECES.get(name, ()):  # (the fused walk: the forward's share)
         st = staging(ppt)
         workgroup_storage -= (st.forward - st.backward) * st.record_bytes + 4 * (256 // ppt) + 1024
     kb = backward_batch(workgroup_storage, subgroups, subgroup_size, ppt) if is_backward else 1

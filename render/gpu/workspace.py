@@ -128,6 +128,9 @@ BIN_PATHS: dict[str, tuple[BinStep, ...]] = {
     "coarse, then the forward": (_COARSE, BinStep("forward_fine.wgsl", "main", (*_FORWARD, "tile_mask",
                                                                                  *_SUPER_LISTS))),
 }
+#: a fit iteration's binning, forward and backward in one dispatch (forward_backward.wgsl fit_main,
+#: Shape.fuses_backward): the bindings of the path that bins in the forward, then the partials
+_FUSED_BINDINGS = (*BIN_PATHS["forward"][0].bindings, "partial")
 
 
 @dataclass(frozen=True)
@@ -305,7 +308,7 @@ class Workspace:
             self.buffers[name] = pool.acquire(_USAGES.get(name, STORAGE), size, label=name)
         self._staging: dict[tuple[str, int], object] = {}
         self._bind_groups: dict[str, tuple[object, object]] = {}
-        self._paths: dict = {}  # (the binning path's dispatches, in a fit and not; the fused iteration's)
+        self._paths: dict[bool, list[tuple]] = {}  # (the binning path's dispatches, in a fit and not)
         self.frame_kind: object = "unset"  # (loss, removal_costs) uploaded; loss None = render only
 
     # ------------------------------------------------------------------ lifetime
@@ -423,32 +426,28 @@ class Workspace:
         outside one: the engine's small calls are bound by the host's encoding."""
         found = self._paths.get(fit is not None)
         if found is None:
-            fitting, weighted = fit is not None, self.shape.weighted
+            fitting = fit is not None
             found = []
             for step in BIN_PATHS[self.shape.bin_path]:
-                names = [None if (n in _FIT_ONLY and not fitting) or (n == "weights" and not weighted) else n
-                         for n in step.bindings]
+                names = self._bound(step.bindings, fitting)
                 entry = step.fit_entry if fitting and step.fit_entry else step.entry
                 groups = (*self.shape.supers, self.shape.batch) if step.supers else self.tile_groups
                 found.append((*self.bind_group(step.kernel, names, entry, fit), groups))
             self._paths[fit is not None] = found
         return found
 
+    def _bound(self, bindings, fitting: bool) -> list[str | None]:
+        """``bindings`` as this shape binds them: None for the fit's own (_FIT_ONLY) outside a fit
+        and for the focus map where the shape has none."""
+        weighted = self.shape.weighted
+        return [None if (n in _FIT_ONLY and not fitting) or (n == "weights" and not weighted) else n for n in bindings]
+
     def encode_fit_forward_backward(self, cpass, span, timed: bool, fit: dict) -> None:
         """A fit iteration's binning, forward and backward in one dispatch (Shape.fuses_backward),
         timed as "forward+backward"."""
-        key = "fused"
-        found = self._paths.get(key)
-        if found is None:
-            names = [n if n != "weights" or self.shape.weighted else None
-                     for n in (*_FORWARD, "tile_mask", "tri_tiles", *_FIT_ONLY, "partial")]
-            found = self._paths[key] = (*self.bind_group("forward_backward.wgsl", names, "fit_main", fit),
-                                        self.tile_groups)
-        pl, bg, groups = found
         with span(cpass, "forward+backward", timed):
-            cpass.set_pipeline(pl)
-            cpass.set_bind_group(0, bg)
-            cpass.dispatch_workgroups(*groups)
+            self._dispatch(cpass, "forward_backward.wgsl", self._bound(_FUSED_BINDINGS, True), self.tile_groups,
+                           "fit_main", fit)
 
     def _focus(self) -> list[str]:
         """The focus map's binding, last, in the weighted variant of the forward and backward."""
