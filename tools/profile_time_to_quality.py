@@ -204,8 +204,10 @@ def _thread_cpu() -> dict[str, tuple[str, float]]:
 
 
 def host_calls(a) -> dict:
-    """A time-limited fit (as ``long``) with wgpu-py's per-chunk calls and the fit loop's direct
-    encoding wrapped: this thread's CPU and wall inside each, and every thread's CPU (/proc); and
+    """A time-limited fit (as ``long``) with wgpu-py's per-chunk calls, the fit loop's direct
+    encoding, its readbacks (render/gpu/readback.py), its chunks (``GpuFitLoop._run``), its steps
+    and the strategy's events wrapped: this thread's CPU and wall inside each (nested: a step holds
+    its chunks and events), and every thread's CPU (/proc); and
     the GPU's time for an iteration (the medians of its passes' timestamps in each chunk's first
     iteration) times the iterations: an estimate of how long the GPU ran iterations."""
     from collections import defaultdict
@@ -213,8 +215,11 @@ def host_calls(a) -> dict:
     from wgpu.backends import wgpu_native as wn
 
     from trifit import Engine, Fitter, StopConditions, load_image
+    from trifit.gpu import readback
     from trifit.gpu.encode import Repeats
+    from trifit.gpu.fitloop import GpuFitLoop
     from trifit.resources import sample_path
+    from trifit.strategy import FixedStrategy
 
     inside: dict = defaultdict(lambda: [0, 0.0, 0.0])
 
@@ -232,10 +237,14 @@ def host_calls(a) -> dict:
                 row[2] += time.perf_counter() - t
         setattr(cls, name, timed)
 
+    for cls in (FixedStrategy, *FixedStrategy.__subclasses__()):  # (the events, each strategy's own)
+        if "on_event" in vars(cls):
+            wrap(cls, "on_event", f"{cls.__name__}.on_event")
     for cls, name in [(wn.GPUCommandEncoder, "finish"), (Repeats, "encode"), (wn.GPUBuffer, "map_sync"),
                       (wn.GPUQueue, "submit"), (wn.GPUBuffer, "read_mapped"), (wn.GPUDevice, "create_command_encoder"),
                       (wn.GPUQueue, "write_buffer"), (wn.GPUCommandEncoder, "begin_compute_pass"),
-                      (wn.GPUDevice, "create_bind_group"), (wn.GPUComputePassEncoder, "end"), (wn.GPUBuffer, "unmap")]:
+                      (wn.GPUDevice, "create_bind_group"), (wn.GPUComputePassEncoder, "end"), (wn.GPUBuffer, "unmap"),
+                      (readback._Native, "read"), (GpuFitLoop, "_run"), (Fitter, "step")]:
         wrap(cls, name, f"{cls.__name__}.{name}")
     eng = Engine("gpu")
     target = load_image(sample_path(a.image), a.size)
@@ -249,9 +258,15 @@ def host_calls(a) -> dict:
     threads = sorted(((cpu - before.get(tid, (name, 0.0))[1], name, tid) for tid, (name, cpu) in after.items()),
                      reverse=True)
     gpu_ms = f.timings()["gpu_ms"]  # (median per pass of the chunks' timed first iterations; "loss" is the events')
-    per_iteration = sum(v for k, v in gpu_ms.items() if k in ("bin", "forward", "backward", "forward+backward", "reduce+adam"))
+    # an iteration is either fused ("forward+backward") or not ("bin", "forward", "backward"): a fit
+    # whose half-size stage walks unfused and its full size fused has medians of both, so the
+    # estimate takes the dearer of the two iterations (an upper bound)
+    paths = {"fused": ("forward+backward", "reduce+adam"), "unfused": ("bin", "forward", "backward", "reduce+adam")}
+    per_path = {name: sum(gpu_ms.get(k, 0.0) for k in keys) for name, keys in paths.items()
+                if any(k in gpu_ms for k in keys[:-1])}
+    per_iteration = max(per_path.values(), default=0.0)
     return {"seconds": a.seconds, "size": a.size, "tris": a.tris, "iterations": f.iteration, "wall_s": wall,
-            "gpu_ms": gpu_ms, "gpu_busy_s_estimate": per_iteration * f.iteration / 1e3,
+            "gpu_ms": gpu_ms, "gpu_ms_per_iteration": per_path, "gpu_busy_s_estimate": per_iteration * f.iteration / 1e3,
             "fit_thread_cpu_s": thread_cpu, "process_cpu_s": sum(t[0] for t in threads),
             "threads": [{"name": n, "tid": tid, "cpu_s": c} for c, n, tid in threads if c > 0],
             "inside": {k: {"calls": n, "thread_cpu_s": c, "wall_s": w} for k, (n, c, w) in

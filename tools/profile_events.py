@@ -1,0 +1,70 @@
+"""Where a fit's events spend the fit thread's CPU: cProfile enabled only inside the strategy's
+``on_event``, and this thread's CPU inside each of the event operations (FitState's count
+changes, placement, respawn, probes). The fit as ``profile_time_to_quality.py long`` runs it.
+
+    python tools/profile_events.py [--seconds 20] [--size 512] [--tris 1000] [--top 45]
+"""
+
+import argparse
+import cProfile
+import pstats
+import sys
+import time
+from collections import defaultdict
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from trifit import Engine, Fitter, StopConditions, fitstate, load_image, strategy  # noqa: E402
+from trifit.resources import sample_path  # noqa: E402
+
+OPERATIONS = {strategy.DefaultStrategy: ("on_event", "_respawn", "_place", "_probe_sigma"),
+              fitstate.FitState: ("add", "keep", "most_costly", "replace_on_device", "stopped_on_device",
+                                  "use_schedule", "to_full_size", "place_on_device")}
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("--seconds", type=float, default=20.0)
+    p.add_argument("--size", type=int, default=512)
+    p.add_argument("--tris", type=int, default=1000)
+    p.add_argument("--image", default="astronaut.png")
+    p.add_argument("--top", type=int, default=45)
+    a = p.parse_args()
+    prof, inside = cProfile.Profile(), defaultdict(lambda: [0, 0.0])
+
+    def timed(cls, name, profiled=False):
+        orig = getattr(cls, name)
+
+        def wrapper(*args, **kw):
+            c = time.thread_time()
+            if profiled:
+                prof.enable()
+            try:
+                return orig(*args, **kw)
+            finally:
+                if profiled:
+                    prof.disable()
+                row = inside[f"{cls.__name__}.{name}"]
+                row[0] += 1
+                row[1] += time.thread_time() - c
+        setattr(cls, name, wrapper)
+
+    for cls, names in OPERATIONS.items():
+        for name in names:
+            timed(cls, name, profiled=name == "on_event")
+    eng = Engine("gpu")
+    target = load_image(sample_path(a.image), a.size)
+    Fitter(target, triangles=a.tris, size=a.size, engine=eng).close()  # pipelines first
+    f = Fitter(target, triangles=a.tris, size=a.size, seed=0, engine=eng)
+    t = time.thread_time()
+    f.run(StopConditions(time_limit=a.seconds))
+    print(f"# {eng.description}: {f.iteration} iterations; the fit thread's CPU {time.thread_time() - t:.3f} s")
+    for k, (n, c) in sorted(inside.items(), key=lambda kv: -kv[1][1]):
+        print(f"  {k:40s} {n:6d} calls {c:8.3f} s  {1e3 * c / max(n, 1):7.3f} ms a call")
+    for order in ("tottime", "cumulative"):
+        pstats.Stats(prof).sort_stats(order).print_stats(a.top)
+
+
+if __name__ == "__main__":
+    main()
