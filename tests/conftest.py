@@ -7,6 +7,11 @@ import os
 
 import pytest
 
+# A process the tests start (the CLI, a Dask worker) that dies in native code prints every thread's
+# Python stack to its stderr, which the failing assertion shows: a status of -11 alone says nothing
+# of where (a bad-input run of `trifit fit` once crashed so in CI, not reproduced since).
+os.environ.setdefault("PYTHONFAULTHANDLER", "1")
+
 
 def _gpu_or_fail():
     from trifit.errors import AdapterError
