@@ -357,6 +357,7 @@ class FitState:
         self._loops.clear()
         if self.coarse:
             self.coarse, self.full_from = False, self.iteration
+        targets.flags.writeable = False  # (as the fitter's first targets)
         self.targets, self._half = targets, None
         self.drop_device_placement()
         self._set(raw, m, v, self.n_triangles, self.iteration)

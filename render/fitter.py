@@ -106,6 +106,7 @@ class Fitter(FitState):
         if len({t.shape for t in targets}) != 1:
             raise TrifitError(f"a batched fit needs images of one working size, got {sorted({t.shape for t in targets})}")
         self.targets = np.stack(targets)
+        self.targets.flags.writeable = False  # (the fit's own, never changed in place: a GPU pass keeps its upload)
         self.batch, self.height, self.width = self.targets.shape[:3]
         self.seeds, self.sources = [int(v) for v in seeds], list(sources)
         self.rngs = [np.random.default_rng(v) for v in self.seeds]

@@ -433,6 +433,38 @@ def test_removal_costs_brought_back_are_the_ones_computed_apart_and_go_stale(gpu
 
 
 @pytest.mark.gpu
+def test_a_fits_targets_go_up_once_for_its_removal_costs(gpu_engine):
+    """Pruning's removal costs pass the fit's (read-only) targets at every step: a workspace that
+    holds them already uploads them no more, with the same costs; a writable array goes up every
+    time, so a change in place is seen; another array replaces them."""
+    backend = gpu_engine.impl
+    f = _eventful_fitter(gpu_engine, placement="device")
+    f.step(60)
+    assert not f.targets.flags.writeable
+    loop = f._loop
+    args = (loop.records_buffer(), f.n_triangles, np.asarray(loop.sigmas, float))
+    target_bytes = f.targets.nbytes
+
+    def costs(targets):
+        before = backend.counters.upload_bytes
+        got = backend.removal_costs_records(*args, targets)
+        return got, backend.counters.upload_bytes - before
+
+    first, _ = costs(f.targets)
+    again, up = costs(f.targets)
+    assert np.array_equal(first, again) and up < target_bytes  # (the record sigmas, not the images)
+    writable = f.targets.copy()
+    same, up = costs(writable)
+    assert np.array_equal(first, same) and up >= target_bytes
+    writable[:] = 0.0  # changed in place: uploaded again, and the costs follow
+    zero, up = costs(writable)
+    assert up >= target_bytes and not np.array_equal(zero, first)
+    back, up = costs(f.targets)  # the fit's own again, after another array went up
+    assert np.array_equal(back, first) and up >= target_bytes
+    f.close()
+
+
+@pytest.mark.gpu
 def test_flags_brought_back_are_dropped_when_the_records_change(gpu_engine):
     f = _eventful_fitter(gpu_engine, placement="device", respawn_alpha=0.3)
     f.step(60)

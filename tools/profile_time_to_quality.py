@@ -179,6 +179,7 @@ def long_fit(a) -> dict:
            "iterations": f.iteration, "wall_s": wall, "host_cpu_s": cpu, "readback_bytes_per_iteration": rb / max(f.iteration, 1),
            **_readback(before, after, f.iteration), "psnr_working": psnr, "gpu_ms": tm["gpu_ms"], "host_ms": tm["host_ms"],
            "submissions": after["submissions"] - before["submissions"], "respawned": f.respawned,
+           "upload_bytes_per_iteration": (after["upload_bytes"] - before["upload_bytes"]) / max(f.iteration, 1),
            "fit_thread_cpu_s": thread_cpu, "event_cpu_s": events.cpu_s, "event_wall_s": events.wall_s,
            "events": events.calls}
     for at in (1, 5, 10, 20):

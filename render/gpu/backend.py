@@ -266,7 +266,7 @@ class GpuBackend:
                 packed = SCENE.pack(tris, bg, sigma) if records is None else None
                 tgt = np.ascontiguousarray(targets)
             with self.host.phase("upload"):
-                self.counters.upload_bytes += ws.set_frame(loss, removal_costs) + ws.write("target", tgt)
+                self.counters.upload_bytes += ws.set_frame(loss, removal_costs) + ws.write_target(tgt)
                 if records is None:
                     self.counters.upload_bytes += ws.write("scene", packed)
                 else:  # the records, then each image's sigma over theirs -- copied from a staging buffer

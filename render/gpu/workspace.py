@@ -310,6 +310,7 @@ class Workspace:
         self._bind_groups: dict[str, tuple[object, object]] = {}
         self._paths: dict[bool, list[tuple]] = {}  # (the binning path's dispatches, in a fit and not)
         self.frame_kind: object = "unset"  # (loss, removal_costs) uploaded; loss None = render only
+        self._target_of: np.ndarray | None = None  # the read-only array the target buffer holds (write_target)
 
     # ------------------------------------------------------------------ lifetime
     def release(self) -> None:
@@ -336,9 +337,22 @@ class Workspace:
         )
 
     def write(self, name: str, data, offset: int = 0) -> int:
+        if name == "target":
+            self._target_of = None
         raw = memoryview(np.ascontiguousarray(data)).cast("B") if not isinstance(data, bytes) else data
         self.device.queue.write_buffer(self.buffers[name], offset, raw)
         return len(raw)
+
+    def write_target(self, targets: np.ndarray) -> int:
+        """Upload the target images (B, H, W, 3) float32 -- unless this workspace holds these already:
+        the very array it uploaded last, read-only, so unchanged since (a fit's targets: pruning's
+        removal costs pass them at every step, 2 MB at 512 px). Returns the bytes uploaded."""
+        if targets is self._target_of and not targets.flags.writeable:
+            return 0
+        up = self.write("target", np.ascontiguousarray(targets, dtype=np.float32))
+        if isinstance(targets, np.ndarray) and not targets.flags.writeable and targets.dtype == np.float32:
+            self._target_of = targets
+        return up
 
     def set_frame(self, loss: str | None = "mse", removal_costs: bool = False) -> int:
         """Upload the frame uniform; ``loss=None`` renders only (no target needed);
