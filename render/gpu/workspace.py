@@ -350,7 +350,7 @@ class Workspace:
         if targets is self._target_of and not targets.flags.writeable:
             return 0
         up = self.write("target", np.ascontiguousarray(targets, dtype=np.float32))
-        if isinstance(targets, np.ndarray) and not targets.flags.writeable and targets.dtype == np.float32:
+        if not targets.flags.writeable:
             self._target_of = targets
         return up
 
