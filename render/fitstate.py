@@ -136,7 +136,8 @@ class FitState:
         records = [placement.device_records(b, k, sums[b], self.height, self.width, self.rngs[b], self.settings,
                                             radius_scale, n_after) for b, k in enumerate(counts)]
         if rows:
-            return PlacedOnDevice(dp.place_rows(image, np.concatenate(records), self.settings.insert_alpha),
+            return PlacedOnDevice(dp.place_rows(image, np.concatenate(records), self.settings.insert_alpha,
+                                                submit=False),  # (submitted with the gather that takes them)
                                   tuple(int(k) for k in counts))
         placed = dp.place(image, np.concatenate(records))
         out, at = [], 0

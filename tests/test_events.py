@@ -535,6 +535,33 @@ def test_sigma_probes_from_the_records_are_the_hosts(gpu_engine, monkeypatch, we
 
 
 @pytest.mark.gpu
+def test_a_placement_and_the_gather_that_takes_its_rows_are_one_submission(gpu_engine):
+    # growth places on the device and gathers the rows into the loop of the new count: the
+    # placement's passes wait in the rows' encoder and go with the gather's, the same state to
+    # the bit as when they were submitted apart
+    fits = [_eventful_fitter(gpu_engine, placement="device") for _ in range(2)]
+    device = gpu_engine.impl.device
+    subs = []
+    for i, f in enumerate(fits):
+        f.step(60)
+        T = f.n_triangles
+        placed = f.place_on_device([6], T + 6, f.settings.insert_radius, rows=True)
+        assert placed.rows.pending is not None
+        before = gpu_engine.counters()["submissions"]
+        if i == 1:  # apart: the placement first, then the gather with an encoder of its own
+            device.queue.submit([placed.rows.encoder(device).finish()])
+        f.add(placed)
+        subs.append(gpu_engine.counters()["submissions"] - before)
+        assert f.n_triangles == T + 6 and placed.rows.pending is None
+    assert subs[0] == 1, subs
+    for a, b in zip(fits[0]._state(), fits[1]._state()):  # parameters and both moments
+        assert np.array_equal(a, b)
+    assert np.array_equal(fits[0]._loop.records(), fits[1]._loop.records())
+    for f in fits:
+        f.close()
+
+
+@pytest.mark.gpu
 def test_a_respawn_on_the_device_is_the_hosts_reordering(gpu_engine):
     fits = [_eventful_fitter(gpu_engine) for _ in range(2)]
     for f in fits:
@@ -660,4 +687,31 @@ def test_an_upload_of_other_bytes_to_a_host_written_buffer_is_made(gpu_engine):
     assert loop._write_extra("opt", rates + 1) > 0
     assert loop._write_extra("params", np.zeros(4, np.float32)) > 0  # (the device writes these: always uploaded)
     assert loop._write_extra("params", np.zeros(4, np.float32)) > 0
+    f.close()
+
+
+@pytest.mark.gpu
+def test_a_schedule_or_rates_of_other_values_go_up_however_they_come(gpu_engine):
+    # a reset packs the schedule and the rates again only when their values change: the same
+    # values in another object upload nothing, a change -- in a new object or the same one --
+    # uploads the new packing
+    from dataclasses import replace
+
+    from trifit.gpu.layouts import OPTIM, SCHEDULE
+
+    f = _eventful_fitter(gpu_engine, placement="device")
+    loop = f._loop
+    s = replace(loop.schedule)
+    assert loop._write_schedule(s) == 0
+    s.lr_final *= 0.5  # changed in place
+    assert loop._write_schedule(s) == SCHEDULE.size  # (the final sigmas are as they were)
+    assert loop._written["sched"] == SCHEDULE.pack(s.pack())
+    s2 = replace(s, sigma_ends=(0.011,))
+    assert loop._write_schedule(s2) == 4 and loop._written["sigma_end"] == np.float32([0.011]).tobytes()
+    settings = replace(loop.settings, lr_colour=loop.settings.lr_colour * 2)
+    up = gpu_engine.counters()["upload_bytes"]
+    loop.set_optim(settings)
+    assert gpu_engine.counters()["upload_bytes"] - up == OPTIM.size
+    loop.set_optim(replace(settings))
+    assert gpu_engine.counters()["upload_bytes"] - up == OPTIM.size
     f.close()

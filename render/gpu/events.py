@@ -26,16 +26,24 @@ PLACE_IN = 12   # floats per new triangle's record in (shaders/events.wgsl: rend
 PLACE_OUT = 12  # ... and out (a gather's fresh row is another size: FRESH_ROW, render/fitloop.py)
 
 
-@dataclass(frozen=True)
+@dataclass
 class DeviceRows:
     """``n`` fresh rows (n, FRESH_ROW) float32 in a device buffer: new triangles as the fit loop's
-    gather takes them, grouped by image in order (:meth:`DevicePlacement.place_rows`)."""
+    gather takes them, grouped by image in order (:meth:`DevicePlacement.place_rows`). ``pending``:
+    the command encoder holding the passes that make them, not yet submitted -- the gather that
+    takes them encodes its own commands after those and submits both at once."""
 
     buffer: object
     n: int
+    pending: object = None
 
     def __len__(self) -> int:
         return self.n
+
+    def encoder(self, device):
+        """The pending command encoder (once; the rows' passes come first in it), or a new one."""
+        enc, self.pending = self.pending, None
+        return device.create_command_encoder() if enc is None else enc
 
 
 class DevicePlacement:
@@ -161,10 +169,13 @@ class DevicePlacement:
         enc = self._encode_place(image, n)
         return self._submit_read(enc, self.buffers["new_out"], n * PLACE_OUT * 4).reshape(n, PLACE_OUT)
 
-    def place_rows(self, image, records: np.ndarray, alpha: float) -> DeviceRows:
+    def place_rows(self, image, records: np.ndarray, alpha: float, submit: bool = True) -> DeviceRows:
         """:meth:`place`, with the triangles (opacity ``alpha``) turned on the device into the rows
         the fit loop's gather takes (shaders/events.wgsl placed_rows; each image's larger ones
-        first): nothing comes back. The rows stay valid until the next placement."""
+        first): nothing comes back. The rows stay valid until the next placement. ``submit``
+        False: the passes are left in the rows' ``pending`` encoder for the gather to submit with
+        its own (an event's placement and gather in one submission); nothing else may write the
+        placement's buffers or ``image`` before that."""
         n = self._records(records)
         if n == 0:
             return DeviceRows(None, 0)
@@ -172,6 +183,8 @@ class DevicePlacement:
             n_new=n, alpha_raw=float(logit(np.float64(alpha)))))
         enc = self._encode_place(image, n)
         self._encode_pass("placed_rows", ["place", "new_in", "new_out", "rows"], image, (-(-n // 64), 1, 1), enc)
+        if not submit:
+            return DeviceRows(self.buffers["rows"], n, pending=enc)
         self.device.queue.submit([enc.finish()])
         self.backend.counters.submissions += 1
         return DeviceRows(self.buffers["rows"], n)

@@ -79,6 +79,7 @@ class GpuFitLoop:
         }
         self._anchored = None  # the anchor buffer holds an anchor (None: a pooled buffer's old bytes)
         self._written: dict[str, bytes] = {}  # what the HOST_WRITTEN buffers hold
+        self._packed: dict[str, tuple] = {}  # (the values, their bytes) last packed for sched and opt
         self.snaps = [{k: pool.acquire(STORAGE | COPY_DST | COPY_SRC, n * 4, f"snap-{k}")
                        for k, n in (("params", B * n_params), ("moments", 2 * B * n_params))} for _ in range(2)]
         # what a chunk brings back, in one buffer mapped once: the loss ring, the first iteration's
@@ -146,9 +147,7 @@ class GpuFitLoop:
         self.sigmas = schedule.sigmas(max(iteration, 1), self.batch)
         lr0 = schedule.at(max(iteration, 1))[1]
         up = self.ws.write("state", STATE.pack(iter=iteration, sigma=self.sigmas[0], lr_scale=lr0))
-        up += self._write_extra("sched", SCHEDULE.pack(schedule.pack()))
-        up += self._write_extra("sigma_end", schedule.ends(self.batch).astype(np.float32))
-        self.backend.counters.upload_bytes += up
+        self.backend.counters.upload_bytes += up + self._write_schedule(schedule)
         if raw is not None:
             self.set_state(raw, m, v)  # (with the next iteration's sigma in the scene records)
         else:  # the state comes from take(), on the device; the records need this iteration's sigma
@@ -176,9 +175,26 @@ class GpuFitLoop:
 
     def set_schedule(self, schedule: Schedule) -> None:
         self.schedule = schedule
-        self.backend.counters.upload_bytes += self._write_extra("sched", SCHEDULE.pack(schedule.pack())) + \
-            self._write_extra("sigma_end", schedule.ends(self.batch).astype(np.float32))
+        self.backend.counters.upload_bytes += self._write_schedule(schedule)
         self._write_next_sigma()
+
+    def _packed_once(self, name: str, key: tuple, pack) -> bytes:
+        """``pack()``'s bytes for the host-written buffer ``name``, packed again only when ``key``
+        (the values they are made of) changed: a pruning cycle's count changes reset kept loops
+        with the schedule and rates they had, hundreds of times in a long fit."""
+        got = self._packed.get(name)
+        if got is None or got[0] != key:
+            got = self._packed[name] = (key, pack())
+        return got[1]
+
+    def _write_schedule(self, schedule: Schedule) -> int:
+        """The schedule's uniform and each image's final sigma; returns the bytes uploaded."""
+        key = (schedule.sigma_start, schedule.sigma_end, schedule.sigma_iters, schedule.lr_decay_iters,
+               schedule.lr_final, schedule.iter_offset, schedule.lr_offset, schedule.lr_start,
+               None if schedule.sigma_ends is None else tuple(map(float, schedule.sigma_ends)))
+        sched = self._packed_once("sched", key, lambda: SCHEDULE.pack(schedule.pack()))
+        ends = self._packed_once("sigma_end", key, lambda: schedule.ends(self.batch).astype(np.float32).tobytes())
+        return self._write_extra("sched", sched) + self._write_extra("sigma_end", ends)
 
     def _next_sigma(self) -> np.ndarray:
         return self.schedule.sigmas(self.iter + 1, self.batch)
@@ -195,9 +211,11 @@ class GpuFitLoop:
     def set_optim(self, settings: FitSettings) -> None:
         """New learning rates / Adam constants from the next iteration on."""
         self.settings = settings
-        self.backend.counters.upload_bytes += self._write_extra("opt", OPTIM.pack(
-            lr_vertex=settings.lr_vertex, lr_colour=settings.lr_colour, lr_alpha=settings.lr_alpha,
-            lr_background=settings.lr_background, beta1=settings.beta1, beta2=settings.beta2, eps=settings.adam_eps))
+        rates = dict(lr_vertex=settings.lr_vertex, lr_colour=settings.lr_colour, lr_alpha=settings.lr_alpha,
+                     lr_background=settings.lr_background, beta1=settings.beta1, beta2=settings.beta2,
+                     eps=settings.adam_eps)
+        packed = self._packed_once("opt", tuple(rates.values()), lambda: OPTIM.pack(rates))
+        self.backend.counters.upload_bytes += self._write_extra("opt", packed)
 
     def _encode_snapshot(self, enc, slot: int, restore: bool = False) -> None:
         for name in ("params", "moments"):
@@ -285,6 +303,10 @@ class GpuFitLoop:
         would be an ulp off) -- written now with ``records``, else by the next ``set_state``.
         Empty lists unlock every triangle."""
         B, T = self.batch, self.n_tris
+        if len(locked) == B and not any(len(i) for i in locked) and len(self._locks) == B and \
+                not any(len(i) for i, _ in self._locks):  # none before, none now (every count change asks)
+            self._drop_brought()
+            return
         self._locks = [(np.asarray(i, dtype=np.int64), np.asarray(v, dtype=np.float64).reshape(-1, 10))
                        for i, v in zip(locked, values)]
         flags = np.zeros((B, T), dtype=np.uint32)
@@ -567,7 +589,8 @@ class GpuFitLoop:
             if len(self._gather_groups) >= 8:
                 self._gather_groups.clear()
             self._gather_groups[key] = bg
-        enc = self.device.create_command_encoder()
+        # (placement's passes, where they wait for this submission, come first: events.DeviceRows)
+        enc = fresh.encoder(self.device) if on_device else self.device.create_command_encoder()
         for buf, copy, size in copies:
             enc.copy_buffer_to_buffer(buf, 0, copy, 0, size)
         if on_device and len(fresh):
