@@ -210,7 +210,9 @@ class ReferenceFitLoop:
     and focus maps ``weights`` shaped like the target's pixels (render/focus.py)."""
 
     def __init__(self, backend, target: np.ndarray, raw: np.ndarray, n_tris: int,
-                 settings: FitSettings, schedule: Schedule, iteration: int = 0, weights: np.ndarray | None = None):
+                 settings: FitSettings, schedule: Schedule, iteration: int = 0, weights: np.ndarray | None = None,
+                 ahead=()):
+        """``ahead``: the fit's other shapes (the GPU loop builds their pipelines; nothing to build here)."""
         self.backend = backend
         target = np.asarray(target, dtype=np.float64)
         self.batched = target.ndim == 4

@@ -435,7 +435,7 @@ class FitState:
         loop = self._loops.pop(key, None)
         if loop is None:
             loop = self.engine.impl.fit_loop(target, raw, n, self._optim(), self.schedule, iteration,
-                                             weights=self.working_focus())
+                                             weights=self.working_focus(), ahead=self._shapes_ahead())
             self._lock_loop(loop)
             if raw is not None:
                 loop.set_state(raw, m, v)
@@ -443,6 +443,21 @@ class FitState:
             self._lock_loop(loop)
             loop.reset(raw, m, v, iteration, self.schedule, self._optim())
         return loop
+
+    def _shapes_ahead(self) -> list[tuple[int, int, int, int, bool]]:
+        """(batch, height, width, triangles, fit) of every shape the fit may still use: a loop for
+        each count the strategy's plan can take, at the working size and at half size while that
+        stage lasts, and the passes its events make at the working size (removal costs and
+        renders for placement: the fit's batch; the sigma probes: a scene per probe factor) --
+        so that their pipelines are built with the first loop's, not inside the fit's steps."""
+        B, (H, W) = self.batch, self.targets.shape[1:3]
+        sizes = [(H, W)] + ([self._half.shape[1:3]] if self.coarse and self._half is not None else [])
+        out = []
+        probes = self.strategy.probe_scenes()
+        for n in sorted(self.strategy.counts_ahead()):
+            out += [(B, h, w, n, True) for h, w in sizes] + [(B, H, W, n, False)]
+            out += [(B * probes, H, W, n, False)] if probes else []
+        return out
 
     def _make_current(self, key, loop) -> None:
         self._loops[key] = loop

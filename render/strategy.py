@@ -31,6 +31,9 @@ import numpy as np
 from .fitloop import FitSettings, Schedule
 from .placement import new_triangles
 
+#: the sigma probes' steps in log sigma, in units of sigma_probe_eps: a parabola through three points
+PROBE_STEPS = (-1.0, 0.0, 1.0)
+
 STRATEGIES = ("default", "fixed")
 _NEVER = 1 << 40
 
@@ -82,6 +85,15 @@ class FixedStrategy:
 
     def coarse_until(self, plan: int | None = None, time_budgeted: bool | None = None) -> int:
         """Iteration at which the half-size stage ends (0: none), for this plan or ``plan``."""
+        return 0
+
+    def counts_ahead(self) -> set[int]:
+        """Every triangle count this strategy's plans can take (the fitter builds the pipelines
+        of their loops before the first iteration)."""
+        return {self.settings.triangles}
+
+    def probe_scenes(self) -> int:
+        """Scenes per image the events score at once (the sigma probes'; 0: none)."""
         return 0
 
     def schedule(self, iteration: int) -> Schedule:
@@ -252,6 +264,12 @@ class DefaultStrategy(FixedStrategy):
         self._counts = sorted(merged.items())
         self._plan_key = key
         return self._counts
+
+    def counts_ahead(self) -> set[int]:
+        return {c for _, c in self.count_plan()} | {self.settings.triangles}
+
+    def probe_scenes(self) -> int:
+        return len(PROBE_STEPS) if self.settings.sigma_probes > 0 else 0
 
     def wanted(self, iteration: int) -> int:
         """The count the plan wants at ``iteration`` (once pruning has begun, never the growth
@@ -458,7 +476,7 @@ class DefaultStrategy(FixedStrategy):
         fit, s = self.fit, self.settings
         self.probes_done += 1
         eps = s.sigma_probe_eps
-        err = fit.sigma_errors(np.exp(np.array([-eps, 0.0, eps])))
+        err = fit.sigma_errors(np.exp(eps * np.array(PROBE_STEPS)))  # (the same bits as -eps, 0, eps)
         for b, (lm, l0, lp) in enumerate(err.astype(np.float64)):
             curv, slope = (lp + lm - 2 * l0) / eps ** 2, (lp - lm) / (2 * eps)
             step = -slope / curv if curv > 0 else -math.copysign(eps, slope)

@@ -11,6 +11,7 @@ import textwrap
 
 import cffi
 import numpy as np
+import pytest
 
 
 def _fresh_wgpu_ffi():
@@ -321,24 +322,32 @@ def test_a_cache_folder_that_cannot_be_written_costs_only_the_parse(tmp_path, mo
 _FIT_AFTER_ITS_LOOP = textwrap.dedent("""
     import json, sys
     from trifit import Engine, Fitter, StopConditions, load_image
-    from trifit.gpu import shaders
+    from trifit.gpu import shaders, workspace
     from trifit.resources import sample_path
+    workspace.COARSE_BIN_TESTS = int(sys.argv[1])
     fitter = Fitter(load_image(sample_path("astronaut.png"), 176), engine=Engine("gpu"), seed=0)
     built = len(shaders._pipelines)
-    fitter.run(StopConditions(iterations=200))  # growth, pruning, respawn, probes
-    json.dump({"built": built, "after": len(shaders._pipelines), "iterations": fitter.iteration}, sys.stdout)
+    paths = set()
+    fitter.run(StopConditions(iterations=200),  # growth, pruning, respawn, probes
+               callback=lambda progress: paths.add(fitter._loop.shape.bin_path))
+    json.dump({"built": built, "after": len(shaders._pipelines), "iterations": fitter.iteration,
+               "paths": sorted(paths)}, sys.stdout)
 """)
 
 
-def test_a_fit_compiles_every_pipeline_it_uses_before_its_first_iteration(gpu_ctx):
+@pytest.mark.parametrize("coarse_tests", [1_400_000, 10_000])
+def test_a_fit_compiles_every_pipeline_it_uses_before_its_first_iteration(gpu_ctx, coarse_tests):
     """Nothing compiles inside a fit's steps (a time-limited fit would spend its time there): its
-    events included, in a fresh process."""
+    events included, in a fresh process -- and where its later loops take another binning path
+    than its first (over-grown counts at the working size binned in two steps, as big fits are:
+    here a lower threshold makes this small fit's do so), their pipelines too."""
     env = {k: v for k, v in os.environ.items() if k != "TRIFIT_NO_GPU"}
-    out = subprocess.run([sys.executable, "-c", _FIT_AFTER_ITS_LOOP], capture_output=True, text=True, env=env,
-                         timeout=600)
+    out = subprocess.run([sys.executable, "-c", _FIT_AFTER_ITS_LOOP, str(coarse_tests)], capture_output=True,
+                         text=True, env=env, timeout=600)
     assert out.returncode == 0, out.stderr[-2000:]
     got = json.loads(out.stdout)
     assert got["iterations"] == 200 and got["built"] >= 12
+    assert (got["paths"] == ["forward"]) == (coarse_tests > 100_000), got["paths"]  # (the case each one is)
     assert got["after"] == got["built"]
 
 

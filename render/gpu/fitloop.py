@@ -37,7 +37,7 @@ from .encode import Recorder, Repeats, per_image, submission_sizes
 from .events import DeviceRows
 from .layouts import OPTIM, SCENE, SCHEDULE, STATE
 from .readback import read_ranges
-from .workspace import COPY_DST, COPY_SRC, MAP_READ, STORAGE, UNIFORM, Shape, Workspace, reduce_groups
+from .workspace import COPY_DST, COPY_SRC, MAP_READ, STORAGE, UNIFORM, Shape, Workspace, path_entries, reduce_groups
 
 RING = 256  # loss ring entries; a submission never encodes more iterations than this
 
@@ -47,11 +47,32 @@ RING = 256  # loss ring entries; a submission never encodes more iterations than
 HOST_WRITTEN = frozenset(("sched", "opt", "sigma_end", "locked"))
 
 
+#: the kernels a fit loop uses whatever its shape: the render (growth, respawn, sigma probes), the
+#: loss-and-gradient call's (pruning's removal costs: the loss sum, the gradient reduction), the
+#: events on the device's (placement, respawn flags, the reordering)
+FIT_KERNELS = (("backward.wgsl", "main"), ("adam.wgsl", "main"), ("render.wgsl", "main"),
+               ("loss_reduce.wgsl", "main"), ("reduce.wgsl", "reduce_grad"), ("costs.wgsl", "main"),
+               ("events.wgsl", "error_tiles"), ("events.wgsl", "place_new"), ("events.wgsl", "placed_rows"),
+               ("respawn_flags.wgsl", "main"), ("permute.wgsl", "main"))
+
+
+def fit_kernels(shape: Shape) -> tuple[tuple[str, str], ...]:
+    """Every (kernel, entry) a fit loop of ``shape`` or a pass of its shape uses (``shape.fit``
+    False: the passes' -- a removal-cost, render or probe call of another batch or size)."""
+    own = path_entries(shape)
+    if not shape.fit:
+        return own
+    return own + ((("forward_backward.wgsl", "fit_main"),) if shape.fuses_backward else ()) + FIT_KERNELS
+
+
 class GpuFitLoop:
     def __init__(self, backend: GpuBackend, target: np.ndarray, raw: np.ndarray, n_tris: int,
-                 settings: FitSettings, schedule: Schedule, iteration: int = 0, weights: np.ndarray | None = None):
+                 settings: FitSettings, schedule: Schedule, iteration: int = 0, weights: np.ndarray | None = None,
+                 ahead=()):
         """``weights``: focus maps, (H, W) or (B, H, W) like ``target``: the loss is their
-        weighted mean (render/focus.py; the kernels' focus variant)."""
+        weighted mean (render/focus.py; the kernels' focus variant). ``ahead``: the other shapes
+        the fit will use, (batch, height, width, triangles, fit) each -- later loops of other
+        counts or sizes, its passes' batches -- whose pipelines are built with this loop's."""
         self.backend = backend
         self.device = backend.device
         self.settings = settings
@@ -109,19 +130,17 @@ class GpuFitLoop:
         self.set_locked([np.zeros(0, int)] * B, [np.zeros((0, 10))] * B, records=False)
         zeros = np.zeros((B, n_params))
         self.reset(None if raw is None else per_image(raw, B, n_params), zeros, zeros, iteration, schedule, settings)
-        # Build every pipeline a fit uses now, not inside its steps: the iteration's, the render
-        # (growth, respawn, sigma probes) and the loss-and-gradient call's (pruning's removal costs:
-        # binning's plain entry, the loss sum, the gradient reduction). A driver compiling shaders
-        # into a cold cache would spend a time-limited fit's time there (a process's first fit
-        # overran 1 s by ~0.2 s when the iteration's pipelines were built inside it); and events on
-        # the device's (placement, respawn flags, the reordering). Compiled several at once.
-        self.ws.build_pipelines((
-            *self.ws.pass_entries(), ("backward.wgsl", "main"),
-            *((("forward_backward.wgsl", "fit_main"),) if self.shape.fuses_backward else ()),
-            ("adam.wgsl", "main"), ("render.wgsl", "main"), ("loss_reduce.wgsl", "main"),
-            ("reduce.wgsl", "reduce_grad"), ("costs.wgsl", "main"), ("events.wgsl", "error_tiles"),
-            ("events.wgsl", "place_new"), ("events.wgsl", "placed_rows"), ("respawn_flags.wgsl", "main"),
-            ("permute.wgsl", "main")))
+        # Build every pipeline a fit uses now, not inside its steps: this loop's (fit_kernels), and
+        # those of the shapes ``ahead`` -- the working size after a half-size stage, an over-grown
+        # count on another binning path, the probes' batch. A driver compiling shaders into a cold
+        # cache would spend a time-limited fit's time there (a process's first fit overran 1 s by
+        # ~0.2 s when the iteration's pipelines were built inside it; a 512 px fit's working-size
+        # pipelines took 0.5 s at the half-size stage's end). Compiled several at once.
+        kernels = list(fit_kernels(self.shape))
+        for b, h, w, t, fit in ahead:
+            kernels += fit_kernels(Shape(b, w, h, t, backend.segmented, backend.pixels_per_thread, weights is not None,
+                                         fit=fit))
+        self.ws.build_pipelines(kernels)
         self._iteration_dispatches()
 
     # ------------------------------------------------------------------ state

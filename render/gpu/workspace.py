@@ -272,6 +272,13 @@ _USAGES = {
 }
 
 
+def path_entries(shape: Shape) -> tuple[tuple[str, str], ...]:
+    """The (kernel, entry) pairs a workspace of ``shape`` dispatches on its binning path
+    (BIN_PATHS), for a fit and not: what to build for it."""
+    return tuple((step.kernel, entry) for step in BIN_PATHS[shape.bin_path]
+                 for entry in (step.fit_entry, step.entry) if entry is not None)
+
+
 def check_limits(ctx: GpuContext, shape: Shape, ring_len: int = 1) -> None:
     """Refuse, before allocating, a problem the adapter cannot hold."""
     max_binding = ctx.limits.get("max-storage-buffer-binding-size", 1 << 27)
@@ -416,9 +423,8 @@ class Workspace:
 
     def pass_entries(self) -> tuple[tuple[str, str], ...]:
         """The (kernel, entry) pairs :meth:`encode_binned_forward` dispatches on this shape's binning
-        path, for a fit and not (what to build)."""
-        return tuple((step.kernel, entry) for step in BIN_PATHS[self.shape.bin_path]
-                     for entry in (step.fit_entry, step.entry) if entry is not None)
+        path, for a fit and not (what to build): :func:`path_entries`."""
+        return path_entries(self.shape)
 
     def encode_binned_forward(self, cpass, span, timed: bool, fit: dict | None = None) -> None:
         """This shape's binning path (BIN_PATHS): binning's own passes, where it has them (timed as
