@@ -52,6 +52,9 @@ QUICK_CELLS = [
     ("forward+backward batch 4, 64^2, 32 tris", "fwdbwd", 4, 64, 32),
     ("fit iteration 64px, 50 tris", "fit", 1, 64, 50),
 ]
+#: the host cell (issue #19): (side, triangles, iterations of a fixed plan) on a GPU, a CPU
+#: adapter's full bench, and --quick
+HOST_CELLS = {"gpu": (512, 1000, 20000), "cpu": (176, 150, 1400), "quick": (64, 50, 300)}
 #: issue #4 on lavapipe: tiled render() >= 4x the naive kernel; loss_and_grad() <= 3x render()
 BASELINE_CELLS = [(128, 64), (176, 150), (256, 256)]
 CROSSOVER_CELLS = [("fwdbwd", 1, 32, 16), ("fwdbwd", 1, 64, 32), ("fwdbwd", 1, 96, 64)]
@@ -173,6 +176,15 @@ def run_bench(args) -> int:
         print(f"\nmemory: batch {m['batch']}, {m['size']}^2, {m['triangles']} tris, forward+backward: "
               f"peak pool bytes in use {m['peak_in_use_bytes'] / 2**20:.0f} MiB (target <= 1024 MiB)"
               if "error" not in m else f"\nmemory cell refused: {m['error']}")
+    side, tris, its = HOST_CELLS["quick" if args.quick else "cpu" if on_cpu else "gpu"]
+    if engine.backend == "gpu":  # (the float64 reference would take minutes; its host is all of it)
+        results["host"] = h = host_cell(engine, side, tris, its)
+        print(f"\nhost: a fit of astronaut.png at {side} px / {tris} triangles over a fixed plan of {its:,} iterations "
+              f"(every event): the fit thread {h['fit_thread_cpu_us_per_iteration']:.1f} us of CPU an iteration "
+              f"({h['fit_thread_cpu_s']:.2f} s in {h['wall_s']:.2f} s), {h['events']} events at "
+              f"{h['event_cpu_ms_per_event']:.2f} ms each, the process {h['process_cpu_s']:.2f} s; read back "
+              f"{h['readback_bytes_per_iteration']:.0f} B an iteration ({h['readback_without_snapshots_per_iteration']:.0f} "
+              f"without crash-recovery snapshots); PSNR {h['psnr']:.2f} dB")
     runs, seconds = (2, 0.25) if args.quick else (5, 1.0)
     results["start"] = start_cell(args.backend, runs, seconds)
     st = results["start"]
@@ -189,6 +201,54 @@ def run_bench(args) -> int:
 
         atomic_write_bytes(Path(args.json), json.dumps(results, indent=1).encode())
     return 0
+
+
+def host_cell(engine: Engine, side: int, tris: int, iterations: int) -> dict:
+    """What a fit costs the host (issue #19): the bundled astronaut at ``side`` px with ``tris``
+    triangles and every event (growth, over-growth and pruning cycles, respawn, sigma probes) over
+    a fixed plan of ``iterations`` -- the same events in every run, so that the host's figures
+    compare across commits (a time limit's plan follows the speed) -- after a first fitter has
+    built the pipelines. The fit thread's CPU (a time-limited fit's host CPU is about this per
+    iteration times its iterations), the share inside the events, the process's CPU (all its
+    threads: the driver's too), and what came back, crash-recovery snapshots apart."""
+    from .fitter import Fitter
+    from .imageio import load_image
+    from .resources import sample_path
+    from .run import StopConditions
+
+    target = load_image(sample_path("astronaut.png"), side)
+    Fitter(target, triangles=tris, size=side, engine=engine).close()  # pipelines first
+    f = Fitter(target, triangles=tris, size=side, seed=0, engine=engine)
+    events = {"n": 0, "cpu_s": 0.0}
+    inner = f.strategy.on_event
+
+    def on_event(iteration):  # (this fitter's own strategy: the thread's CPU inside each event)
+        t = time.thread_time()
+        try:
+            return inner(iteration)
+        finally:
+            events["n"] += 1
+            events["cpu_s"] += time.thread_time() - t
+
+    f.strategy.on_event = on_event
+    before = engine.counters()
+    c0, t0, w0 = time.process_time(), time.thread_time(), time.perf_counter()
+    try:
+        f.run(StopConditions(iterations=iterations))
+        wall, thread, process = time.perf_counter() - w0, time.thread_time() - t0, time.process_time() - c0
+        after = engine.counters()
+        psnr = f.step(0).psnr
+    finally:
+        f.close()
+    n = max(f.iteration, 1)
+    read = (after["readback_bytes"] - before["readback_bytes"]) / n
+    snapshots = (after.get("readback_snapshot_bytes", 0) - before.get("readback_snapshot_bytes", 0)) / n
+    return {"size": side, "triangles": tris, "iterations": f.iteration, "wall_s": wall,
+            "fit_thread_cpu_s": thread, "fit_thread_cpu_us_per_iteration": thread / n * 1e6,
+            "process_cpu_s": process, "events": events["n"], "event_cpu_s": events["cpu_s"],
+            "event_cpu_ms_per_event": events["cpu_s"] / max(events["n"], 1) * 1e3,
+            "readback_bytes_per_iteration": read, "readback_without_snapshots_per_iteration": read - snapshots,
+            "submissions_per_iteration": (after["submissions"] - before["submissions"]) / n, "psnr": psnr}
 
 
 def start_cell(backend: str, runs: int, seconds: float) -> dict:

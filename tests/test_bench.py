@@ -22,6 +22,12 @@ def test_bench_quick_writes_every_section(tmp_path, gpu_ctx):
     assert d["crossover"] and all(r["winner"] in ("gpu", "reference") for r in d["crossover"])
     b = d["baseline"][0]
     assert b["speedup"] == pytest.approx(b["naive_forward_ms"] / b["tiled_forward_ms"])
+    h = d["host"]  # a fixed plan with every event: the same events in every run
+    assert h["iterations"] == 300 and h["events"] > 5 and h["size"] == 64 and h["triangles"] == 50
+    assert 0 < h["event_cpu_s"] < h["fit_thread_cpu_s"] <= h["wall_s"] + 0.01
+    assert h["fit_thread_cpu_us_per_iteration"] == pytest.approx(h["fit_thread_cpu_s"] / 300 * 1e6)
+    assert 0 < h["readback_without_snapshots_per_iteration"] <= h["readback_bytes_per_iteration"] < 1024
+    assert 0 < h["submissions_per_iteration"] < 1 and h["psnr"] > 10
     st = d["start"]  # fresh processes: the fit's wall holds its time limit, --version none
     assert st["fit"]["time_limit_s"] < st["fit"]["min_s"] <= st["fit"]["median_s"] <= st["fit"]["max_s"]
     assert len(st["fit"]["runs_s"]) == len(st["version"]["runs_s"]) == 2
