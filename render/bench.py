@@ -208,9 +208,8 @@ def host_cell(engine: Engine, side: int, tris: int, iterations: int) -> dict:
     triangles and every event (growth, over-growth and pruning cycles, respawn, sigma probes) over
     a fixed plan of ``iterations`` -- the same events in every run, so that the host's figures
     compare across commits (a time limit's plan follows the speed) -- after a first fitter has
-    built the pipelines. The fit thread's CPU (a time-limited fit's host CPU is about this per
-    iteration times its iterations), the share inside the events, the process's CPU (all its
-    threads: the driver's too), and what came back, crash-recovery snapshots apart."""
+    built the pipelines. The fit thread's CPU, its share inside the events, the process's CPU
+    (all its threads: the driver's too), and what came back, crash-recovery snapshots apart."""
     from .fitter import Fitter
     from .imageio import load_image
     from .resources import sample_path
