@@ -233,8 +233,8 @@ def test_a_fits_iteration_bins_inside_its_forward(monkeypatch, gpu_ctx):
         fused = f._loop.shape.fuses_backward  # (a CPU adapter's: one segment a tile)
         assert fused == (path == "forward" and not f._loop.shape.segmented)
         assert labels == (["forward_backward.wgsl:fit_main", "adam.wgsl:main"] if fused else want[path])
-        # what the fit built ahead (pass_entries) is what it dispatches, on this path and outside a fit
-        built = {f"{kernel}:{entry}" for kernel, entry in f._loop.ws.pass_entries()}
+        # what the fit built ahead (path_entries) is what it dispatches, on this path and outside a fit
+        built = {f"{kernel}:{entry}" for kernel, entry in workspace.path_entries(f._loop.shape)}
         unfused = want[path][:-2]
         assert set(unfused) <= built and len(built) == len(unfused) + 1  # (+ the first's plain entry)
         assert shaders.built(*f._loop.ws._variant("forward_backward.wgsl", "fit_main")) or not fused

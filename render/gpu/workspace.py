@@ -274,7 +274,7 @@ _USAGES = {
 
 def path_entries(shape: Shape) -> tuple[tuple[str, str], ...]:
     """The (kernel, entry) pairs a workspace of ``shape`` dispatches on its binning path
-    (BIN_PATHS), for a fit and not: what to build for it."""
+    (BIN_PATHS; :meth:`Workspace.encode_binned_forward`), for a fit and not: what to build for it."""
     return tuple((step.kernel, entry) for step in BIN_PATHS[shape.bin_path]
                  for entry in (step.fit_entry, step.entry) if entry is not None)
 
@@ -420,11 +420,6 @@ class Workspace:
     def tile_groups(self):
         s = self.shape
         return (s.tiles_x, s.tiles_y, s.batch)
-
-    def pass_entries(self) -> tuple[tuple[str, str], ...]:
-        """The (kernel, entry) pairs :meth:`encode_binned_forward` dispatches on this shape's binning
-        path, for a fit and not (what to build): :func:`path_entries`."""
-        return path_entries(self.shape)
 
     def encode_binned_forward(self, cpass, span, timed: bool, fit: dict | None = None) -> None:
         """This shape's binning path (BIN_PATHS): binning's own passes, where it has them (timed as
