@@ -10,6 +10,8 @@ one it has.
 from __future__ import annotations
 
 import logging
+import threading
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -158,12 +160,39 @@ class Engine:
     """Render scenes and differentiate losses, on the GPU or with the float64 reference."""
 
     def __init__(self, backend: str = "auto", *, subgroups: bool | None = None, segmented: bool | None = None,
-                 pixels_per_thread: int | None = None):
+                 pixels_per_thread: int | None = None, deferred: bool = False):
         """``subgroups`` / ``segmented`` / ``pixels_per_thread`` (forward and backward: 1, 2, 4 or 8) force a kernel
-        variant (None: what suits the adapter)."""
+        variant (None: what suits the adapter). ``deferred``: the backend is made at the engine's first
+        use, not here, so that a caller's host work (reading and preparing its input) runs while the
+        GPU comes up in the background (render/gpu/device.py ``warm_up``); an adapter error is then
+        raised at that first use."""
+        if backend not in BACKENDS:
+            raise ValueError(f"unknown backend {backend!r}; choose one of {', '.join(BACKENDS)}")
         self.requested = backend
-        self.impl = _make_backend(backend, subgroups, segmented, pixels_per_thread)
-        log.info("engine backend: %s on %s", self.backend, self.description)
+        self._options = (subgroups, segmented, pixels_per_thread)
+        self._impl = None
+        self._making = threading.Lock()
+        self.ready_at: float | None = None  # (time.perf_counter() when the backend was made)
+        if not deferred:
+            self._make()
+
+    def _make(self):
+        with self._making:
+            if self._impl is None:
+                self._impl = _make_backend(self.requested, *self._options)
+                self.ready_at = time.perf_counter()
+                log.info("engine backend: %s on %s", self.backend, self.description)
+        return self._impl
+
+    @property
+    def impl(self):
+        """The backend (render/gpu/backend.py GpuBackend or render/reference.py's): made here at the
+        first use of a deferred engine."""
+        return self._impl if self._impl is not None else self._make()
+
+    @impl.setter
+    def impl(self, backend) -> None:
+        self._impl = backend
 
     # ------------------------------------------------------------------ info
     @property

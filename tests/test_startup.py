@@ -370,3 +370,66 @@ def test_a_quiet_fit_does_not_import_the_progress_bar(tmp_path):
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.split() == ["False", "True"]
     assert "PSNR" in out.stderr and out.stderr.count("trifit:") == 1  # the second fit's summary line only
+
+
+def test_a_deferred_engine_makes_its_backend_after_the_fitters_host_work(gpu_ctx, monkeypatch):
+    """``Engine(deferred=True)`` (what ``trifit fit`` makes) waits for the GPU only where the fitter
+    makes its first loop: its targets and first triangles are prepared before, while the device
+    comes up. The fit is the same to the bit as one on an engine made at once."""
+    from PIL import Image
+
+    from trifit import engine as engine_module, fitter as fitter_module
+    from trifit.engine import Engine
+    from trifit.fitter import Fitter
+    from trifit.resources import sample_path
+
+    order = []
+    made, placed = engine_module._make_backend, fitter_module.initial_raw
+    monkeypatch.setattr(engine_module, "_make_backend", lambda *a: order.append("backend") or made(*a))
+    monkeypatch.setattr(fitter_module, "initial_raw", lambda *a, **k: order.append("placed") or placed(*a, **k))
+    image = np.asarray(Image.open(sample_path("astronaut.png")).convert("RGB"))
+    deferred = Engine("gpu", deferred=True)
+    assert deferred._impl is None and deferred.ready_at is None and order == []
+    a = Fitter(image, triangles=12, size=40, seed=3, engine=deferred)
+    assert order == ["placed", "backend"] and deferred.ready_at is not None
+    b = Fitter(image, triangles=12, size=40, seed=3, engine=Engine("gpu"))
+    for f in (a, b):
+        f.plan(60)
+        f.step(60)
+    sa, sb = a.scene, b.scene
+    assert sa.triangles.tobytes() == sb.triangles.tobytes() and sa.background.tobytes() == sb.background.tobytes()
+    assert sa.sigma == sb.sigma
+    a.close()
+    b.close()
+
+
+def test_a_deferred_engine_raises_the_adapter_error_at_its_first_use(monkeypatch):
+    """No adapter: a deferred GPU engine is made, and its first use raises the adapter error the
+    engine would have raised at once (the CLI turns it into its one line and status 2)."""
+    from trifit.engine import Engine
+    from trifit.errors import AdapterError
+    from trifit.gpu import device
+
+    monkeypatch.setenv("TRIFIT_NO_GPU", "1")
+    monkeypatch.setattr(device, "_shared", None)  # (as in a process that has made no context)
+    engine = Engine("gpu", deferred=True)
+    with pytest.raises(AdapterError):
+        engine.counters()  # (any first use: it makes the backend)
+    with pytest.raises(ValueError, match="unknown backend"):
+        Engine("cuda", deferred=True)
+
+
+def test_a_cli_fit_on_a_gpu_backend_with_no_adapter_is_one_line_and_status_2(tmp_path):
+    out = subprocess.run([sys.executable, "-m", "trifit.cli", "fit", str(_sample("astronaut.png")), "--iters", "5",
+                          "--size", "24", "--tris", "3", "--backend", "gpu", "-o", str(tmp_path / "a.json")],
+                         capture_output=True, text=True, env={**os.environ, "TRIFIT_NO_GPU": "1"}, timeout=300)
+    assert out.returncode == 2, out.stderr[-2000:]
+    lines = out.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("trifit: error:") and "GPU" in lines[0], out.stderr
+    assert not (tmp_path / "a.json").exists()
+
+
+def _sample(name):
+    from trifit.resources import sample_path
+
+    return sample_path(name)

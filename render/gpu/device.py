@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
+import time
 from dataclasses import dataclass, field
 
 from ..errors import AdapterError
@@ -38,6 +39,7 @@ class GpuContext:
     limits: dict[str, int]
     info: dict[str, str] = field(default_factory=dict)
     subgroup_size: int = 0  # measured by a probe kernel (0: no subgroup feature)
+    ready_at: float = 0.0   # time.perf_counter() when it was made (a command's start-up timeline)
 
     @property
     def has_subgroups(self) -> bool:
@@ -157,6 +159,7 @@ def get_context(force_new: bool = False) -> GpuContext:
         _shared = GpuContext(adapter, device, features, dict(device.limits), adapter_summary(adapter))
         if _shared.has_subgroups:
             _shared.subgroup_size = probe_subgroup_size(device)
+        _shared.ready_at = time.perf_counter()
         log.info("GPU adapter: %s (subgroup size %d)", _shared.describe(), _shared.subgroup_size)
         return _shared
 
