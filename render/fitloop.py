@@ -103,6 +103,9 @@ class FitSettings:
                                   # least) this, cosine down to lr_final at the plan's end, so the whole scene
                                   # moves again around the triangles the cycle grew back
     overgrow_max: int = 1000      # ... for counts up to this (larger counts are not over-grown: not measured)
+    growth_waits: bool = True     # ... and where a time limit's longer plan moves the growth's steps later, the
+                                  # count waits for them (False: pruned at once to the count asked for, which
+                                  # ended the growth -- records from before this setting did)
     host_snapshot_every: int = 200  # parameters copied to the host this often (GPU): what a lost device resumes from
     cull_tolerance: float = 1e-3  # the fit's iterations on the GPU skip coverage that could change a pixel by at most
                                   # this in all (below half an 8-bit level); renders, exports, scores and the
@@ -121,7 +124,8 @@ def recorded_settings(d: dict) -> dict:
     record from before ``placement`` existed was placed on the host, and one from before
     ``cull_tolerance`` culled its iterations as renders do, and so on for each setting below that
     a record may lack; each replays or resumes as it ran."""
-    legacy = {"placement": "host", "cull_tolerance": LEGACY_CULL_TOLERANCE, "respawn_checks": 0, "probes_overdue": "run"}
+    legacy = {"placement": "host", "cull_tolerance": LEGACY_CULL_TOLERANCE, "respawn_checks": 0, "probes_overdue": "run",
+              "growth_waits": False}
     return {**{k: v for k, v in legacy.items() if k not in d}, **d}
 
 

@@ -193,13 +193,18 @@ class Fitter(FitState):
     def _record(self, kind: str, value) -> None:
         self.changes.append([self.iteration, kind, value])
 
-    def plan(self, total_iterations: int, *, time_budgeted: bool = False) -> None:
+    def plan(self, total_iterations: int, *, time_budgeted: bool = False, guessed: bool = False) -> None:
         """Fit the schedules (sigma anneal, lr decay, coarse stage, growth, pruning) to this many
-        iterations; ``time_budgeted``: the plan comes from a time limit (run.TimePlanner)."""
+        iterations; ``time_budgeted``: the plan comes from a time limit (run.TimePlanner);
+        ``guessed``: ... before the working size's speed was measured (a time limit's first guess,
+        or its half-size stage's guess of the working size's cost), so the strategy starts nothing
+        it cannot take back on it (pruning)."""
         total = max(1, int(total_iterations))
-        self._record("time_plan" if time_budgeted else "plan", total)
+        guessed = bool(guessed and time_budgeted)
+        self._record("guessed_plan" if guessed else "time_plan" if time_budgeted else "plan", total)
         self.settings.planned_iterations = total
         self.strategy.time_budgeted = time_budgeted
+        self.strategy.plan_guessed = guessed
         self.use_schedule(self.strategy.schedule(self.iteration))
         self._next_event = self.strategy.next_event(self.iteration)
 
@@ -367,8 +372,8 @@ class Fitter(FitState):
     def apply(self, kind: str, value) -> None:
         """A change by name: a recorded one (what a replay of a scene's ``changes`` calls), or a
         focus map ("weights": :meth:`set_weights`, which is not recorded)."""
-        if kind in ("plan", "time_plan"):
-            self.plan(value, time_budgeted=kind == "time_plan")
+        if kind in ("plan", "time_plan", "guessed_plan"):
+            self.plan(value, time_budgeted=kind != "plan", guessed=kind == "guessed_plan")
         else:
             {"triangles": self.set_triangles, "sigma": self.set_sigma, "lr": self.set_learning_rate,
              "locked": self.set_locked, "edit": self.edit, "weights": self.set_weights}[kind](value)

@@ -133,8 +133,10 @@ class TimePlanner:
         for _ in range(8):  # the coarse stage's length depends on the plan: a few fixed-point steps
             coarse_left = max(0, f.strategy.coarse_until(plan, time_budgeted=True) - it) if coarse else 0
             plan = it + coarse_left + max(0, int((left - coarse_left * t_coarse) / t_full))
-        if abs(plan - planned) > 0.05 * planned or not f.strategy.time_budgeted:
-            f.plan(max(plan, it + 1), time_budgeted=True)
+        guessed = coarse  # (the working size's cost is COARSE_COST_GUESS's until its stage is measured)
+        if abs(plan - planned) > 0.05 * planned or not f.strategy.time_budgeted or \
+                getattr(f.strategy, "plan_guessed", False) != guessed:
+            f.plan(max(plan, it + 1), time_budgeted=True, guessed=guessed)
 
 
 class FitRun:
@@ -226,7 +228,7 @@ class FitRun:
         if stop.iterations is not None:
             f.plan(self.start_iteration + stop.iterations)
         elif stop.time_limit is not None:
-            f.plan(f.iteration + 100, time_budgeted=True)  # a first guess, corrected from the speed
+            f.plan(f.iteration + 100, time_budgeted=True, guessed=True)  # a first guess, corrected from the speed
             self.planner = TimePlanner(f, self.start_iteration, stop.time_limit)
 
     def _apply_requests(self) -> list:

@@ -78,6 +78,7 @@ class FixedStrategy:
         self.settings: FitSettings = fit.settings
         self.sigma_fixed: float | None = None  # set_sigma() pins sigma (fraction of the short side)
         self.time_budgeted = False             # the plan comes from a time limit (run.TimePlanner)
+        self.plan_guessed = False              # ... made before the working size's speed was measured
 
     # ------------------------------------------------------------------ what the fitter asks
     def initial_count(self) -> int:
@@ -159,11 +160,13 @@ class FixedStrategy:
     # ------------------------------------------------------------------ progress (checkpoints)
     def state(self) -> dict:
         """What this strategy has learned or been told so far, JSON-able (render/checkpoint.py)."""
-        return {"sigma_fixed": self.sigma_fixed, "time_budgeted": self.time_budgeted}
+        return {"sigma_fixed": self.sigma_fixed, "time_budgeted": self.time_budgeted,
+                "plan_guessed": self.plan_guessed}
 
     def load_state(self, state: dict) -> None:
         self.sigma_fixed = None if state.get("sigma_fixed") is None else float(state["sigma_fixed"])
         self.time_budgeted = bool(state.get("time_budgeted", False))
+        self.plan_guessed = bool(state.get("plan_guessed", False))
 
     # ------------------------------------------------------------------ helpers
     def _place(self, counts: list[int], n_after: int | None = None, rows: bool = False):
@@ -370,6 +373,13 @@ class DefaultStrategy(FixedStrategy):
         if want > n and (not self.pruning or self.prune_cycles() > 1):
             return "grow", want
         if self.peak() > s.triangles and max(want, s.triangles) < n:
+            if s.growth_waits and not self.pruning and n <= self.peak() and \
+                    (self.plan_guessed or iteration + 1e-6 < self.cycles()[0]):
+                # pruning, once begun, ends the growth for good: not on a guessed plan (a time
+                # limit's before the working size's speed is measured: the guess can be several
+                # times short, and the cycles would begin a fraction of the way into the fit), nor
+                # where a longer plan moved the growth's steps later (the count waits for them)
+                return None
             return "prune", max(want, s.triangles)
         return None
 

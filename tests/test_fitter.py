@@ -641,6 +641,7 @@ def test_time_plan_measures_each_stage_on_its_own(ref_engine):
     assert f.coarse
     planner = TimePlanner(f, 0, 80.0)
     planner.replan(1.0)
+    assert f.strategy.plan_guessed and f.changes[-1][1] == "guessed_plan"  # (the full size's cost is guessed)
     plan, c_end = f.settings.planned_iterations, f.coarse_until
     predicted = 1.0 + (c_end - 10) * 0.1 + (plan - c_end) * 0.1 / COARSE_COST_GUESS
     assert predicted == pytest.approx(80.0, abs=1.0)  # the plan ends with the time limit
@@ -653,9 +654,11 @@ def test_time_plan_measures_each_stage_on_its_own(ref_engine):
     elapsed += 4 * 0.5 + 3.0              # the stage's first chunk: short, with its set-up
     planner.replan(elapsed)
     assert f.settings.planned_iterations == guessed  # not measured from the set-up
+    assert f.strategy.plan_guessed
     f.step(20)
     elapsed += 20 * 0.5
     planner.replan(elapsed)
+    assert not f.strategy.plan_guessed and f.changes[-1][1] == "time_plan"
     # the full-size speed is what was measured since its first chunk, not the average over the fit
     assert f.settings.planned_iterations == pytest.approx(f.iteration + (80.0 - elapsed) / 0.5, abs=2)
     # steady: more full-size chunks at the same speed leave the plan (and with it sigma) alone --

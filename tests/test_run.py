@@ -160,7 +160,8 @@ def test_a_time_limited_fit_replays_from_its_scene(gpu_engine, tmp_path):
     assert main(["fit", str(image), "--tris", "24", "--size", "64", "--time-limit", "1.5", "--quiet",
                  "--backend", "gpu", "-o", str(first)]) == 0
     meta = json.loads(first.read_text())["meta"]
-    assert meta["changes"][0][1] == "time_plan" and meta["iterations"] > 0
+    kinds = [kind for _, kind, _ in meta["changes"]]
+    assert kinds[0] == "guessed_plan" and "time_plan" in kinds and meta["iterations"] > 0
     assert main(["fit", str(image), "--replay", str(first), "--quiet", "--backend", "gpu", "-o", str(again)]) == 0
     a, b = Scene.load(first), Scene.load(again)
     assert _bytes(a) == _bytes(b) and a.meta["changes"] == b.meta["changes"]

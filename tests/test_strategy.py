@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from trifit import Fitter, Scene, StopConditions, reference as R
+from trifit.fitloop import recorded_settings
 from trifit.run import replay_run
 from trifit.strategy import STRATEGIES, make_strategy
 
@@ -118,6 +119,62 @@ def test_a_new_plan_moves_later_events_only(ref_engine):
     assert f.n_triangles == 6       # 4 wants 6: nothing to do
     f.step(4)
     assert f.n_triangles == 9
+
+
+def test_a_longer_plan_during_growth_waits_instead_of_pruning(ref_engine):
+    # a time limit's plan that grows mid-growth (the working size turned out faster than guessed)
+    # moves the growth's steps later: the fit keeps the triangles it has and waits for them,
+    # rather than prune -- which would end its growth for good and start its pruning cycles early
+    f = Fitter(_target(), triangles=6, size=24, seed=0, engine=ref_engine, growth_stages=3, growth_until=0.5,
+               prune_until=0.8, overgrow=2.0, prune_stages=2, respawn_every=0, coarse_fraction=0, sigma_probes=0)
+    f.plan(30)                                   # peak 12: 4 -> 8 at 5 -> 12 at 10, cycles from 15
+    f.step(6)
+    assert f.n_triangles == 8 and not f.strategy.pruning
+    f.plan(120)                                  # stages at 0, 20, 40: iteration 6 wants 4 now, fewer than
+    assert f.strategy.wanted(7) == 4 and f.strategy._count_change(7) is None  # the 6 asked for
+    assert f.strategy.next_event(6) == 20        # the next growth step, not a prune at 7
+    f.step(14)
+    assert f.n_triangles == 8 and not f.strategy.pruning
+    f.step(1)                                    # 20: 8 is what the plan wants
+    assert f.n_triangles == 8
+    f.step(20)                                   # 40: the peak
+    assert f.n_triangles == 12 and not f.strategy.pruning
+    f.set_triangles(5)                           # (a count set by hand applies at once, as before)
+    assert f.n_triangles == 5
+    # records from before growth_waits replay as they ran: pruned at once, which ended the growth
+    old = Fitter(_target(), triangles=6, size=24, seed=0, engine=ref_engine, growth_stages=3, growth_until=0.5,
+                 prune_until=0.8, overgrow=2.0, prune_stages=2, respawn_every=0, coarse_fraction=0, sigma_probes=0,
+                 growth_waits=False)
+    old.plan(30)
+    old.step(6)
+    old.plan(120)
+    assert old.strategy._count_change(7) == ("prune", 6) and old.strategy.next_event(6) == 7
+    assert recorded_settings({"triangles": 6})["growth_waits"] is False
+
+
+def test_pruning_does_not_begin_on_a_guessed_plan(ref_engine):
+    # a time limit's plan made before the working size's speed is measured can be several times
+    # short: its cycles would begin pruning a fraction of the way into the fit, for good. On such
+    # a plan the count holds at the peak; the measured plan's cycles prune
+    kw = dict(triangles=6, size=24, seed=0, engine=ref_engine, growth_stages=1, growth_until=0.5, prune_until=0.8,
+              overgrow=2.0, prune_stages=2, respawn_every=0, coarse_fraction=0, sigma_probes=0)
+    f = Fitter(_target(), **kw)
+    f.plan(20, time_budgeted=True, guessed=True)   # one cycle: 12 until 10, 9 until 13, then 6
+    f.step(12)
+    assert f.n_triangles == 12 and not f.strategy.pruning
+    assert f.strategy._count_change(13) is None
+    f.plan(20, time_budgeted=True)                 # the same plan, measured: the cycle prunes now
+    assert f.strategy._count_change(13) == ("prune", 6) and f.strategy.next_event(12) == 13
+    f.step(1)
+    assert f.n_triangles == 6 and f.strategy.pruning
+    assert [kind for _, kind, _ in f.changes] == ["guessed_plan", "time_plan"]
+    # a checkpoint keeps the flag; a replay of the record repeats the fit
+    assert f.strategy.state()["plan_guessed"] is False
+    f.step(7)
+    f.finish()
+    replay = Fitter(_target(), engine=ref_engine, **f.scene.meta["settings"])
+    replay_run(replay, f.scene.meta).run()
+    assert replay.scene.to_json() == f.scene.to_json()
 
 
 def test_a_shorter_plan_prunes_at_the_next_iteration(ref_engine):

@@ -206,6 +206,7 @@ def main():
     p.add_argument("--tris", type=int, default=150)
     p.add_argument("--time-limit", type=float, help="seconds per fit instead of --iters")
     p.add_argument("--images", default="astronaut.png,chelsea.png")
+    p.add_argument("--size", type=int, default=176, help="working size (with --budgeted-plan)")
     p.add_argument("--budgeted-plan", type=int, help="N iterations planned like a time-limited fit")
     p.add_argument("--marks", help="with --budgeted-plan: fractions of the plan (e.g. 0.3,0.85) at which to print each "
                    "seed's working-size PSNR, and how its rank there predicts its final rank")
@@ -238,10 +239,10 @@ def budgeted(a):
     for name in a.variants.split(","):
         for image in a.images.split(","):
             path = sample_path(image) if "/" not in image else image
-            target = load_image(path, 176)
+            target = load_image(path, a.size)
             psnrs, sigmas, on_way = [], [], []
             for seed in [int(s) for s in a.seeds.split(",")]:
-                f = Fitter(target, triangles=a.tris, size=176, seed=seed, engine=eng, **VARIANTS[name])
+                f = Fitter(target, triangles=a.tris, size=a.size, seed=seed, engine=eng, **VARIANTS[name])
                 f.plan(a.budgeted_plan, time_budgeted=True)  # as a time limit plans it
                 done, seen = 0, []
                 for m in marks:  # the working-size PSNR on the way (the stage's size and count)
