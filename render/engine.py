@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -123,8 +122,7 @@ def _scene_of(tris, bg, sigma, width, height) -> Scene:
 
 def _make_backend(backend: str, subgroups: bool | None, segmented: bool | None = None,
                   pixels_per_thread: int | None = None):
-    if backend not in BACKENDS:
-        raise ValueError(f"unknown backend {backend!r}; choose one of {', '.join(BACKENDS)}")
+    """``backend``: one of BACKENDS (:class:`Engine` refuses others when it is made)."""
     if backend == "reference":
         return ReferenceBackend()
     from .gpu.backend import GpuBackend
@@ -172,7 +170,6 @@ class Engine:
         self._options = (subgroups, segmented, pixels_per_thread)
         self._impl = None
         self._making = threading.Lock()
-        self.ready_at: float | None = None  # (time.perf_counter() when the backend was made)
         if not deferred:
             self._make()
 
@@ -180,7 +177,6 @@ class Engine:
         with self._making:
             if self._impl is None:
                 self._impl = _make_backend(self.requested, *self._options)
-                self.ready_at = time.perf_counter()
                 log.info("engine backend: %s on %s", self.backend, self.description)
         return self._impl
 

@@ -135,7 +135,7 @@ class TimePlanner:
             plan = it + coarse_left + max(0, int((left - coarse_left * t_coarse) / t_full))
         guessed = coarse  # (the working size's cost is COARSE_COST_GUESS's until its stage is measured)
         if abs(plan - planned) > 0.05 * planned or not f.strategy.time_budgeted or \
-                getattr(f.strategy, "plan_guessed", False) != guessed:
+                f.strategy.plan_guessed != guessed:
             f.plan(max(plan, it + 1), time_budgeted=True, guessed=guessed)
 
 
