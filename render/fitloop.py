@@ -106,6 +106,9 @@ class FitSettings:
     growth_waits: bool = True     # ... and where a time limit's longer plan moves the growth's steps later, the
                                   # count waits for them (False: pruned at once to the count asked for, which
                                   # ended the growth -- records from before this setting did)
+    continuous_plans: bool = True  # a plan changed mid-fit keeps each schedule's progress and changes its rate from
+                                   # there (False: every schedule re-stretched from iteration 0 -- records from
+                                   # before this setting did; a later plan could re-open what the fit had done)
     host_snapshot_every: int = 200  # parameters copied to the host this often (GPU): what a lost device resumes from
     cull_tolerance: float = 1e-3  # the fit's iterations on the GPU skip coverage that could change a pixel by at most
                                   # this in all (below half an 8-bit level); renders, exports, scores and the
@@ -125,7 +128,7 @@ def recorded_settings(d: dict) -> dict:
     ``cull_tolerance`` culled its iterations as renders do, and so on for each setting below that
     a record may lack; each replays or resumes as it ran."""
     legacy = {"placement": "host", "cull_tolerance": LEGACY_CULL_TOLERANCE, "respawn_checks": 0, "probes_overdue": "run",
-              "growth_waits": False}
+              "growth_waits": False, "continuous_plans": False}
     return {**{k: v for k, v in legacy.items() if k not in d}, **d}
 
 

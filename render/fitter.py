@@ -202,7 +202,7 @@ class Fitter(FitState):
         total = max(1, int(total_iterations))
         guessed = bool(guessed and time_budgeted)
         self._record("guessed_plan" if guessed else "time_plan" if time_budgeted else "plan", total)
-        self.settings.planned_iterations = total
+        self.strategy.replan(total)  # (the schedules' progress goes on from where it is)
         self.strategy.time_budgeted = time_budgeted
         self.strategy.plan_guessed = guessed
         self.use_schedule(self.strategy.schedule(self.iteration))

@@ -9,6 +9,13 @@ consistent. Every decision is a function of the iteration, the plan (``planned_i
 the state at that iteration -- never of wall-clock time or of how the iterations were chunked --
 so a fit's scene depends only on its inputs and the iterations run.
 
+The schedules are fractions of the plan's *progress*, which runs from 0 at ``plan_origin`` to 1 at
+the plan's end. A plan made at iteration 0 has its origin there (progress = iteration / plan); a
+plan changed mid-fit (a time limit re-planning from its measured speed, a stop changed by hand)
+keeps the progress where it is and changes only its rate from there on, so nothing behind the
+fit moves ahead of it again: no learning-rate restart re-opened, no growth step or pruning cycle
+shifted under the fit, no anneal undone. Where the pruning cycles have begun, their number holds.
+
 Two strategies:
 
 * ``"fixed"`` (:class:`FixedStrategy`): the count asked for from the start, a geometric sigma
@@ -33,6 +40,9 @@ from .placement import new_triangles
 
 #: the sigma probes' steps in log sigma, in units of sigma_probe_eps: a parabola through three points
 PROBE_STEPS = (-1.0, 0.0, 1.0)
+#: a plan changed at or past this progress keeps it there (the schedules are at their ends): the
+#: rest of the fit runs at the end of every schedule however much longer the new plan is
+PROGRESS_CAP = 0.999
 
 STRATEGIES = ("default", "fixed")
 _NEVER = 1 << 40
@@ -56,14 +66,18 @@ def probe_errors(images: np.ndarray, targets: np.ndarray, weights: np.ndarray | 
     return (sq * w).sum(axis=(2, 3, 4)) / (3.0 * w.sum(axis=(2, 3, 4)))
 
 
-def plan_schedule(settings: FitSettings, short_side: int, sigma_fixed: float | None = None) -> Schedule:
-    """The sigma anneal and learning-rate decay over ``settings.planned_iterations`` (sigma as a
-    fraction of the shorter side; ``sigma_fixed`` pins it)."""
-    plan = max(1, settings.planned_iterations)
+def plan_schedule(settings: FitSettings, short_side: int, sigma_fixed: float | None = None,
+                  origin: float = 0.0) -> Schedule:
+    """The sigma anneal and learning-rate decay over the plan, from ``origin`` (its progress 0) to
+    ``settings.planned_iterations`` (sigma as a fraction of the shorter side; ``sigma_fixed`` pins it)."""
+    span = max(1, settings.planned_iterations) - origin
     start, end = settings.sigma_start_px / short_side, settings.sigma_end_px / short_side
     if sigma_fixed is not None:
         start = end = sigma_fixed
-    return Schedule(start, end, settings.sigma_fraction * plan, plan, settings.lr_final)
+    if origin == 0.0:
+        return Schedule(start, end, settings.sigma_fraction * span, span, settings.lr_final)
+    return Schedule(start, end, settings.sigma_fraction * span, span, settings.lr_final,
+                    iter_offset=origin, lr_offset=origin)
 
 
 class FixedStrategy:
@@ -79,6 +93,32 @@ class FixedStrategy:
         self.sigma_fixed: float | None = None  # set_sigma() pins sigma (fraction of the short side)
         self.time_budgeted = False             # the plan comes from a time limit (run.TimePlanner)
         self.plan_guessed = False              # ... made before the working size's speed was measured
+        self.plan_origin = 0.0                 # the iteration at which the plan's progress is 0
+
+    # ------------------------------------------------------------------ the plan's progress
+    def replan(self, total: int) -> None:
+        """The plan now ends at iteration ``total``: from the fit's iteration on, progress runs at
+        the rate that brings it to 1 there, from where it is (``continuous_plans``; else, as
+        records from before it ran, every schedule is re-stretched from iteration 0)."""
+        self.plan_origin = self._origin_for(total)
+        self.settings.planned_iterations = total
+
+    def _origin_for(self, total: int) -> float:
+        s, it = self.settings, self.fit.iteration
+        if not s.continuous_plans or it <= 0 or total <= it:
+            return 0.0  # (a plan that ends where the fit is or before it: every schedule at its end)
+        span = max(1, s.planned_iterations) - self.plan_origin
+        u = min(max((it - self.plan_origin) / span, 0.0), PROGRESS_CAP)
+        return (it - u * total) / (1.0 - u)
+
+    def span(self, plan: int | None = None) -> tuple[float, float]:
+        """(origin, length) of the plan's progress: of the plan in force, or of one to end at
+        ``plan`` if it were made now."""
+        s = self.settings
+        if plan is None:
+            return self.plan_origin, max(1, s.planned_iterations) - self.plan_origin
+        origin = self._origin_for(plan)
+        return origin, max(1, plan) - origin
 
     # ------------------------------------------------------------------ what the fitter asks
     def initial_count(self) -> int:
@@ -99,7 +139,7 @@ class FixedStrategy:
 
     def schedule(self, iteration: int) -> Schedule:
         """The schedule in force after the events at ``iteration``."""
-        return plan_schedule(self.settings, self.fit.short_side, self.sigma_fixed)
+        return plan_schedule(self.settings, self.fit.short_side, self.sigma_fixed, self.plan_origin)
 
     def next_event(self, iteration: int) -> int:
         """The first iteration after ``iteration`` at which :meth:`on_event` must run."""
@@ -161,12 +201,15 @@ class FixedStrategy:
     def state(self) -> dict:
         """What this strategy has learned or been told so far, JSON-able (render/checkpoint.py)."""
         return {"sigma_fixed": self.sigma_fixed, "time_budgeted": self.time_budgeted,
-                "plan_guessed": self.plan_guessed}
+                "plan_guessed": self.plan_guessed, "plan_origin": self.plan_origin}
 
     def load_state(self, state: dict) -> None:
         self.sigma_fixed = None if state.get("sigma_fixed") is None else float(state["sigma_fixed"])
         self.time_budgeted = bool(state.get("time_budgeted", False))
         self.plan_guessed = bool(state.get("plan_guessed", False))
+        self.plan_origin = float(state.get("plan_origin", 0.0))
+        if not math.isfinite(self.plan_origin):
+            raise ValueError(f"plan_origin {state['plan_origin']!r} is not a number")
 
     # ------------------------------------------------------------------ helpers
     def _place(self, counts: list[int], n_after: int | None = None, rows: bool = False):
@@ -197,15 +240,20 @@ class DefaultStrategy(FixedStrategy):
         self.sigma_scales = np.ones(fit.batch)  # each image's final-sigma factor, from the probes
         self._plan_key = None
         self._counts: list[tuple[int, int]] = []  # (first iteration, wanted count), by iteration
+        # the pruning cycles' number, held from the first pruning on (continuous_plans): a re-plan
+        # then stretches each cycle rather than moving the fit to another cycle's phase
+        self.cycles_held: int | None = None
 
     def state(self) -> dict:
         return {**super().state(), "pruning": self.pruning, "probes_done": self.probes_done,
-                "sigma_scales": [float(k) for k in self.sigma_scales]}
+                "sigma_scales": [float(k) for k in self.sigma_scales], "cycles_held": self.cycles_held}
 
     def load_state(self, state: dict) -> None:
         super().load_state(state)
         self.pruning = bool(state["pruning"])
         self.probes_done = int(state["probes_done"])
+        held = state.get("cycles_held")
+        self.cycles_held = None if held is None else max(1, int(held))
         scales = np.asarray(state["sigma_scales"], dtype=np.float64)
         if scales.shape != self.sigma_scales.shape or not np.all(np.isfinite(scales)) or np.any(scales <= 0):
             raise ValueError(f"sigma_scales {state['sigma_scales']!r} do not fit this fit")
@@ -224,7 +272,9 @@ class DefaultStrategy(FixedStrategy):
         between growth_until and prune_until, up to overgrow_cycles (0: no cap); a longer plan
         than that makes each cycle longer."""
         s = self.settings
-        span = (s.prune_until - s.growth_until) * s.planned_iterations
+        if self.cycles_held is not None:
+            return self.cycles_held
+        span = (s.prune_until - s.growth_until) * self.span()[1]
         fit = int(span // max(1, s.prune_cycle_min))
         return max(1, min(s.overgrow_cycles, fit) if s.overgrow_cycles > 0 else fit)
 
@@ -232,23 +282,25 @@ class DefaultStrategy(FixedStrategy):
         """(first iteration, length, count) of the pruning cycles in this plan."""
         s = self.settings
         n = self.prune_cycles()
-        length = max(1.0, (s.prune_until - s.growth_until) * s.planned_iterations / n)
-        return s.growth_until * s.planned_iterations, length, n
+        origin, span = self.span()
+        length = max(1.0, (s.prune_until - s.growth_until) * span / n)
+        return origin + s.growth_until * span, length, n
 
     def count_plan(self) -> list[tuple[int, int]]:
         """The wanted count as steps: [(first iteration, count)], increasing iterations. Growth
         stages up to the peak, then (over-grown) each pruning cycle: back up to its first step,
         down in prune_stages steps after holding for prune_hold of it, to the count asked for."""
         s = self.settings
-        key = (s.planned_iterations, s.triangles, s.overgrow, s.growth_stages, s.growth_until,
-               s.prune_until, s.prune_stages, s.prune_hold, s.overgrow_cycles, s.prune_cycle_min)
+        key = (s.planned_iterations, self.plan_origin, self.cycles_held, s.triangles, s.overgrow, s.growth_stages,
+               s.growth_until, s.prune_until, s.prune_stages, s.prune_hold, s.overgrow_cycles, s.prune_cycle_min)
         if key == self._plan_key:
             return self._counts
         peak, stages = self.peak(), max(1, s.growth_stages)
         steps = [(0, peak)]
         if stages > 1:
-            stage_len = max(1.0, s.growth_until * s.planned_iterations / stages)
-            steps = [(math.ceil(k * stage_len - 1e-9), max(1, math.ceil(peak * (k + 1) / stages)))
+            origin, span = self.span()
+            stage_len = max(1.0, s.growth_until * span / stages)
+            steps = [(math.ceil(origin + k * stage_len - 1e-9), max(1, math.ceil(peak * (k + 1) / stages)))
                      for k in range(stages)]
         if peak > s.triangles:
             start, length, cycles = self.cycles()
@@ -293,20 +345,22 @@ class DefaultStrategy(FixedStrategy):
         s = self.settings
         if not self.fit.has_coarse_stage:
             return 0
+        origin, span = self.span(plan)
         plan = s.planned_iterations if plan is None else plan
         share = s.coarse_fraction
         if (self.time_budgeted if time_budgeted is None else time_budgeted) and s.coarse_fraction > 0:
             # a short time-limited plan (a slow adapter) spends more of it at half size
             short = min(max((2000 - plan) / 1500, 0.0), 1.0)
             share += (max(s.coarse_max_fraction, s.coarse_fraction) - s.coarse_fraction) * short
-        return int(share * plan)
+        return int(origin + share * span)
 
     def respawn_until(self) -> float:
         """Respawns stop at respawn_until of the plan, or where pruning begins in an over-grown
         fit (pruning removes what stopped contributing anyway)."""
         s = self.settings
-        until = s.respawn_until * s.planned_iterations
-        return min(until, s.growth_until * s.planned_iterations) if self.peak() > s.triangles else until
+        origin, span = self.span()
+        until = origin + s.respawn_until * span
+        return min(until, origin + s.growth_until * span) if self.peak() > s.triangles else until
 
     def later_cycle_start(self, iteration: int) -> float | None:
         """First iteration of the pruning cycle after the first that ``iteration`` is in (the
@@ -322,7 +376,8 @@ class DefaultStrategy(FixedStrategy):
     def probe_at(self, k: int) -> int:
         """Iteration of probe k: sigma_probes of them, evenly from the anneal's end to the plan's end."""
         s = self.settings
-        start = s.sigma_fraction * s.planned_iterations
+        origin, span = self.span()
+        start = origin + s.sigma_fraction * span
         return math.ceil(start + k * (s.planned_iterations - start) / (s.sigma_probes + 1))
 
     def _probing(self) -> bool:
@@ -335,7 +390,7 @@ class DefaultStrategy(FixedStrategy):
         """The plan's schedule with each image's probed final sigma; inside a pruning cycle after
         the first (cycle_lr), the learning rate restarts at the cycle's start, so the whole scene
         moves again around the triangles the cycle grew back."""
-        main = plan_schedule(self.settings, self.fit.short_side, self.sigma_fixed)
+        main = plan_schedule(self.settings, self.fit.short_side, self.sigma_fixed, self.plan_origin)
         if self.sigma_fixed is None and np.any(self.sigma_scales != 1.0):
             main.sigma_ends = tuple(float(main.sigma_end * k) for k in self.sigma_scales)
         cycle_start = self.later_cycle_start(iteration)
@@ -389,7 +444,7 @@ class DefaultStrategy(FixedStrategy):
         s = self.settings
         if s.respawn_every <= 0:
             return 0
-        cap = math.ceil(s.planned_iterations / s.respawn_checks) if s.respawn_checks > 0 else 0
+        cap = math.ceil(self.span()[1] / s.respawn_checks) if s.respawn_checks > 0 else 0
         return max(s.respawn_every, cap)
 
     def _respawn_due(self, iteration: int) -> bool:
@@ -430,6 +485,8 @@ class DefaultStrategy(FixedStrategy):
             fit.add(self._place([change[1] - fit.n_triangles] * fit.batch, change[1], rows=True))
         elif change is not None:
             self.pruning = True  # from here (with one cycle) the count only falls
+            if self.settings.continuous_plans and self.cycles_held is None:
+                self.cycles_held = self.prune_cycles()
             fit.keep(fit.most_costly(change[1]))
         if self._respawn_due(iteration):
             self._respawn()

@@ -281,8 +281,11 @@ def test_long_plans_prune_in_cycles_that_grow_back(ref_engine):
     assert counts[:5] == [12] * 5
     assert counts[5:24] == [10] * 3 + [8] * 3 + [10] * 3 + [8] * 3 + [10] * 3 + [8] * 3 + [8], counts
     assert counts[-1] == 8 and f.scene.n_triangles == 8
-    f.plan(24)  # a shorter plan fits fewer cycles of 6
-    assert f.strategy.prune_cycles() == 2
+    f.plan(24)  # once pruning has begun, a new plan stretches the cycles it has
+    assert f.strategy.prune_cycles() == 3
+    g = _cycling_fitter(ref_engine)
+    g.plan(24)  # before: a shorter plan fits fewer cycles of 6
+    assert g.strategy.prune_cycles() == 2
 
 
 def _cycling_fitter(engine, **settings):
@@ -344,8 +347,10 @@ def test_a_longer_plan_checks_for_respawns_less_often(ref_engine):
 
 @pytest.mark.parametrize("overdue", ["skip", "run"])
 def test_probes_a_shorter_plan_left_behind_are_skipped(ref_engine, overdue):
+    # (a plan that keeps its progress leaves no probe behind; one re-stretched from iteration 0,
+    # as records from before continuous_plans were, can)
     g = Fitter(_target(24, 18), triangles=6, size=24, seed=0, engine=ref_engine, overgrow=1.0, respawn_every=0,
-               growth_stages=1, coarse_fraction=0, sigma_probes=3, probes_overdue=overdue)
+               growth_stages=1, coarse_fraction=0, sigma_probes=3, probes_overdue=overdue, continuous_plans=False)
     g.plan(200)
     g.step(20)
     ran = []

@@ -113,20 +113,22 @@ def test_a_new_plan_moves_later_events_only(ref_engine):
     f.plan(10)                      # stages of 2 iterations: 3 -> 6 -> 9
     f.step(2)
     assert f.n_triangles == 6
-    f.plan(20)                      # stages of 4: iteration 2 wants 3 again, but counts only grow here
-    assert f.strategy.next_event(2) == 4
+    f.plan(20)                      # progress 0.2 at 2, now 0.8 / 18 an iteration: the last step (0.4) at 7
+    assert f.strategy.plan_origin == pytest.approx(-2.5) and f.strategy.next_event(2) == 7
     f.step(2)
-    assert f.n_triangles == 6       # 4 wants 6: nothing to do
+    assert f.n_triangles == 6
     f.step(4)
     assert f.n_triangles == 9
 
 
 def test_a_longer_plan_during_growth_waits_instead_of_pruning(ref_engine):
-    # a time limit's plan that grows mid-growth (the working size turned out faster than guessed)
-    # moves the growth's steps later: the fit keeps the triangles it has and waits for them,
-    # rather than prune -- which would end its growth for good and start its pruning cycles early
+    # where a plan change re-stretches the schedules from iteration 0 (records from before
+    # continuous_plans), a time limit's plan that grows mid-growth moves the growth's steps
+    # later: the fit keeps the triangles it has and waits for them, rather than prune -- which
+    # would end its growth for good and start its pruning cycles early
     f = Fitter(_target(), triangles=6, size=24, seed=0, engine=ref_engine, growth_stages=3, growth_until=0.5,
-               prune_until=0.8, overgrow=2.0, prune_stages=2, respawn_every=0, coarse_fraction=0, sigma_probes=0)
+               prune_until=0.8, overgrow=2.0, prune_stages=2, respawn_every=0, coarse_fraction=0, sigma_probes=0,
+               continuous_plans=False)
     f.plan(30)                                   # peak 12: 4 -> 8 at 5 -> 12 at 10, cycles from 15
     f.step(6)
     assert f.n_triangles == 8 and not f.strategy.pruning
@@ -144,7 +146,7 @@ def test_a_longer_plan_during_growth_waits_instead_of_pruning(ref_engine):
     # records from before growth_waits replay as they ran: pruned at once, which ended the growth
     old = Fitter(_target(), triangles=6, size=24, seed=0, engine=ref_engine, growth_stages=3, growth_until=0.5,
                  prune_until=0.8, overgrow=2.0, prune_stages=2, respawn_every=0, coarse_fraction=0, sigma_probes=0,
-                 growth_waits=False)
+                 growth_waits=False, continuous_plans=False)
     old.plan(30)
     old.step(6)
     old.plan(120)
@@ -179,10 +181,11 @@ def test_pruning_does_not_begin_on_a_guessed_plan(ref_engine):
 
 def test_a_shorter_plan_prunes_at_the_next_iteration(ref_engine):
     # a time limit re-plans between chunks: when the new plan wants fewer triangles than the fit
-    # has, the next iteration is an event (not the new plan's next step)
+    # has, the next iteration is an event (not the new plan's next step). (A plan that keeps its
+    # progress never wants that; records from before continuous_plans re-stretched from 0.)
     f = Fitter(_target(), triangles=8, size=24, seed=0, engine=ref_engine, growth_stages=1, growth_until=0.2,
                prune_until=0.8, overgrow=1.5, prune_stages=2, overgrow_cycles=1, respawn_every=0,
-               coarse_fraction=0, sigma_probes=0)
+               coarse_fraction=0, sigma_probes=0, continuous_plans=False)
     f.plan(100)                                  # 12 until 20, then 10, then 8 from 50
     f.step(15)
     assert f.n_triangles == 12 and f.strategy.next_event(15) == 20
@@ -194,3 +197,78 @@ def test_a_shorter_plan_prunes_at_the_next_iteration(ref_engine):
     replay = Fitter(_target(), engine=ref_engine, **f.scene.meta["settings"])
     replay_run(replay, f.scene.meta).run()      # the plans at their iterations: the same fit
     assert replay.scene.to_json() == f.scene.to_json()
+
+
+def _cycling(ref_engine, **kw):
+    return Fitter(_target(), **{**dict(triangles=6, size=24, seed=0, engine=ref_engine, growth_stages=3,
+                                       growth_until=0.3, prune_until=0.8, overgrow=2.0, prune_stages=2,
+                                       respawn_every=0, coarse_fraction=0, sigma_probes=0, prune_cycle_min=10), **kw})
+
+
+@pytest.mark.parametrize("longer", [True, False])
+def test_a_new_plan_keeps_every_schedules_progress(ref_engine, longer):
+    # a plan changed mid-fit (a time limit re-planning) goes on from where the fit is: the same
+    # sigma, learning rate and count at the iteration it changes at, the same pruning cycle and
+    # the same phase in it; only what lies ahead stretches or shrinks
+    f = _cycling(ref_engine)
+    f.plan(100, time_budgeted=True)              # growth to 12 until 30, then 5 cycles of 10 to 80
+    f.step(44)
+    st = f.strategy
+    assert st.pruning and st.cycles_held == 5
+    start, length, _ = st.cycles()
+    before = (f.schedule.at(44), st.wanted(44), (44 - start) / length)
+    f.plan(160 if longer else 70, time_budgeted=True)
+    start, length, _ = st.cycles()
+    after = (f.schedule.at(44), st.wanted(44), (44 - start) / length)
+    assert after[0] == pytest.approx(before[0], rel=1e-12) and after[1] == before[1] == 9
+    assert after[2] == pytest.approx(before[2]) and st.prune_cycles() == 5
+    assert st.next_event(44) > 44
+    # the cycles end at 0.8 of the progress, the plan at 1: (160 - 44) or (70 - 44) iterations
+    # at 0.56 progress a plan of 100 had left, from the same place
+    cycles_end = st.cycles()[0] + 5 * st.cycles()[1]
+    assert (cycles_end - 44) / (f.settings.planned_iterations - 44) == pytest.approx((80 - 44) / (100 - 44))
+
+
+def test_a_plan_lengthened_after_its_cycles_does_not_restart_them(ref_engine):
+    # a time limit's plan grows in its last stretch (the fit ran faster than measured): the fit
+    # goes on at the ends of its schedules -- the learning rate still falls, no cycle re-opens.
+    # Re-stretched from iteration 0 (records from before continuous_plans), the longer plan put
+    # the fit back inside its cycles: the count grew back and the learning rate restarted high
+    lrs = {}
+    for continuous in (True, False):
+        f = _cycling(ref_engine, continuous_plans=continuous)
+        f.plan(100, time_budgeted=True)
+        f.step(90)                               # the cycles ended at 80
+        assert f.n_triangles == 6
+        lr_then = f.schedule.at(90)[1]
+        f.plan(150, time_budgeted=True)
+        lrs[continuous] = (lr_then, f.schedule.at(90)[1], f.strategy.wanted(91))
+    lr_then, lr_now, count = lrs[True]
+    assert lr_now == pytest.approx(lr_then) and count == 6
+    lr_then, lr_now, count = lrs[False]
+    assert lr_now > 2 * lr_then and count > 6
+    assert recorded_settings({"triangles": 6})["continuous_plans"] is False
+
+
+def test_a_plan_made_at_the_start_has_its_progress_there(ref_engine):
+    # a fixed iteration count's plan (made before the first iteration) is the plain one: progress
+    # = iteration / plan, the schedule as plan_schedule writes it, in the checkpoint's state
+    from trifit.strategy import plan_schedule
+
+    f = _cycling(ref_engine)
+    f.plan(100)
+    f.plan(200)
+    assert f.strategy.plan_origin == 0.0
+    assert f.schedule == plan_schedule(f.settings, f.short_side)
+    f.step(44)
+    f.plan(300)
+    state = f.strategy.state()
+    assert state["plan_origin"] == f.strategy.plan_origin != 0.0 and state["cycles_held"] is None
+    g = _cycling(ref_engine)
+    g.strategy.load_state(state)
+    assert g.strategy.plan_origin == f.strategy.plan_origin
+    with pytest.raises(ValueError):
+        g.strategy.load_state({**state, "plan_origin": float("nan")})
+    f.plan(40)                                   # a plan that ended before the fit's iteration: every
+    assert f.schedule.at(44)[1] == pytest.approx(f.settings.lr_final)  # schedule at its end
+    assert f.strategy.wanted(45) == 6
