@@ -74,8 +74,6 @@ def plan_schedule(settings: FitSettings, short_side: int, sigma_fixed: float | N
     start, end = settings.sigma_start_px / short_side, settings.sigma_end_px / short_side
     if sigma_fixed is not None:
         start = end = sigma_fixed
-    if origin == 0.0:
-        return Schedule(start, end, settings.sigma_fraction * span, span, settings.lr_final)
     return Schedule(start, end, settings.sigma_fraction * span, span, settings.lr_final,
                     iter_offset=origin, lr_offset=origin)
 
