@@ -105,8 +105,8 @@ class FixedStrategy:
         s, it = self.settings, self.fit.iteration
         if not s.continuous_plans or it <= 0 or total <= it:
             return 0.0  # (a plan that ends where the fit is or before it: every schedule at its end)
-        span = max(1, s.planned_iterations) - self.plan_origin
-        u = min(max((it - self.plan_origin) / span, 0.0), PROGRESS_CAP)
+        origin, span = self.span()
+        u = min(max((it - origin) / span, 0.0), PROGRESS_CAP)
         return (it - u * total) / (1.0 - u)
 
     def span(self, plan: int | None = None) -> tuple[float, float]:
