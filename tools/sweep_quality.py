@@ -195,6 +195,12 @@ VARIANTS = {
     "cycle lr 2.5": {"cycle_lr": 2.5},
     "lr_final 0.05": {"lr_final": 0.05},
     "16 cycles overgrow 1.5": {"overgrow_cycles": 16, "overgrow": 1.5},  # the defaults until 7th session
+    # the window of the pruning cycles (docs/bench/h200-window-knobs-8b1ed02.txt)
+    "prune until 0.9": {"prune_until": 0.9},
+    "growth until 0.35 prune until 0.9": {"growth_until": 0.35, "prune_until": 0.9},
+    "growth until 0.4 prune until 0.9": {"growth_until": 0.4, "prune_until": 0.9},
+    "sigma over 0.5": {"sigma_fraction": 0.5},
+    "coarse 0.15": {"coarse_fraction": 0.15},  # a shorter half-size stage (h200-coarse-share-8b1ed02.txt)
 }
 
 
