@@ -108,6 +108,12 @@ VARIANTS = {
     "cull 3e-3": {"cull_tolerance": 3e-3},
     "cull 1e-2": {"cull_tolerance": 1e-2},
     "cycles 6 until 0.85 x1.75": {"overgrow_cycles": 6, "prune_until": 0.85, "overgrow": 1.75},
+    # Adam and new triangles (docs/bench/h200-adam-young-tried.txt; its other variants need its patch)
+    "beta2 0.98": {"beta2": 0.98},
+    "beta2 0.95": {"beta2": 0.95},
+    "init alpha 0.4": {"init_alpha": 0.4},
+    "init alpha 0.8": {"init_alpha": 0.8},
+    "insert radius 0.4": {"insert_radius": 0.4},
     "overgrow any count": {"overgrow_max": 1 << 30},
     "cycles 9 growth 0.3 until 0.85": {"overgrow_cycles": 9, "prune_until": 0.85, "growth_until": 0.3},
     "cycles 6 until 0.85 x1.25": {"overgrow_cycles": 6, "prune_until": 0.85, "overgrow": 1.25},
