@@ -29,9 +29,9 @@
 // (frame, scene, tile_count, tile_list, image, dldc, partial, ckpt) and the workgroup memory
 // (staged, at least BSTAGE records; staged_id; n_done; all_done).
 
-// The backward walks on far below the forward's stop: gradients of deeply hidden triangles and of
-// the background stay exact, and the division cannot overflow before this.
-const BACKWARD_STOP: f32 = 1e-30;
+// The backward stops where the forward with the loss stopped (frame.stop_t): the engine's loss and
+// gradient walk on to 1e-30, so the gradients of deeply hidden triangles and of the background stay
+// exact (and the division cannot overflow before that); a fit's iterations stop where renders do.
 
 
 // One pixel's walk: its centre, the canvas beneath the entries walked so far, dL/dC there and
@@ -162,7 +162,7 @@ fn start_back_pixel(tile: vec2u, pi: u32, b: u32, slot: u32, seg: u32) -> BackPi
             s.cur = (s.cur - c.yzw) / max(s.trans, 1e-37);
         }
     }
-    s.live = in_frame && s.trans >= BACKWARD_STOP;
+    s.live = in_frame && s.trans >= frame.stop_t;
     if (!s.live) { atomicAdd(&n_done, 1u); }
     return s;
 }
@@ -218,7 +218,7 @@ fn entry_grad(s: ptr<function, BackPixel>, t: TriSetup, h: Hit, w: Walk) -> Grad
     }
     (*s).trans = trans * (1.0 - h.alpha);
     (*s).cur = h.below;
-    if ((*s).trans < BACKWARD_STOP) {
+    if ((*s).trans < frame.stop_t) {
         (*s).live = false;
         atomicAdd(&n_done, 1u);
     }

@@ -739,22 +739,73 @@ def test_the_fit_culls_at_its_own_tolerance(gpu_engine):
     assert gpu_engine.impl.workspace(workspace.Shape(1, 56, 40, 30)).cull_tolerance == workspace.CULL_TOLERANCE
 
 
+def _hidden_scene() -> Scene:
+    """Three nearly opaque triangles over the whole 24 x 16 frame (transmittance ~1e-9 beneath
+    them), the first in the list -- the bottom -- a small one beneath them all."""
+    cover = [[-4.0, -4.0, 6.0, -4.0, 0.5, 6.0, c, 0.3, 0.6, 0.999] for c in (0.2, 0.5, 0.8)]
+    return Scene(24, 16, 0.05, np.array([0.4, 0.4, 0.4]),
+                 np.array([[0.3, 0.3, 0.7, 0.4, 0.5, 0.8, 0.9, 0.1, 0.1, 0.5], *cover]))
+
+
+@pytest.mark.gpu
+def test_the_fit_stops_its_walks_at_its_own_transmittance(gpu_engine):
+    """A fit's iterations stop a pixel's walk at FitSettings.stop_transmittance (1e-6, as renders),
+    so a triangle that lies beneath it everywhere gets no gradient and Adam leaves it where it is;
+    walking on to 1e-30, as the engine's loss and gradient do, moves it. The frame the fit loop
+    uploads carries the stop, and the engine's own passes keep theirs."""
+    from trifit.fitloop import FitSettings, Schedule, raw_from_scene
+    from trifit.gpu import workspace
+    from trifit.gpu.layouts import FRAME
+
+    scene = _hidden_scene()
+    target = np.random.default_rng(5).uniform(0, 1, (16, 24, 3)).astype(np.float32)
+    raw = raw_from_scene(scene)
+    moved = {}
+    for stop in (None, 1e-30):
+        kw = {} if stop is None else {"stop_transmittance": stop}
+        settings = FitSettings(triangles=4, size=24, **kw)
+        loop = gpu_engine.impl.fit_loop(target, raw, 4, settings, Schedule(0.05, 0.05, 10, 10, 1.0), 0)
+        frame = FRAME.unpack(loop.ws.frame_bytes("mse"))
+        assert frame["stop_t"] == pytest.approx(settings.stop_transmittance, rel=1e-6)
+        loop.run(5)
+        after = loop.get_state()[0]
+        moved[stop] = np.abs(after[:10] - raw[:10].astype(np.float32)).max()  # (the device holds float32)
+        assert np.abs(after[10:40] - raw[10:40]).max() > 1e-4  # (the covering triangles learn either way)
+        loop.release()
+    assert FitSettings().stop_transmittance == 1e-6
+    assert moved[None] == 0.0 and moved[1e-30] > 1e-6  # (a gradient of ~1e-9: Adam's eps damps its step)
+    passes = gpu_engine.impl.workspace(workspace.Shape(1, 24, 16, 4))
+    assert FRAME.unpack(passes.frame_bytes("mse"))["stop_t"] == pytest.approx(workspace.STOP_TRANSMITTANCE_WITH_LOSS)
+
+
+@pytest.mark.parametrize("bad", [0.0, 1e-31, -1e-6, 1.0, float("nan")])
+def test_a_stop_transmittance_outside_its_range_is_refused(ref_engine, bad):
+    with pytest.raises(fitter_mod.TrifitError, match="stop_transmittance must be in"):
+        Fitter(np.zeros((8, 8, 3)), triangles=2, size=8, engine=ref_engine, stop_transmittance=bad)
+
+
 @pytest.mark.parametrize("bad", [0.0, -1e-3, 1.0, float("nan")])
 def test_a_cull_tolerance_outside_zero_one_is_refused(ref_engine, bad):
     with pytest.raises(fitter_mod.TrifitError, match="cull_tolerance must be in"):
         Fitter(np.zeros((8, 8, 3)), triangles=2, size=8, engine=ref_engine, cull_tolerance=bad)
 
 
-def test_a_record_from_before_cull_tolerance_resumes_culled_as_renders(ref_engine):
-    from trifit.fitloop import LEGACY_CULL_TOLERANCE, recorded_settings
+@pytest.mark.parametrize("key, legacy, default, other", [
+    ("cull_tolerance", 1e-5, 1e-3, 0.01),        # culled as renders are
+    ("stop_transmittance", 1e-30, 1e-6, 1e-4),   # walked on as the engine's loss and gradient do
+])
+def test_a_record_from_before_a_setting_resumes_as_it_ran(ref_engine, key, legacy, default, other):
+    from trifit import fitloop
 
+    assert {"cull_tolerance": fitloop.LEGACY_CULL_TOLERANCE,
+            "stop_transmittance": fitloop.LEGACY_STOP_TRANSMITTANCE}[key] == legacy
     f = Fitter(_target(), triangles=4, size=24, engine=ref_engine)
     f.step(3)
     ck = f.checkpoint()
-    for key in ("settings", "initial_settings"):
-        del ck.state[key]["cull_tolerance"]
+    for part in ("settings", "initial_settings"):
+        del ck.state[part][key]
     g = Fitter.resume(_target(), ck, engine=ref_engine)
-    assert g.settings.cull_tolerance == LEGACY_CULL_TOLERANCE == 1e-5 and f.settings.cull_tolerance == 1e-3
-    assert recorded_settings({"cull_tolerance": 0.01})["cull_tolerance"] == 0.01
+    assert getattr(g.settings, key) == legacy and getattr(f.settings, key) == default
+    assert recorded_settings({key: other})[key] == other
     g.close()
     f.close()

@@ -114,6 +114,11 @@ VARIANTS = {
     "init alpha 0.4": {"init_alpha": 0.4},
     "init alpha 0.8": {"init_alpha": 0.8},
     "insert radius 0.4": {"insert_radius": 0.4},
+    # the fit's walks stop at a pixel's transmittance (the default 1e-6, as renders; 1e-30 before, as the engine's
+    # loss and gradient; docs/bench/h200-fit-stop-transmittance.txt)
+    "stop 1e-30": {"stop_transmittance": 1e-30},
+    "stop 1e-4": {"stop_transmittance": 1e-4},
+    "stop 1e-3": {"stop_transmittance": 1e-3},
     "overgrow any count": {"overgrow_max": 1 << 30},
     "cycles 9 growth 0.3 until 0.85": {"overgrow_cycles": 9, "prune_until": 0.85, "growth_until": 0.3},
     "cycles 6 until 0.85 x1.25": {"overgrow_cycles": 6, "prune_until": 0.85, "overgrow": 1.25},

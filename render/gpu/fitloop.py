@@ -87,7 +87,7 @@ class GpuFitLoop:
         pool = backend.pool
         # the iterations cull at the fit's budget (FitSettings.cull_tolerance), looser than a render's
         self.ws = Workspace(backend.ctx, pool, self.shape, ring_len=RING, subgroups=backend.subgroups,
-                            cull_tolerance=settings.cull_tolerance)
+                            cull_tolerance=settings.cull_tolerance, loss_stop=settings.stop_transmittance)
         n_params = n_tris * 10 + 3
         self.extra = {
             "params": pool.acquire(STORAGE | COPY_DST | COPY_SRC, B * n_params * 4, "params"),

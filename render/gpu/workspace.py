@@ -35,8 +35,9 @@ STOP_TRANSMITTANCE = 1e-6
 CULL_TOLERANCE = 1e-5
 #: the backward un-composites by division while 1 - alpha >= this, else re-composites
 RECOMPUTE_BELOW = 1.0 / 16.0
-#: with a loss, the forward walks on to this transmittance (the backward's stop), so the
-#: segment checkpoints and the gradients of hidden triangles and the background stay exact
+#: with a loss, the forward and the backward walk on to this transmittance, so the gradients of
+#: hidden triangles and the background stay exact (a fit's iterations stop where renders do:
+#: FitSettings.stop_transmittance)
 STOP_TRANSMITTANCE_WITH_LOSS = 1e-30
 #: backward segments: list entries per segment, and the checkpoint memory they may use. Where a
 #: frame has at most SHORT_SEGMENT_TILES tiles a segment is SHORT_SEGMENT_LEN entries: one such frame
@@ -299,11 +300,14 @@ class Workspace:
     """Buffers and bind groups for one :class:`Shape`, taken from (and given back to) a pool."""
 
     def __init__(self, ctx: GpuContext, pool: BufferPool, shape: Shape, ring_len: int = 1,
-                 subgroups: bool | None = None, cull_tolerance: float = CULL_TOLERANCE):
-        """``cull_tolerance``: what culling may change a pixel by, at most, in all (the fit loop's
-        own workspace passes its looser FitSettings.cull_tolerance)."""
+                 subgroups: bool | None = None, cull_tolerance: float = CULL_TOLERANCE,
+                 loss_stop: float = STOP_TRANSMITTANCE_WITH_LOSS):
+        """``cull_tolerance``: what culling may change a pixel by, at most, in all; ``loss_stop``: the
+        transmittance at which walks with a loss stop (the fit loop's own workspace passes its
+        FitSettings.cull_tolerance and stop_transmittance)."""
         check_limits(ctx, shape, ring_len)
         self.cull_tolerance = cull_tolerance
+        self.loss_stop = loss_stop
         self.ctx = ctx
         self.device = ctx.device
         self.pool = pool
@@ -337,7 +341,7 @@ class Workspace:
             tiles_x=s.tiles_x, tiles_y=s.tiles_y, n_tiles=s.n_tiles, scene_stride=s.scene_stride,
             mask_words=s.mask_words, loss_kind=LOSS_KINDS[loss or "mse"],
             inv_values=1.0 / (s.width * s.height * 3),
-            stop_t=STOP_TRANSMITTANCE if loss is None else STOP_TRANSMITTANCE_WITH_LOSS,
+            stop_t=STOP_TRANSMITTANCE if loss is None else self.loss_stop,
             cull_k=cull_sigmas(s.n_tris, self.cull_tolerance), recompute_below=RECOMPUTE_BELOW,
             ring_len=self.ring_len, with_loss=0 if loss is None else 1, n_seg=s.n_seg, seg_len=s.seg_len,
             removal_costs=int(removal_costs),
