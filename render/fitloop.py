@@ -113,10 +113,10 @@ class FitSettings:
     cull_tolerance: float = 1e-3  # the fit's iterations on the GPU skip coverage that could change a pixel by at most
                                   # this in all (below half an 8-bit level); renders, exports, scores and the
                                   # engine's passes keep render/gpu/workspace.py CULL_TOLERANCE (docs/PERFORMANCE.md)
-    stop_transmittance: float = 1e-6  # ... and stop a pixel's walk once its transmittance is below this, as renders
-                                      # do: what lies beneath changes the pixel by less, and gets no gradient (the
-                                      # engine's loss and gradient walk on to 1e-30, exact for hidden triangles, and the
-                                      # least a fit may ask for: below it the backward's division could overflow)
+    stop_transmittance: float = 1e-30  # ... and stop a pixel's walk once its transmittance is below this: the engine's
+                                       # loss and gradient's depth (exact for hidden triangles, and the least a fit
+                                       # may ask for: below it the backward's division could overflow). 1e-6, as
+                                       # renders stop, measured within the spread: docs/QUALITY.md "not mattering"
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -124,8 +124,6 @@ class FitSettings:
 
 #: what a fit recorded before ``cull_tolerance`` existed culled its iterations at (the renders' budget)
 LEGACY_CULL_TOLERANCE = 1e-5
-#: ... and before ``stop_transmittance`` existed, where its walks stopped (the engine's loss-and-gradient stop)
-LEGACY_STOP_TRANSMITTANCE = 1e-30
 
 
 def recorded_settings(d: dict) -> dict:
@@ -134,7 +132,7 @@ def recorded_settings(d: dict) -> dict:
     ``cull_tolerance`` culled its iterations as renders do, and so on for each setting below that
     a record may lack; each replays or resumes as it ran."""
     legacy = {"placement": "host", "cull_tolerance": LEGACY_CULL_TOLERANCE, "respawn_checks": 0, "probes_overdue": "run",
-              "growth_waits": False, "continuous_plans": False, "stop_transmittance": LEGACY_STOP_TRANSMITTANCE}
+              "growth_waits": False, "continuous_plans": False}
     return {**{k: v for k, v in legacy.items() if k not in d}, **d}
 
 

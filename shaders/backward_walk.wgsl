@@ -29,9 +29,9 @@
 // (frame, scene, tile_count, tile_list, image, dldc, partial, ckpt) and the workgroup memory
 // (staged, at least BSTAGE records; staged_id; n_done; all_done).
 
-// The backward stops where the forward with the loss stopped (frame.stop_t): the engine's loss and
-// gradient walk on to 1e-30, so the gradients of deeply hidden triangles and of the background stay
-// exact (and the division cannot overflow before that); a fit's iterations stop where renders do.
+// The backward stops where the forward with the loss stopped (frame.stop_t): 1e-30 for the engine's
+// loss and gradient and, by default, a fit's iterations, so the gradients of deeply hidden triangles
+// and of the background stay exact (and the division cannot overflow before that).
 
 
 // One pixel's walk: its centre, the canvas beneath the entries walked so far, dL/dC there and

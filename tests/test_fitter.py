@@ -749,10 +749,10 @@ def _hidden_scene() -> Scene:
 
 @pytest.mark.gpu
 def test_the_fit_stops_its_walks_at_its_own_transmittance(gpu_engine):
-    """A fit's iterations stop a pixel's walk at FitSettings.stop_transmittance (1e-6, as renders),
-    so a triangle that lies beneath it everywhere gets no gradient and Adam leaves it where it is;
-    walking on to 1e-30, as the engine's loss and gradient do, moves it. The frame the fit loop
-    uploads carries the stop, and the engine's own passes keep theirs."""
+    """A fit's iterations stop a pixel's walk at FitSettings.stop_transmittance: at 1e-6, as renders
+    stop, a triangle that lies beneath it everywhere gets no gradient and Adam leaves it where it
+    is; walking on to 1e-30 (the default, as the engine's loss and gradient do) moves it. The frame
+    the fit loop uploads carries the stop, and the engine's own passes keep theirs."""
     from trifit.fitloop import FitSettings, Schedule, raw_from_scene
     from trifit.gpu import workspace
     from trifit.gpu.layouts import FRAME
@@ -761,7 +761,7 @@ def test_the_fit_stops_its_walks_at_its_own_transmittance(gpu_engine):
     target = np.random.default_rng(5).uniform(0, 1, (16, 24, 3)).astype(np.float32)
     raw = raw_from_scene(scene)
     moved = {}
-    for stop in (None, 1e-30):
+    for stop in (1e-6, None):
         kw = {} if stop is None else {"stop_transmittance": stop}
         settings = FitSettings(triangles=4, size=24, **kw)
         loop = gpu_engine.impl.fit_loop(target, raw, 4, settings, Schedule(0.05, 0.05, 10, 10, 1.0), 0)
@@ -772,8 +772,8 @@ def test_the_fit_stops_its_walks_at_its_own_transmittance(gpu_engine):
         moved[stop] = np.abs(after[:10] - raw[:10].astype(np.float32)).max()  # (the device holds float32)
         assert np.abs(after[10:40] - raw[10:40]).max() > 1e-4  # (the covering triangles learn either way)
         loop.release()
-    assert FitSettings().stop_transmittance == 1e-6
-    assert moved[None] == 0.0 and moved[1e-30] > 1e-6  # (a gradient of ~1e-9: Adam's eps damps its step)
+    assert FitSettings().stop_transmittance == workspace.STOP_TRANSMITTANCE_WITH_LOSS == 1e-30
+    assert moved[1e-6] == 0.0 and moved[None] > 1e-6  # (a gradient of ~1e-9: Adam's eps damps its step)
     passes = gpu_engine.impl.workspace(workspace.Shape(1, 24, 16, 4))
     assert FRAME.unpack(passes.frame_bytes("mse"))["stop_t"] == pytest.approx(workspace.STOP_TRANSMITTANCE_WITH_LOSS)
 
@@ -790,22 +790,16 @@ def test_a_cull_tolerance_outside_zero_one_is_refused(ref_engine, bad):
         Fitter(np.zeros((8, 8, 3)), triangles=2, size=8, engine=ref_engine, cull_tolerance=bad)
 
 
-@pytest.mark.parametrize("key, legacy, default, other", [
-    ("cull_tolerance", 1e-5, 1e-3, 0.01),        # culled as renders are
-    ("stop_transmittance", 1e-30, 1e-6, 1e-4),   # walked on as the engine's loss and gradient do
-])
-def test_a_record_from_before_a_setting_resumes_as_it_ran(ref_engine, key, legacy, default, other):
-    from trifit import fitloop
+def test_a_record_from_before_cull_tolerance_resumes_culled_as_renders(ref_engine):
+    from trifit.fitloop import LEGACY_CULL_TOLERANCE, recorded_settings
 
-    assert {"cull_tolerance": fitloop.LEGACY_CULL_TOLERANCE,
-            "stop_transmittance": fitloop.LEGACY_STOP_TRANSMITTANCE}[key] == legacy
     f = Fitter(_target(), triangles=4, size=24, engine=ref_engine)
     f.step(3)
     ck = f.checkpoint()
-    for part in ("settings", "initial_settings"):
-        del ck.state[part][key]
+    for key in ("settings", "initial_settings"):
+        del ck.state[key]["cull_tolerance"]
     g = Fitter.resume(_target(), ck, engine=ref_engine)
-    assert getattr(g.settings, key) == legacy and getattr(f.settings, key) == default
-    assert recorded_settings({key: other})[key] == other
+    assert g.settings.cull_tolerance == LEGACY_CULL_TOLERANCE == 1e-5 and f.settings.cull_tolerance == 1e-3
+    assert recorded_settings({"cull_tolerance": 0.01})["cull_tolerance"] == 0.01
     g.close()
     f.close()

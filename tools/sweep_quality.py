@@ -114,9 +114,8 @@ VARIANTS = {
     "init alpha 0.4": {"init_alpha": 0.4},
     "init alpha 0.8": {"init_alpha": 0.8},
     "insert radius 0.4": {"insert_radius": 0.4},
-    # the fit's walks stop at a pixel's transmittance (the default 1e-6, as renders; 1e-30 before, as the engine's
-    # loss and gradient; docs/bench/h200-fit-stop-transmittance.txt)
-    "stop 1e-30": {"stop_transmittance": 1e-30},
+    # the fit's walks stopping at a pixel's transmittance as renders do, not at 1e-30 (docs/bench/h200-fit-stop-transmittance.txt)
+    "stop 1e-6": {"stop_transmittance": 1e-6},
     "stop 1e-4": {"stop_transmittance": 1e-4},
     "stop 1e-3": {"stop_transmittance": 1e-3},
     "overgrow any count": {"overgrow_max": 1 << 30},
