@@ -115,8 +115,8 @@ class FitSettings:
                                   # engine's passes keep render/gpu/workspace.py CULL_TOLERANCE (docs/PERFORMANCE.md)
     stop_transmittance: float = 1e-30  # ... and stop a pixel's walk once its transmittance is below this: the engine's
                                        # loss and gradient's depth (exact for hidden triangles, and the least a fit
-                                       # may ask for: below it the backward's division could overflow). 1e-6, as
-                                       # renders stop, measured within the spread: docs/QUALITY.md "not mattering"
+                                       # may ask for: below it the backward's division could overflow); 1e-6, where
+                                       # renders stop, is measured in docs/QUALITY.md ("not mattering")
 
     def as_dict(self) -> dict:
         return asdict(self)
