@@ -33,6 +33,12 @@ FRESH_ROW = 20
 LR_VERTEX_SIZE = 176
 
 
+#: how deep a walk with a loss goes: the engine's loss and gradient, and a fit's iterations by default
+#: (exact gradients for hidden triangles), and the least a fit may ask for (below it the backward's
+#: division could overflow)
+EXACT_STOP_TRANSMITTANCE = 1e-30
+
+
 @dataclass
 class FitSettings:
     """Everything a fit is built from (recorded in each scene's meta). The measurements behind
@@ -113,10 +119,8 @@ class FitSettings:
     cull_tolerance: float = 1e-3  # the fit's iterations on the GPU skip coverage that could change a pixel by at most
                                   # this in all (below half an 8-bit level); renders, exports, scores and the
                                   # engine's passes keep render/gpu/workspace.py CULL_TOLERANCE (docs/PERFORMANCE.md)
-    stop_transmittance: float = 1e-30  # ... and stop a pixel's walk once its transmittance is below this: the engine's
-                                       # loss and gradient's depth (exact for hidden triangles, and the least a fit
-                                       # may ask for: below it the backward's division could overflow); 1e-6, where
-                                       # renders stop, is measured in docs/QUALITY.md ("not mattering")
+    stop_transmittance: float = EXACT_STOP_TRANSMITTANCE  # ... and stop a pixel's walk once its transmittance is
+                                       # below this; 1e-6, where renders stop, is measured in docs/QUALITY.md ("not mattering")
 
     def as_dict(self) -> dict:
         return asdict(self)

@@ -26,7 +26,7 @@ from . import __version__, edits, focus
 from .checkpoint import Checkpoint, restore as restore_checkpoint, settings_of, take as take_checkpoint
 from .engine import Engine
 from .errors import DeviceLostError, NumericalFault, TrifitError
-from .fitloop import FitSettings, raw_from_scene
+from .fitloop import EXACT_STOP_TRANSMITTANCE, FitSettings, raw_from_scene
 from .fitstate import FitState, HostSnapshot, half_size
 from .history import History, StepStats, loop_timings, psnr_from_mse, release_loop
 from .imageio import as_target
@@ -101,8 +101,8 @@ class Fitter(FitState):
             raise TrifitError(f"unknown probes_overdue {s.probes_overdue!r}; choose skip or run")
         if not 0 < s.cull_tolerance < 1:
             raise TrifitError(f"cull_tolerance must be in (0, 1), got {s.cull_tolerance}")
-        if not 1e-30 <= s.stop_transmittance < 1:  # (FitSettings.stop_transmittance: the backward's division)
-            raise TrifitError(f"stop_transmittance must be in [1e-30, 1), got {s.stop_transmittance}")
+        if not EXACT_STOP_TRANSMITTANCE <= s.stop_transmittance < 1:
+            raise TrifitError(f"stop_transmittance must be in [{EXACT_STOP_TRANSMITTANCE:g}, 1), got {s.stop_transmittance}")
         self._initial_settings = s.as_dict()
         targets = [as_target(t, s.size) for t in images]
         if len({t.shape for t in targets}) != 1:

@@ -37,7 +37,8 @@ CULL_TOLERANCE = 1e-5
 RECOMPUTE_BELOW = 1.0 / 16.0
 #: with a loss, the forward and the backward walk on to this transmittance, so the gradients of
 #: hidden triangles and the background stay exact (a fit's iterations: FitSettings.stop_transmittance,
-#: the same by default)
+#: the same by default: render/fitloop.py EXACT_STOP_TRANSMITTANCE, not imported here so that a
+#: render does not load the fit's modules)
 STOP_TRANSMITTANCE_WITH_LOSS = 1e-30
 #: backward segments: list entries per segment, and the checkpoint memory they may use. Where a
 #: frame has at most SHORT_SEGMENT_TILES tiles a segment is SHORT_SEGMENT_LEN entries: one such frame
