@@ -8,13 +8,17 @@ the pairs whose coverage is not culled. Pure numpy (the reference's distance), n
 subgroup is within reach -- the pairs a GPU subgroup cannot skip -- for the subgroup covering two
 rows of its tile and for an 8 x 4 block (common.wgsl tile_pixel), as a share of the listed pairs.
 
+``--tiles 16,8`` counts the lists' pairs for other tile sizes too (a model: the kernels' tiles are
+TILE x TILE); on fitted scenes the lists of 8 x 8 tiles walk about 30% fewer pairs than 16 x 16, but
+the 8 x 4 blocks' pairs within reach -- what a GPU subgroup walks in full -- are the same.
+
 ``--lists`` prints only the tiles' list lengths against the segmented backward's segments
 (render/gpu/workspace.py Shape.n_seg of seg_len entries; the last takes any more), without the
 per-pixel pairs (cheap at 1024 px); ``--tolerance`` sets the cull budget (1e-5: renders and the
 bench; a fit's iterations use 1e-3).
 
     python tools/pair_counts.py [--side 128] [--tris 64] [--batch 1] [--scene FILE] [--subgroups]
-                                [--lists] [--tolerance 1e-5]
+                                [--lists] [--tolerance 1e-5] [--tiles 16,8]
 """
 
 import argparse
@@ -44,26 +48,26 @@ def _reach(scene: Scene, tolerance: float) -> tuple[np.ndarray, float]:
     return verts, cull_sigmas(len(verts), tolerance) * scene.sigma * min(scene.width, scene.height)
 
 
-def tile_lists(verts: np.ndarray, reach: float, W: int, H: int):
+def tile_lists(verts: np.ndarray, reach: float, W: int, H: int, tile: int = TILE):
     """For each tile, row-major: (i, j, lo, hi, the indices of the triangles it lists) -- the
     binning rule of shaders/bin.wgsl, lo and hi the tile's pixel-centre extent."""
     bmin, bmax = verts.min(axis=1) - reach, verts.max(axis=1) + reach
-    for j in range((H + TILE - 1) // TILE):
-        for i in range((W + TILE - 1) // TILE):
-            lo = np.array([i * TILE + 0.5, j * TILE + 0.5])
-            hi = np.array([min(i * TILE + TILE, W) - 0.5, min(j * TILE + TILE, H) - 0.5])
+    for j in range((H + tile - 1) // tile):
+        for i in range((W + tile - 1) // tile):
+            lo = np.array([i * tile + 0.5, j * tile + 0.5])
+            hi = np.array([min(i * tile + tile, W) - 0.5, min(j * tile + tile, H) - 0.5])
             box = np.all(bmax >= lo, axis=1) & np.all(bmin <= hi, axis=1)
             c = 0.5 * (lo + hi)
             d = _distance(verts, np.array([c[0]]), np.array([c[1]]))[:, 0]
             yield i, j, lo, hi, np.nonzero(box & (d >= -(reach + np.linalg.norm(0.5 * (hi - lo)))))[0]
 
 
-def counts(scene: Scene, tolerance: float = 1e-5, reach_pairs: bool = True) -> dict:
+def counts(scene: Scene, tolerance: float = 1e-5, reach_pairs: bool = True, tile_px: int = TILE) -> dict:
     W, H = scene.width, scene.height
     verts, reach = _reach(scene, tolerance)
     listed = 0
     lengths = []
-    for _, _, lo, hi, tile in tile_lists(verts, reach, W, H):
+    for _, _, lo, hi, tile in tile_lists(verts, reach, W, H, tile_px):
         lengths.append(len(tile))
         listed += len(tile) * int((hi[0] - lo[0] + 1) * (hi[1] - lo[1] + 1))
     px, py = R.pixel_centres(W, H)
@@ -106,6 +110,7 @@ def main():
     p.add_argument("--subgroups", action="store_true", help="also (subgroup, entry) pairs for both layouts")
     p.add_argument("--lists", action="store_true", help="also the tiles' list lengths against the backward's segments")
     p.add_argument("--tolerance", type=float, default=1e-5, help="the cull budget (a fit's iterations: 1e-3)")
+    p.add_argument("--tiles", default="", help="also the lists' pairs for these tile sizes (px), comma-separated")
     a = p.parse_args()
     if a.scene:
         scenes = [Scene.load(a.scene)]
@@ -129,6 +134,10 @@ def main():
     n = tot["naive"]
     print(f"pairs: naive {n}, tiled lists {tot['tiled']} ({tot['tiled'] / n:.2f} of naive), within reach "
           f"{tot['within_reach']} ({tot['within_reach'] / n:.2f}); reach {c['reach_px']:.1f} px, tiles {TILE}x{TILE}")
+    for size in [int(v) for v in a.tiles.split(",") if v]:
+        listed = sum(counts(s, a.tolerance, reach_pairs=False, tile_px=size)["tiled"] for s in scenes)
+        print(f"tiles {size}x{size}: lists {listed} pairs ({listed / n:.3f} of naive, {listed / tot['tiled']:.3f} "
+              f"of {TILE}x{TILE}'s)")
     if a.subgroups:
         sub = {"listed": 0, **{name: 0 for name in SUBGROUP_LAYOUTS}}
         for s in scenes:
