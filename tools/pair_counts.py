@@ -12,6 +12,11 @@ rows of its tile and for an 8 x 4 block (common.wgsl tile_pixel), as a share of 
 TILE x TILE); on fitted scenes the lists of 8 x 8 tiles walk about 30% fewer pairs than 16 x 16, but
 the 8 x 4 blocks' pairs within reach -- what a GPU subgroup walks in full -- are the same.
 
+``--sublists 8,4`` counts the pairs if each block of that size within a tile walked only the
+entries of its tile's list whose grown bounding box meets the block (the walks' own exact-zero
+test, setup_near): what sub-lists inside today's tiles would keep, a lead for CPU adapters, which
+walk every listed entry in full.
+
 ``--lists`` prints only the tiles' list lengths against the segmented backward's segments
 (render/gpu/workspace.py Shape.n_seg of seg_len entries; the last takes any more), without the
 per-pixel pairs (cheap at 1024 px); ``--tolerance`` sets the cull budget (1e-5: renders and the
@@ -19,6 +24,7 @@ bench; a fit's iterations use 1e-3).
 
     python tools/pair_counts.py [--side 128] [--tris 64] [--batch 1] [--scene FILE] [--subgroups]
                                 [--lists] [--tolerance 1e-5] [--tiles 16,8]
+                                [--sublists 8,4]
 """
 
 import argparse
@@ -84,6 +90,24 @@ SUBGROUP_LAYOUTS = {  # (x, y, width, height) of subgroup k's pixels in its 16 x
 }
 
 
+def sublist_pairs(scene: Scene, block: int, tolerance: float = 1e-5) -> int:
+    """Pairs walked if each block x block part of a tile walked only its tile's entries whose
+    bounding box, grown by the reach, meets the part's pixel centres."""
+    verts, reach = _reach(scene, tolerance)
+    bmin, bmax = verts.min(axis=1) - reach, verts.max(axis=1) + reach
+    pairs = 0
+    for _, _, lo, hi, listed in tile_lists(verts, reach, scene.width, scene.height):
+        for oy in range(0, TILE, block):
+            for ox in range(0, TILE, block):
+                plo = lo + [ox, oy]
+                if np.any(plo > hi):
+                    continue
+                phi = np.minimum(plo + block - 1, hi)
+                meets = np.all(bmax[listed] >= plo, axis=1) & np.all(bmin[listed] <= phi, axis=1)
+                pairs += int(meets.sum()) * int((phi[0] - plo[0] + 1) * (phi[1] - plo[1] + 1))
+    return pairs
+
+
 def subgroup_pairs(scene: Scene, tolerance: float = 1e-5) -> dict:
     """(subgroup, listed entry) pairs with a pixel within reach, per layout, and the pairs listed."""
     W, H = scene.width, scene.height
@@ -111,6 +135,7 @@ def main():
     p.add_argument("--lists", action="store_true", help="also the tiles' list lengths against the backward's segments")
     p.add_argument("--tolerance", type=float, default=1e-5, help="the cull budget (a fit's iterations: 1e-3)")
     p.add_argument("--tiles", default="", help="also the lists' pairs for these tile sizes (px), comma-separated")
+    p.add_argument("--sublists", default="", help="also the pairs of bounding-box sub-lists for blocks of these sizes")
     a = p.parse_args()
     if a.scene:
         scenes = [Scene.load(a.scene)]
@@ -138,6 +163,9 @@ def main():
         listed = sum(counts(s, a.tolerance, reach_pairs=False, tile_px=size)["tiled"] for s in scenes)
         print(f"tiles {size}x{size}: lists {listed} pairs ({listed / n:.3f} of naive, {listed / tot['tiled']:.3f} "
               f"of {TILE}x{TILE}'s)")
+    for size in [int(v) for v in a.sublists.split(",") if v]:
+        walked = sum(sublist_pairs(s, size, a.tolerance) for s in scenes)
+        print(f"sub-lists of {size}x{size} blocks: {walked} pairs ({walked / tot['tiled']:.3f} of the lists')")
     if a.subgroups:
         sub = {"listed": 0, **{name: 0 for name in SUBGROUP_LAYOUTS}}
         for s in scenes:
