@@ -9,13 +9,13 @@ subgroup is within reach -- the pairs a GPU subgroup cannot skip -- for the subg
 rows of its tile and for an 8 x 4 block (common.wgsl tile_pixel), as a share of the listed pairs.
 
 ``--tiles 16,8`` counts the lists' pairs for other tile sizes too (a model: the kernels' tiles are
-TILE x TILE); on fitted scenes the lists of 8 x 8 tiles walk about 30% fewer pairs than 16 x 16, but
-the 8 x 4 blocks' pairs within reach -- what a GPU subgroup walks in full -- are the same.
+TILE x TILE). Set beside ``--subgroups``: a GPU subgroup already skips the entries none of its
+pixels reaches, so smaller tiles save only those visits there; CPU adapters walk every listed pair.
 
 ``--sublists 8,4`` counts the pairs if each block of that size within a tile walked only the
 entries of its tile's list whose grown bounding box meets the block (the walks' own exact-zero
-test, setup_near): what sub-lists inside today's tiles would keep, a lead for CPU adapters, which
-walk every listed entry in full.
+test, setup_near): what sub-lists inside today's tiles would keep (docs/PERFORMANCE.md, "Tiles of
+8 x 8 and sub-lists").
 
 ``--lists`` prints only the tiles' list lengths against the segmented backward's segments
 (render/gpu/workspace.py Shape.n_seg of seg_len entries; the last takes any more), without the
