@@ -98,8 +98,9 @@ class FitSettings:
                                   # the GPU backend), "host" reads them back (numpy; the reference backend's way)
     overgrow: float = 1.75        # grow to this many times the triangles, then prune back to them by exact
                                   # removal cost (render/placement.py): a greedy start, revised; 1 = off
-    prune_until: float = 0.85     # ... in prune_stages equal steps between growth_until and this fraction of the plan,
-    prune_stages: int = 2
+    prune_until: float = 0.9      # ... in prune_stages equal steps between growth_until and this fraction of the plan
+    prune_stages: int = 2         # (until 0.9, not 0.85: more cycles and a shorter polish after the last gained on
+                                  # photographs not tuned on as on the samples, docs/QUALITY.md)
     overgrow_cycles: int = 150    # ... in cycles (each after the first grows back, then prunes): as many as fit,
                                   # so a longer plan revises its scene more often, up to this many (0: no cap);
                                   # past it, revising more often is worth less than training each cycle longer
@@ -136,7 +137,7 @@ def recorded_settings(d: dict) -> dict:
     ``cull_tolerance`` culled its iterations as renders do, and so on for each setting below that
     a record may lack; each replays or resumes as it ran."""
     legacy = {"placement": "host", "cull_tolerance": LEGACY_CULL_TOLERANCE, "respawn_checks": 0, "probes_overdue": "run",
-              "growth_waits": False, "continuous_plans": False}
+              "growth_waits": False, "continuous_plans": False, "prune_until": 0.85}
     return {**{k: v for k, v in legacy.items() if k not in d}, **d}
 
 

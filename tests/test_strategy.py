@@ -48,7 +48,8 @@ def test_pruning_cycles_scale_with_the_plan(ref_engine):
     capped = Fitter(_target(), triangles=150, size=24, seed=0, engine=ref_engine, overgrow_cycles=24)
     uncapped = Fitter(_target(), triangles=150, size=24, seed=0, engine=ref_engine, overgrow_cycles=0)
     assert f.settings.overgrow_cycles == 150
-    for plan, cycles in ((300, 1), (7500, 26), (30000, 105), (60000, 210), (100000, 350)):
+    assert (f.settings.growth_until, f.settings.prune_until) == (0.5, 0.9)  # the window: 0.4 of the plan
+    for plan, cycles in ((300, 1), (7500, 30), (30000, 120), (60000, 240), (100000, 400)):
         for fitter in (f, capped, uncapped):
             fitter.plan(plan)
         assert uncapped.strategy.prune_cycles() == cycles
@@ -56,7 +57,7 @@ def test_pruning_cycles_scale_with_the_plan(ref_engine):
         assert capped.strategy.prune_cycles() == min(cycles, 24)
         first, length, n = f.strategy.cycles()
         assert n == min(cycles, 150) and length >= f.settings.prune_cycle_min
-        assert length == pytest.approx(0.35 * plan / n)
+        assert length == pytest.approx(0.4 * plan / n)
     for fitter in (f, capped, uncapped):
         fitter.close()
 
@@ -152,6 +153,14 @@ def test_a_longer_plan_during_growth_waits_instead_of_pruning(ref_engine):
     old.plan(120)
     assert old.strategy._count_change(7) == ("prune", 6) and old.strategy.next_event(6) == 7
     assert recorded_settings({"triangles": 6})["growth_waits"] is False
+
+
+def test_records_keep_their_pruning_window():
+    # a record that names its window replays with it; one from before prune_until was recorded
+    # pruned until 0.85 (the default then, 0.9 now)
+    assert recorded_settings({"triangles": 6})["prune_until"] == 0.85
+    assert recorded_settings({"triangles": 6, "prune_until": 0.9})["prune_until"] == 0.9
+    assert recorded_settings({"triangles": 6, "prune_until": 0.85})["prune_until"] == 0.85
 
 
 def test_pruning_does_not_begin_on_a_guessed_plan(ref_engine):

@@ -42,6 +42,9 @@ VARIANTS = {
     "cycles of 100": {"overgrow_cycles": 0},  # as many pruning cycles as fit, prune_cycle_min iterations each (no cap)
     "cycles of 200": {"prune_cycle_min": 200},  # fewer, longer cycles (does a big count want longer ones?)
     "cycles of 400": {"prune_cycle_min": 400},
+    "prune until 0.85": {"prune_until": 0.85},  # the pruning cycles' window before the default became 0.9
+    "prune until 0.9": {"prune_until": 0.9},
+    "prune until 0.9 hold 0.05": {"prune_until": 0.9, "prune_hold": 0.05},  # later cycles regrown to the full peak
 }
 
 

@@ -213,6 +213,14 @@ VARIANTS = {
     "coarse 0.15": {"coarse_fraction": 0.15},  # a shorter half-size stage (h200-coarse-share-8b1ed02.txt)
     "hold 0.05": {"prune_hold": 0.05},  # later cycles regrow to the full peak (h200-regrow-peak-tried.txt)
     "hold 0.2": {"prune_hold": 0.2},
+    # with the second set of photographs not tuned on (docs/bench/h200-photo-set-2.txt), against pruning until
+    # 0.85, the default until these made it 0.9 ("prune until 0.9" above is the default since)
+    "prune until 0.85": {"prune_until": 0.85},
+    "lrv x0.75": {"lr_vertex": 0.0045},
+    "lrv x1.25": {"lr_vertex": 0.0075},
+    "prune until 0.95": {"prune_until": 0.95},
+    "prune until 0.9 hold 0.05": {"prune_until": 0.9, "prune_hold": 0.05},
+    "prune until 0.9 hold 0.1": {"prune_until": 0.9, "prune_hold": 0.1},
 }
 
 
