@@ -45,6 +45,7 @@ VARIANTS = {
     "prune until 0.85": {"prune_until": 0.85},  # the pruning cycles' window before the default became 0.9
     "prune until 0.9": {"prune_until": 0.9},
     "prune until 0.9 hold 0.05": {"prune_until": 0.9, "prune_hold": 0.05},  # later cycles regrown to the full peak
+    "respawn checks 40": {"respawn_checks": 40},  # fewer chunk ends before the pruning cycles
 }
 
 
