@@ -222,7 +222,6 @@ VARIANTS = {
     "prune until 0.9 hold 0.05": {"prune_until": 0.9, "prune_hold": 0.05},
     "prune until 0.9 hold 0.1": {"prune_until": 0.9, "prune_hold": 0.1},
     "respawn checks 40": {"respawn_checks": 40},  # fewer chunk ends in the growth half (each check ends one)
-    "respawn checks 20": {"respawn_checks": 20},
     "hold 0.05 respawn checks 40": {"prune_hold": 0.05, "respawn_checks": 40},
 }
 
