@@ -8,7 +8,7 @@ with the lowest last loss. ``--select 0``: no selection, the best of R at the en
 read back and set again. Each scene is scored by the float64 reference as saved.
 
     python tools/replica_select.py --mode time --value 1.0 --replicas 1,2 --seeds 0,1,2 [--select 0] [--device 1]
-    python tools/replica_select.py --mode budget --value 12000 --replicas 1,2,4 [--images a.png,b.png]
+    python tools/replica_select.py --mode budget --value 12000 --replicas 1,2,4 [--images a.png,b.png] [--set prune_hold=0.05]
 
 It reaches into the fitter's and the fit loop's private state (``_state``, ``_set``, ``_loop``):
 a measuring tool, not an API.
@@ -78,7 +78,10 @@ def main() -> None:
     p.add_argument("--tris", type=int, default=150)
     p.add_argument("--select", type=int, default=1)
     p.add_argument("--device", type=int, default=0)
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                   help="a FitSettings field for every fit (numbers as floats), e.g. prune_hold=0.05")
     a = p.parse_args()
+    settings = {k: float(v) for k, v in (item.split("=", 1) for item in a.set)}
     Selecting.on_device = bool(a.device)
     eng = Engine("gpu")
     print(f"# replica selection per cycle, {a}, {eng.description}, {time.strftime('%Y-%m-%d %H:%M')}", flush=True)
@@ -86,11 +89,11 @@ def main() -> None:
     for name in a.images.split(","):
         target = load_image(sample_path(name) if "/" not in name else name, a.size)
         for R in counts:  # (pipelines built before any timed fit)
-            BatchFitter([target] * R, triangles=a.tris, size=a.size, seeds=list(range(R)), engine=eng).close()
+            BatchFitter([target] * R, triangles=a.tris, size=a.size, seeds=list(range(R)), engine=eng, **settings).close()
         for seed in [int(s) for s in a.seeds.split(",")]:
             for R in counts:
                 f = BatchFitter([target] * R, triangles=a.tris, size=a.size, seeds=[seed * 1000 + r for r in range(R)],
-                                engine=eng)
+                                engine=eng, **settings)
                 if a.select:
                     f.strategy.__class__ = Selecting
                 Selecting.selections = 0
