@@ -79,9 +79,9 @@ def main() -> None:
     p.add_argument("--select", type=int, default=1)
     p.add_argument("--device", type=int, default=0)
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                   help="a FitSettings field for every fit (numbers as floats), e.g. prune_hold=0.05")
+                   help="a FitSettings field for every fit (a number), e.g. prune_hold=0.05")
     a = p.parse_args()
-    settings = {k: float(v) for k, v in (item.split("=", 1) for item in a.set)}
+    settings = {k: int(v) if v.lstrip("-").isdigit() else float(v) for k, v in (item.split("=", 1) for item in a.set)}
     Selecting.on_device = bool(a.device)
     eng = Engine("gpu")
     print(f"# replica selection per cycle, {a}, {eng.description}, {time.strftime('%Y-%m-%d %H:%M')}", flush=True)
