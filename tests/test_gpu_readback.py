@@ -58,6 +58,29 @@ def test_a_map_that_fails_raises_a_gpu_error_and_keeps_the_buffer_usable(gpu_ctx
     assert readback.read_ranges(buf, [(0, 4)])[0].view(np.float32)[0] == 1.0
 
 
+def test_ctrl_c_inside_the_map_callback_reaches_the_reader(gpu_ctx, monkeypatch):
+    """A KeyboardInterrupt raised while the map's callback runs (where a waiting main thread takes
+    Ctrl+C) is raised by the read, not dropped by cffi as a lost map, and the buffer is usable after."""
+    native = readback.native()
+    data = np.arange(64, dtype=np.uint32)
+
+    class Interrupting(dict):
+        armed = True
+
+        def __setitem__(self, key, value):
+            if Interrupting.armed:
+                Interrupting.armed = False
+                raise KeyboardInterrupt
+            super().__setitem__(key, value)
+
+    monkeypatch.setattr(native, "done", Interrupting())
+    buf = _filled(gpu_ctx.device, data)
+    with pytest.raises(KeyboardInterrupt):
+        readback.read_ranges(buf, [(0, 16)])
+    assert buf.map_state == "unmapped" and not native.done and not native.raised
+    assert readback.read_ranges(buf, [(0, 16)])[0].tobytes() == data[:4].tobytes()
+
+
 def test_a_fit_reads_back_the_same_either_way(gpu_engine, monkeypatch):
     target = np.random.default_rng(3).random((30, 40, 3))
     scenes, calls = [], {"map_sync": 0}

@@ -27,9 +27,20 @@ class _Native:
 
         self.ffi, self.lib = ffi, lib
         self.done: dict[int, int] = {}  # map request -> its status, set by the callback
+        self.raised: dict[int, BaseException] = {}  # thread -> what interrupted a callback it ran
         self._requests = itertools.count(1)  # (next() is atomic: readers on several threads)
 
-        @ffi.callback("void(WGPUMapAsyncStatus, WGPUStringView, void *, void *)")
+        def interrupted(_type, value, tb):
+            # A Ctrl+C lands in whichever Python code the main thread runs, and while it waits that
+            # is this callback, inside the driver's poll, where cffi would print the exception and
+            # drop it: the map would look lost. So the callback's work is done here from its frame,
+            # and the exception kept for the polling thread to raise once the poll returns.
+            frame = tb.tb_frame if tb is not None else None
+            if frame is not None and "userdata1" in frame.f_locals:
+                self.done[int(ffi.cast("uintptr_t", frame.f_locals["userdata1"]))] = int(frame.f_locals["status"])
+            self.raised[threading.get_ident()] = value
+
+        @ffi.callback("void(WGPUMapAsyncStatus, WGPUStringView, void *, void *)", onerror=interrupted)
         def mapped(status, _message, userdata1, _userdata2):
             # (runs inside whichever thread's poll processed the map: this one's, or wgpu-py's)
             self.done[int(ffi.cast("uintptr_t", userdata1))] = int(status)
@@ -56,6 +67,11 @@ class _Native:
             # map whose callback has not run after three polls of an idle queue never will)
             idle = lib.wgpuDevicePoll(device, True, ffi.NULL)
             idle_polls = idle_polls + 1 if idle else 0
+            exc = self.raised.pop(threading.get_ident(), None)
+            if exc is not None:  # (a Ctrl+C during the poll: the map is left unmapped, then raised)
+                if self.done.pop(request, None) == success:
+                    lib.wgpuBufferUnmap(buffer._internal)
+                raise exc
             if idle_polls > 2 and request not in self.done:
                 raise wgpu.GPUError("a readback's map never completed: the GPU device may have been lost")
         status = self.done.pop(request)
