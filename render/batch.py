@@ -63,7 +63,7 @@ SUMMARY_NAME = "batch-summary.json"
 class ImageResult:
     image: str
     scene: str
-    status: str  # "done" | "skipped" | "failed"
+    status: str  # "done" | "skipped" | "failed" | "interrupted" (its scene holds the iterations it ran)
     psnr: float | None = None
     iterations: int | None = None
     seconds: float | None = None
@@ -96,8 +96,13 @@ class BatchResult:
         return [r for r in self.results if r.status == "failed"]
 
     @property
+    def stopped(self) -> list[ImageResult]:
+        """The images a Ctrl+C ended early (their scenes hold what they ran)."""
+        return [r for r in self.results if r.status == "interrupted"]
+
+    @property
     def exit_status(self) -> int:
-        return 2 if self.failed else 0
+        return 130 if self.interrupted else 2 if self.failed else 0
 
     def as_dict(self) -> dict:
         return {"done": self.done, "skipped": self.skipped, "failed": len(self.failed),
@@ -209,8 +214,11 @@ def run_batch(inputs: Iterable[str] | Iterable[Path], outdir, *, triangles: int 
               stop=None, seed: int = 0, loss: str = "mse", strategy: str = "default", engine=None, backend: str = "auto",
               render: bool = False, reports: bool = False, force: bool = False,
               progress: bool = True, on_result: Callable[[ImageResult], None] | None = None,
-              sequential: bool = False, batch_chunk: int = BATCH_CHUNK) -> BatchResult:
-    """Fit every image of ``inputs`` (folders, globs, paths) into ``outdir``; see the module doc."""
+              sequential: bool = False, batch_chunk: int = BATCH_CHUNK, ctrl_c=None) -> BatchResult:
+    """Fit every image of ``inputs`` (folders, globs, paths) into ``outdir``; see the module doc.
+    ``ctrl_c``: true once the user asked to stop, told each run as it starts (``ctrl_c.watch(run)``,
+    which cancels it at its next chunk then): the images being fitted keep their scenes so far,
+    the batch starts no other, and the result says it was interrupted."""
     from .engine import Engine
     from .imageio import load_image
     from .run import StopConditions
@@ -226,13 +234,16 @@ def run_batch(inputs: Iterable[str] | Iterable[Path], outdir, *, triangles: int 
     only_iterations = (stop.iterations is not None and stop.time_limit is None
                        and stop.target_psnr is None and stop.plateau is None)
     opts = dict(triangles=triangles, size=size, seed=seed, loss=loss, strategy=strategy, render=render,
-                reports=reports, progress=progress, bar=bar, record=record, outdir=outdir, names=names)
+                reports=reports, progress=progress, bar=bar, record=record, outdir=outdir, names=names,
+                ctrl_c=ctrl_c)
     try:
         pending = still_to_fit(images, outdir, names, triangles, size, force, record)
         if pending and engine is None:
             engine = Engine(backend)  # an AdapterError here ends the batch: no image could fit
         if sequential or not only_iterations or engine is None or engine.backend != "gpu":
             for img_path in pending:
+                if ctrl_c:
+                    break
                 _fit_sequential(img_path, None, engine, stop, **opts)
         else:
             groups: dict[tuple, list] = {}  # working size -> [(path, target)], in input order
@@ -251,7 +262,10 @@ def run_batch(inputs: Iterable[str] | Iterable[Path], outdir, *, triangles: int 
                 groups.setdefault(target.shape, []).append((img_path, target))
             for members in groups.values():
                 for k in range(0, len(members), max(1, batch_chunk)):
+                    if ctrl_c:
+                        break
                     _fit_batched(members[k : k + max(1, batch_chunk)], engine, stop, **opts)
+        result.interrupted = bool(ctrl_c)
     except KeyboardInterrupt:
         result.interrupted = True
         raise
@@ -291,7 +305,7 @@ def _failure(img_path, scene_path, exc, t0) -> ImageResult:
 
 
 def _fit_sequential(img_path, target, engine, stop, *, triangles, size, seed, loss, strategy, render, reports,
-                    progress, bar, record, outdir, names, local_path=None) -> None:
+                    progress, bar, record, outdir, names, local_path=None, ctrl_c=None) -> None:
     """The per-image path: a full Fitter (growth, respawn, coarse stage, any stop condition).
     ``local_path``: where the image's bytes are on this machine when that is not ``img_path``
     (a cluster worker's copy, render/cluster.py); ``img_path`` still names it in the scene."""
@@ -312,10 +326,13 @@ def _fit_sequential(img_path, target, engine, stop, *, triangles, size, seed, lo
             def step(stats, _name=img_path.name):
                 bar.set_postfix_str(f"it {stats.iteration} psnr {stats.psnr:.2f}")
 
-            FitRun(fitter, stop).run(step if progress else None)
+            run = FitRun(fitter, stop)
+            if ctrl_c is not None:
+                ctrl_c.watch(run)
+            run.run(step if progress else None)
             psnr = _save_outputs(fitter.scene, fitter, engine, name, outdir, render, reports, local_path)
-            r = ImageResult(str(img_path), str(scene_path), "done", psnr, fitter.iteration,
-                            time.perf_counter() - t0)
+            r = ImageResult(str(img_path), str(scene_path), "interrupted" if ctrl_c else "done", psnr,
+                            fitter.iteration, time.perf_counter() - t0)
         finally:
             fitter.close()
     except (TrifitError, MemoryError, ValueError, OSError) as exc:
@@ -324,7 +341,7 @@ def _fit_sequential(img_path, target, engine, stop, *, triangles, size, seed, lo
 
 
 def _fit_batched(members, engine, stop, *, triangles, size, seed, loss, strategy, render, reports,
-                 progress, bar, record, outdir, names) -> None:
+                 progress, bar, record, outdir, names, ctrl_c=None) -> None:
     """Equal-size images through one BatchFitter; each scene is written as soon as the group
     ends. Should the batched fit itself fail, the group's images are fitted one by one instead."""
     import logging
@@ -333,14 +350,18 @@ def _fit_batched(members, engine, stop, *, triangles, size, seed, loss, strategy
     from .run import FitRun
 
     opts = dict(triangles=triangles, size=size, seed=seed, loss=loss, strategy=strategy, render=render,
-                reports=reports, progress=progress, bar=bar, record=record, outdir=outdir, names=names)
+                reports=reports, progress=progress, bar=bar, record=record, outdir=outdir, names=names,
+                ctrl_c=ctrl_c)
     bar.set_description_str(f"images {bar.n + 1}-{bar.n + len(members)} of {bar.total} (batched)")
     t0 = time.perf_counter()
     try:
         bf = BatchFitter([t for _, t in members], triangles=triangles, size=size, seeds=seed, engine=engine,
                          sources=[str(p) for p, _ in members], loss=loss, strategy=strategy)
         try:
-            FitRun(bf, stop).run()
+            run = FitRun(bf, stop)
+            if ctrl_c is not None:
+                ctrl_c.watch(run)
+            run.run()
             scenes = bf.scenes
         finally:
             bf.close()
@@ -348,6 +369,8 @@ def _fit_batched(members, engine, stop, *, triangles, size, seed, loss, strategy
         logging.getLogger("trifit").warning("batched fit of %d images failed (%s); fitting them one by one",
                                             len(members), exc)
         for img_path, target in members:
+            if ctrl_c:
+                break
             _fit_sequential(img_path, target, engine, stop, **opts)
         return
     seconds = (time.perf_counter() - t0) / len(members)  # the group's time, shared evenly
@@ -356,7 +379,8 @@ def _fit_batched(members, engine, stop, *, triangles, size, seed, loss, strategy
         scene_path = outdir / f"{name}.trifit.json"
         try:
             psnr = _save_outputs(scene, bf.member(b, scene), engine, name, outdir, render, reports)
-            r = ImageResult(str(img_path), str(scene_path), "done", psnr, bf.iteration, seconds)
+            r = ImageResult(str(img_path), str(scene_path), "interrupted" if ctrl_c else "done", psnr,
+                            bf.iteration, seconds)
         except (TrifitError, MemoryError, ValueError, OSError) as exc:
             r = _failure(img_path, scene_path, exc, t0)
         record(r)

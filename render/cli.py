@@ -43,6 +43,34 @@ def _positive_int(text: str) -> int:
     return v
 
 
+def _seed(text: str) -> int:
+    try:
+        v = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if not 0 <= v < 2**63:
+        raise argparse.ArgumentTypeError(f"expected a seed from 0 to 2**63 - 1, got {v}")
+    return v
+
+
+def _count_list(text: str) -> list[int]:
+    """N,N,..: positive whole numbers."""
+    try:
+        values = [int(v) for v in text.split(",")]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected whole numbers separated by commas, got {text!r}") from None
+    if not values or min(values) <= 0:
+        raise argparse.ArgumentTypeError(f"expected positive counts, got {text!r}")
+    return values
+
+
+def _fps(text: str) -> float:
+    v = _positive_float(text)
+    if not 0.01 <= v <= 1000:
+        raise argparse.ArgumentTypeError(f"expected a frame rate from 0.01 to 1000, got {text}")
+    return v
+
+
 def _positive_float(text: str) -> float:
     try:
         v = float(text)
@@ -93,7 +121,7 @@ def build_parser() -> argparse.ArgumentParser:
     f.add_argument("--target-psnr", type=_positive_float, default=None, metavar="DB", help="stop at this PSNR")
     f.add_argument("--plateau", type=_positive_int, default=None, metavar="N",
                    help="stop when the loss has not improved by 0.1%% in N iterations")
-    f.add_argument("--seed", type=int, default=0)
+    f.add_argument("--seed", type=_seed, default=0)
     f.add_argument("--loss", choices=["mse", "l1"], default="mse")
     f.add_argument("--backend", choices=["auto", "gpu", "reference"], default="auto")
     f.add_argument("--strategy", choices=["default", "fixed"], default="default",
@@ -144,7 +172,7 @@ def build_parser() -> argparse.ArgumentParser:
     bt.add_argument("--target-psnr", type=_positive_float, default=None, metavar="DB", help="stop at this PSNR")
     bt.add_argument("--plateau", type=_positive_int, default=None, metavar="N",
                     help="stop when the loss has not improved by 0.1%% in N iterations")
-    bt.add_argument("--seed", type=int, default=0)
+    bt.add_argument("--seed", type=_seed, default=0)
     bt.add_argument("--loss", choices=["mse", "l1"], default="mse")
     bt.add_argument("--backend", choices=["auto", "gpu", "reference"], default="auto")
     bt.add_argument("--strategy", choices=["default", "fixed"], default="default", help="fit policy (see fit)")
@@ -179,12 +207,12 @@ def build_parser() -> argparse.ArgumentParser:
                    help="iterations for each frame after the first (default 100)")
     v.add_argument("--first-frame-iters", type=_positive_int, default=600, metavar="M",
                    help="iterations of the first frame's full fit (default 600)")
-    v.add_argument("--seed", type=int, default=0)
+    v.add_argument("--seed", type=_seed, default=0)
     v.add_argument("--steady", type=_nonnegative_float, default=0.0, metavar="W",
                    help="the temporal term: pull each triangle towards where the previous frame left it, W times "
                         "how still the picture is around it, so still regions stop flickering and moving content "
                         "stays free (default 0: off; README, 'Video', for a value)")
-    v.add_argument("--fps", type=_positive_float, default=None,
+    v.add_argument("--fps", type=_fps, default=None,
                    help="frame rate of a folder of frames (default 25); overrides a video's own")
     v.add_argument("--scenes", default=None, metavar="DIR", help="also write each frame's scene (frame_0000.trifit.json)")
     v.add_argument("--svg-dir", default=None, metavar="DIR", help="also write each frame as SVG (frame_0000.svg)")
@@ -205,7 +233,8 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--backend", choices=["auto", "gpu", "reference"], default="auto")
     b.add_argument("--quality", action="store_true",
                    help="fit quality over the bundled samples (PSNR/SSIM by the reference engine)")
-    b.add_argument("--tris", default=None, metavar="N,N,..", help="--quality: triangle counts (default 50,150,500)")
+    b.add_argument("--tris", type=_count_list, default=None, metavar="N,N,..",
+                   help="--quality: triangle counts (default 50,150,500)")
     b.add_argument("--seeds", type=_positive_int, default=3, help="--quality: seeds per cell (default 3)")
     b.add_argument("--size", type=_positive_int, default=176, help="--quality: working size (default 176)")
     b.add_argument("--iters", type=_positive_int, default=None, help="--quality: iterations per fit")
@@ -310,12 +339,26 @@ def cmd_fit(args) -> int:
         raise TrifitError(f"{out}: unknown output format {out.suffix or '(none)'}; use .json or one of "
                           f"{', '.join(export.SUFFIXES)}")
     scene_path = out.with_suffix(".trifit.json") if picture else out
-    for path in [scene_path] + ([out] if picture else []) + [Path(p) for p in (args.report, args.animation) if p]:
+    if not picture and (args.scale is not None or args.width is not None):
+        raise UsageError("trifit fit: --scale and --width size a picture output; -o names a scene (.json)")
+    roles = {"the scene": scene_path, "the picture": out if picture else None,
+             "the report": Path(args.report) if args.report else None,
+             "the animation": Path(args.animation) if args.animation else None}
+    if args.report and Path(args.report).suffix.lower() in (".html", ".htm"):
+        roles["the report's JSON"] = Path(args.report).with_suffix(".json")  # (written beside an HTML report)
+    roles = {role: path for role, path in roles.items() if path is not None}
+    _check_distinct(roles, [Path(p) for p in (args.image, args.resume, args.replay, args.weights) if p])
+    outputs = list(roles.values())
+    for path in outputs:
         _check_writable(path)  # every output, before any work: a fit is never lost to a bad path
     replay = _replay_settings(args) if args.replay else None
     if replay is not None:
         settings = replay["settings"]
     target = load_image(args.image, settings["size"])  # validates before any GPU work
+    if picture:  # the picture's size too, before the fit
+        from .imageio import source_size
+
+        export.picture_size(source_size(args.image), scale=args.scale, width=args.width)
     weights = _fit_weights(args, target, replay)
     init = Scene.load(args.resume) if args.resume else None
     stop = StopConditions(args.iters, args.time_limit, args.target_psnr, args.plateau)
@@ -442,9 +485,10 @@ def _focus_note(fitter, final) -> str:
 
 class _stop_on_ctrl_c:
     """While a fit runs, Ctrl+C ends it at the next chunk (the scene so far is then written and
-    the command exits 130); a second Ctrl+C stops at once. True once Ctrl+C was pressed."""
+    the command exits 130); a second Ctrl+C stops at once. True once Ctrl+C was pressed. A command
+    of several runs (batch) tells it each as it starts: ``watch(run)``."""
 
-    def __init__(self, run):
+    def __init__(self, run=None):
         import signal
         import threading
 
@@ -458,7 +502,14 @@ class _stop_on_ctrl_c:
         if self.pressed:
             raise KeyboardInterrupt
         self.pressed = True
-        self._run.cancel()
+        if self._run is not None:
+            self._run.cancel()
+
+    def watch(self, run) -> None:
+        """``run`` is the one to end now (at once, at its first chunk, where Ctrl+C came before it)."""
+        self._run = run
+        if self.pressed:
+            run.cancel()
 
     def restore(self) -> None:
         import signal
@@ -473,12 +524,18 @@ class _stop_on_ctrl_c:
 
 def _replay_settings(args) -> dict:
     """What --replay re-runs: the scene's recorded settings, iterations and changes."""
-    from .fitloop import FitSettings, recorded_settings
+    from .fitloop import FitSettings, check_settings, recorded_settings
+    from .fitter import CHANGE_KINDS
     from .scene import Scene
 
     if args.resume or any(v is not None for v in (args.iters, args.time_limit, args.target_psnr, args.plateau)):
         raise UsageError("trifit fit: --replay takes its settings and iterations from the scene; "
                          "drop --resume, --iters, --time-limit, --target-psnr and --plateau")
+    d = FitSettings()  # (the options' defaults)
+    defaults = {"tris": d.triangles, "size": d.size, "seed": d.seed, "loss": d.loss, "strategy": d.strategy}
+    given = [f"--{k}" for k, v in defaults.items() if getattr(args, k) != v]
+    if given:
+        raise UsageError(f"trifit fit: --replay takes its settings from the scene; drop {', '.join(given)}")
     meta = Scene.load(args.replay).extra.get("meta")
     known = set(FitSettings().as_dict())
     if not isinstance(meta, dict) or not isinstance(meta.get("settings"), dict) \
@@ -488,8 +545,20 @@ def _replay_settings(args) -> dict:
     unknown = sorted(set(meta["settings"]) - known)
     if unknown:
         raise TrifitError(f"{args.replay}: meta.settings has settings this version does not know: {', '.join(unknown)}")
-    return {"settings": recorded_settings(dict(meta["settings"])), "iterations": meta["iterations"],
-            "changes": meta.get("changes", []),
+    settings = recorded_settings(dict(meta["settings"]))
+    try:
+        check_settings(settings)
+    except ValueError as exc:
+        raise TrifitError(f"{args.replay}: meta.settings: {exc}") from None
+    if meta["iterations"] < 0:
+        raise TrifitError(f"{args.replay}: meta.iterations is {meta['iterations']}, not a count of iterations")
+    changes = meta.get("changes", [])
+    for change in changes:
+        if not (isinstance(change, list) and len(change) == 3 and isinstance(change[0], int)
+                and not isinstance(change[0], bool) and change[0] >= 0 and change[1] in CHANGE_KINDS):
+            raise TrifitError(f"{args.replay}: meta.changes holds {json.dumps(change)[:80]}, not [iteration, kind, "
+                              f"value] with a kind of {', '.join(CHANGE_KINDS)}")
+    return {"settings": settings, "iterations": meta["iterations"], "changes": changes,
             "weights": meta.get("weights")}
 
 
@@ -539,6 +608,25 @@ def _report_json(report: dict) -> bytes:
     except ImportError:
         return json.dumps(report, indent=1).encode()
     return report_json(report).encode()
+
+
+def _check_distinct(outputs: dict[str, Path], inputs: list[Path]) -> None:
+    """No output ({role: path}) may be another output or one of the command's inputs: one would
+    overwrite the other."""
+    def same(p: Path, q: Path) -> bool:
+        try:
+            return p.resolve() == q.resolve() or (p.exists() and q.exists() and os.path.samefile(p, q))
+        except OSError:
+            return False
+
+    items = list(outputs.items())
+    for i, (role, path) in enumerate(items):
+        for other_role, other in items[:i]:
+            if same(path, other):
+                raise UsageError(f"trifit fit: {path} would be both {other_role} and {role}; give each output its own name")
+        for source in inputs:
+            if same(path, source):
+                raise UsageError(f"trifit fit: {path} is an input of this command; writing {role} there would overwrite it")
 
 
 def _check_writable(path: Path) -> None:
@@ -598,11 +686,16 @@ def cmd_batch(args) -> int:
 
         result = run_cluster_batch(args.inputs, out, dask=args.dask, **common)
     else:
-        # batching needs an iteration count the user chose (see render/batch.py)
-        result = run_batch(args.inputs, out, sequential=args.sequential or args.iters is None, **common)
-    if not args.quiet or result.failed:
-        print(f"trifit: batch: {result.done} fitted, {result.skipped} skipped (already done), "
-              f"{len(result.failed)} failed; scenes -> {out}", file=sys.stderr)
+        ctrl_c = _stop_on_ctrl_c()
+        try:  # batching needs an iteration count the user chose (see render/batch.py)
+            result = run_batch(args.inputs, out, sequential=args.sequential or args.iters is None, ctrl_c=ctrl_c,
+                               **common)
+        finally:
+            ctrl_c.restore()
+    if not args.quiet or result.failed or result.interrupted:
+        stopped = f", {len(result.stopped)} stopped early (their scenes hold what they ran)" if result.stopped else ""
+        print(f"trifit: batch: {'interrupted: ' if result.interrupted else ''}{result.done} fitted{stopped}, "
+              f"{result.skipped} skipped (already done), {len(result.failed)} failed; scenes -> {out}", file=sys.stderr)
     for r in result.failed:
         print(f"trifit: failed: {r.message()}", file=sys.stderr)
     return result.exit_status
@@ -668,6 +761,17 @@ def cmd_video(args) -> int:
 
 # ---------------------------------------------------------------------- bench / gui
 def cmd_bench(args) -> int:
+    quality_only = {"--tris": args.tris, "--images": args.images, "--out": args.out, "--iters": args.iters,
+                    "--time-limit": args.time_limit}
+    given = [name for name, value in quality_only.items() if value is not None]
+    if given and not args.quality:
+        raise UsageError(f"trifit bench: {', '.join(given)} {'is' if len(given) == 1 else 'are'} for --quality")
+    if args.json:  # every output, before any work: a long measurement is never lost to a bad path
+        _check_writable(Path(args.json))
+    if args.quality and args.out:
+        from .fileutil import make_folder
+
+        make_folder(Path(args.out))
     if args.quality:
         from .quality import run_quality
 

@@ -10,7 +10,9 @@ machine can lose such a file -- which its reader must then notice and redo, neve
 
 from __future__ import annotations
 
+import array
 import os
+import stat
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
@@ -83,3 +85,43 @@ def check_writable(path: Path) -> None:
             pass
     except OSError as exc:
         raise TrifitError(f"{path}: cannot write to folder {folder} ({exc.strerror or exc})") from None
+    if path.exists():
+        why = _cannot_replace(path, folder)
+        if why:
+            raise TrifitError(f"{path}: cannot replace the existing file ({why})")
+
+
+def _cannot_replace(path: Path, folder: Path) -> str | None:
+    """Why an atomic write could not rename its new file over ``path`` although the folder takes
+    new files: a sticky folder (such as /tmp) lets only the file's owner replace it, and Linux's
+    immutable and append-only flags stop even root. None where nothing says so."""
+    try:
+        st, fst = path.stat(), folder.stat()
+    except OSError:
+        return None
+    uid = os.geteuid() if hasattr(os, "geteuid") else None
+    if uid not in (None, 0) and fst.st_mode & stat.S_ISVTX and uid not in (st.st_uid, fst.st_uid):
+        return "it belongs to another user in a sticky folder"
+    try:
+        import fcntl
+
+        with open(path, "rb") as f:
+            flags = array.array("l", [0])
+            fcntl.ioctl(f.fileno(), 0x80086601, flags, True)  # FS_IOC_GETFLAGS
+        if flags[0] & 0x30:  # FS_IMMUTABLE_FL | FS_APPEND_FL
+            return "it is marked immutable or append-only"
+    except (ImportError, OSError, ValueError):
+        pass  # (another platform or file system: the write will say)
+    return None
+
+
+def make_folder(d: Path) -> None:
+    """An output folder, made where it is missing, that takes new files (else TrifitError, one line)."""
+    d = Path(d)
+    if d.exists() and not d.is_dir():
+        raise TrifitError(f"{d}: is a file, not a folder")
+    try:
+        d.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise TrifitError(f"{d}: cannot create the folder ({exc.strerror or exc})") from None
+    check_writable(d / ".probe")

@@ -141,6 +141,47 @@ def recorded_settings(d: dict) -> dict:
     return {**{k: v for k, v in legacy.items() if k not in d}, **d}
 
 
+#: the values a text setting can take
+SETTING_CHOICES = {"loss": ("mse", "l1"), "strategy": ("default", "fixed"), "probes_overdue": ("skip", "run"),
+                   "insert_shape": ("residual", "random"), "placement": ("device", "host")}
+#: numeric settings' ranges, [lo, hi] (None: open): those not named take any number >= 0
+_SETTING_RANGES = {"triangles": (1, None), "size": (1, None), "chunk": (1, None), "planned_iterations": (1, None),
+                   "sigma_start_px": (1e-6, None), "sigma_end_px": (1e-6, None), "adam_eps": (1e-30, None),
+                   "beta1": (0.0, 0.999999), "beta2": (0.0, 0.999999), "overgrow": (1.0, None),
+                   "cull_tolerance": (1e-30, 1.0), "stop_transmittance": (1e-38, 1.0), "insert_radius": (1e-6, None),
+                   "prune_cycle_min": (1, None), "prune_stages": (1, None), "host_snapshot_every": (1, None),
+                   **{k: (0.0, 1.0) for k in ("lr_final", "sigma_fraction", "coarse_fraction", "coarse_max_fraction",
+                                               "respawn_alpha", "respawn_until", "growth_until", "init_alpha",
+                                               "insert_alpha", "prune_until", "prune_hold")}}
+
+
+def check_settings(d: dict) -> None:
+    """Raise ValueError, one line, for a recorded setting this version cannot run: of another type
+    than FitSettings' (a whole number for an int, a number for a float, true or false for a flag),
+    out of its range, or a text that is not one of its choices (a hand-edited scene's meta)."""
+    defaults = FitSettings().as_dict()
+    for key, value in d.items():
+        if key not in defaults:
+            raise ValueError(f"unknown setting {key!r}")
+        kind = type(defaults[key])
+        if kind is bool:
+            ok = isinstance(value, bool)
+        elif kind is int:
+            ok = isinstance(value, int) and not isinstance(value, bool)
+        elif kind is float:
+            ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+        else:
+            ok = isinstance(value, str) and value in SETTING_CHOICES.get(key, (value,))
+        if not ok:
+            want = {bool: "true or false", int: "a whole number", float: "a finite number"}.get(
+                kind, f"one of {', '.join(SETTING_CHOICES.get(key, ()))}")
+            raise ValueError(f"setting {key!r} is {value!r}, not {want}")
+        if kind in (int, float):
+            lo, hi = _SETTING_RANGES.get(key, (0, None))
+            if value < lo or (hi is not None and value > hi):
+                raise ValueError(f"setting {key!r} is {value!r}, outside [{lo}, {hi if hi is not None else 'inf'}]")
+
+
 @dataclass
 class Schedule:
     """What schedule.wgsl evaluates each iteration (sigma as a fraction of the shorter side)."""

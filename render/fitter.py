@@ -39,6 +39,8 @@ log = logging.getLogger("trifit")
 MAX_TRIANGLES_FIT = 20000
 #: consecutive numerical faults after which the fit gives up
 MAX_CONSECUTIVE_FAULTS = 8
+#: the live changes a scene's meta records, each [iteration, kind, value], which a replay applies
+CHANGE_KINDS = ("plan", "time_plan", "guessed_plan", "triangles", "sigma", "lr", "locked", "edit")
 
 __all__ = ["BatchFitter", "Fitter", "History", "StepStats", "MAX_TRIANGLES_FIT", "psnr_from_mse"]
 

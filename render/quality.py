@@ -82,7 +82,7 @@ def run_quality(args) -> int:
     from .resources import sample_path
 
     engine = Engine(args.backend)
-    tris_list = [int(t) for t in args.tris.split(",")] if getattr(args, "tris", None) else [50, 150, 500]
+    tris_list = list(args.tris) if getattr(args, "tris", None) else [50, 150, 500]  # (the CLI's _count_list)
     seeds = list(range(args.seeds))
     stop = StopConditions(iterations=args.iters, time_limit=args.time_limit)
     if not stop.any():

@@ -377,7 +377,8 @@ def write_html_report(path, report: dict, fitter=None) -> Path:
     """
     path = Path(path)
     text = render_html(report, fitter)
-    atomic_write_bytes(path, text.encode("utf-8"))
+    # (a file name that is not UTF-8 arrives with surrogate escapes: shown as \udcXX, not a failed write)
+    atomic_write_bytes(path, text.encode("utf-8", "backslashreplace"))
     return path
 
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -193,7 +194,10 @@ class Scene:
         """Read and validate a scene file; raise :class:`SceneError` on any broken rule."""
         p = Path(path)
         try:
-            size = p.stat().st_size
+            st = p.stat()
+            if stat.S_ISFIFO(st.st_mode) or stat.S_ISSOCK(st.st_mode):  # (opening a pipe waits for a writer)
+                raise SceneError(f"{p}: a pipe or socket, not a scene file")
+            size = st.st_size
             if size > MAX_FILE_BYTES:
                 raise SceneError(f"{p}: file is {size} bytes, larger than a scene file can be")
             with open(p, "rb") as f:  # bounded: a device such as /dev/zero reports size 0

@@ -32,7 +32,7 @@ from pathlib import Path
 
 from .background import Behind, Prefetch
 from .errors import SceneError, TrifitError
-from .fileutil import atomic_write_bytes, check_writable
+from .fileutil import atomic_write_bytes, check_writable, make_folder
 from .video import Clip, ClipOutput, FramePictures, OutputSpec, open_clip, output_kind
 
 log = logging.getLogger("trifit")
@@ -183,7 +183,7 @@ def run_video(input_path, output, *, triangles: int = 150, size: int = 176, iter
         engine = Engine(backend)
     folders = [Path(d) for d in (scenes_dir, svg_dir) if d] + ([spec.path] if spec.folder else [])
     for d in folders:
-        _make_folder(d)
+        make_folder(d)
     if not spec.folder:
         check_writable(spec.path)
     work = work_folder(spec.path)
@@ -348,7 +348,7 @@ def kept_work(work: Path, settings: dict, note) -> bool:
 
 def start_work(work: Path, settings: dict) -> None:
     """The work folder ready for a run with ``settings`` (what it holds already is kept)."""
-    _make_folder(work / "scenes")
+    make_folder(work / "scenes")
     atomic_write_bytes(work / "clip.json", json.dumps(settings, indent=1).encode("utf-8"), sync=False)
 
 
@@ -362,16 +362,6 @@ def has_scene(work: Path, k: int) -> bool:
     except (OSError, SceneError):
         return False
     return True
-
-
-def _make_folder(d: Path) -> None:
-    if d.exists() and not d.is_dir():
-        raise TrifitError(f"{d}: is a file, not a folder")
-    try:
-        d.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise TrifitError(f"{d}: cannot create the folder ({exc.strerror or exc})") from None
-    check_writable(d / ".probe")
 
 
 __all__ = ["CHECKPOINT_EVERY_S", "FrameLoop", "VideoResult", "run_video", "work_folder"]
