@@ -667,6 +667,8 @@ def cmd_batch(args) -> int:
         from .cluster import check_target
 
         check_target(args.dask)
+    if args.scale is not None and not args.png:
+        raise UsageError("trifit batch: --scale sizes the pictures of --png; give --png too")
     out = Path(args.output)
     if out.exists() and not out.is_dir():
         raise TrifitError(f"{out}: is a file, not a folder")
@@ -782,6 +784,15 @@ def cmd_bench(args) -> int:
 
 
 def cmd_gui(args) -> int:
+    env = os.environ
+    if sys.platform.startswith("linux") and not (env.get("DISPLAY") or env.get("WAYLAND_DISPLAY")
+                                                 or env.get("QT_QPA_PLATFORM")):
+        raise TrifitError("no display to open the desktop app on (neither DISPLAY nor WAYLAND_DISPLAY is set); "
+                          "the other commands (trifit fit ...) need none")
+    if args.image is not None:  # a bad image is one line here, before Qt starts
+        from .imageio import load_image
+
+        load_image(args.image, 64)
     _warm_up_gpu(args)  # while Qt and the window's modules load
     try:
         from .app.main import run_gui

@@ -110,6 +110,7 @@ def test_picture_options_are_checked_before_the_fit(png, tmp_path, capsys):
 def test_seeds_frame_rates_and_bench_options(png, tmp_path, capsys):
     _refused(["fit", str(png), "--seed", "-1", "-o", str(tmp_path / "s.json"), *FAST], capsys, "--seed")
     _refused(["batch", str(png), "--seed", "-2", "-o", str(tmp_path / "b")], capsys, "--seed")
+    _refused(["batch", str(png), "--scale", "2", "-o", str(tmp_path / "b")], capsys, "--png")
     _refused(["video", str(tmp_path), "--fps", "1e-9", "-o", str(tmp_path / "v.gif")], capsys, "--fps")
     _refused(["bench", "--quality", "--tris", "a,b"], capsys, "--tris")
     _refused(["bench", "--quality", "--tris", "4,,5"], capsys, "--tris")
@@ -174,3 +175,12 @@ def test_ctrl_c_ends_a_batch_and_keeps_the_scenes_so_far(tmp_path, gpu_ctx, mode
     for r in stopped:
         scene = Scene.load(r["scene"])  # written whole, holding the iterations it ran
         assert 0 < scene.meta["iterations"] == r["iterations"]
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="DISPLAY is how Linux names a display")
+def test_the_app_needs_a_display_and_a_readable_image(tmp_path, monkeypatch, capsys):
+    for name in ("DISPLAY", "WAYLAND_DISPLAY", "QT_QPA_PLATFORM"):
+        monkeypatch.delenv(name, raising=False)
+    _refused(["gui"], capsys, "no display")  # (Qt would abort the process)
+    monkeypatch.setenv("DISPLAY", ":99")
+    _refused(["gui", str(tmp_path / "missing.png")], capsys, "missing.png")  # before Qt starts
