@@ -348,8 +348,7 @@ def cmd_fit(args) -> int:
         roles["the report's JSON"] = Path(args.report).with_suffix(".json")  # (written beside an HTML report)
     roles = {role: path for role, path in roles.items() if path is not None}
     _check_distinct(roles, [Path(p) for p in (args.image, args.resume, args.replay, args.weights) if p])
-    outputs = list(roles.values())
-    for path in outputs:
+    for path in roles.values():
         _check_writable(path)  # every output, before any work: a fit is never lost to a bad path
     replay = _replay_settings(args) if args.replay else None
     if replay is not None:
@@ -358,7 +357,7 @@ def cmd_fit(args) -> int:
     if picture:  # the picture's size too, before the fit
         from .imageio import source_size
 
-        export.picture_size(source_size(args.image), scale=args.scale, width=args.width)
+        picture_wh = export.picture_size(source_size(args.image), scale=args.scale, width=args.width)
     weights = _fit_weights(args, target, replay)
     init = Scene.load(args.resume) if args.resume else None
     stop = StopConditions(args.iters, args.time_limit, args.target_psnr, args.plateau)
@@ -432,10 +431,7 @@ def cmd_fit(args) -> int:
     scene.save(scene_path)  # the fit itself first, whatever else is asked for
     written = [scene_path]
     if picture:
-        from .imageio import source_size
-
-        W, H = export.picture_size(source_size(args.image), scale=args.scale, width=args.width)
-        export.save_render(scene, out, W, H, engine=engine, edges=args.edges)
+        export.save_render(scene, out, *picture_wh, engine=engine, edges=args.edges)
         written.insert(0, out)
     told = not args.quiet or interrupted  # (the summary line; quiet and no report: no render of the result)
     if told or args.report:
@@ -531,13 +527,13 @@ def _replay_settings(args) -> dict:
     if args.resume or any(v is not None for v in (args.iters, args.time_limit, args.target_psnr, args.plateau)):
         raise UsageError("trifit fit: --replay takes its settings and iterations from the scene; "
                          "drop --resume, --iters, --time-limit, --target-psnr and --plateau")
-    d = FitSettings()  # (the options' defaults)
+    d = FitSettings()  # (the options' defaults, and the settings this version knows)
     defaults = {"tris": d.triangles, "size": d.size, "seed": d.seed, "loss": d.loss, "strategy": d.strategy}
     given = [f"--{k}" for k, v in defaults.items() if getattr(args, k) != v]
     if given:
         raise UsageError(f"trifit fit: --replay takes its settings from the scene; drop {', '.join(given)}")
     meta = Scene.load(args.replay).extra.get("meta")
-    known = set(FitSettings().as_dict())
+    known = set(d.as_dict())
     if not isinstance(meta, dict) or not isinstance(meta.get("settings"), dict) \
             or not isinstance(meta.get("iterations"), int) or not isinstance(meta.get("changes", []), list):
         raise TrifitError(f"{args.replay}: no record of the fit to replay (meta.settings, meta.iterations, "
@@ -670,12 +666,9 @@ def cmd_batch(args) -> int:
     if args.scale is not None and not args.png:
         raise UsageError("trifit batch: --scale sizes the pictures of --png; give --png too")
     out = Path(args.output)
-    if out.exists() and not out.is_dir():
-        raise TrifitError(f"{out}: is a file, not a folder")
-    try:  # the output folder takes files, before any image is fitted
-        out.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise TrifitError(f"{out}: cannot create the output folder ({exc.strerror or exc})") from None
+    from .fileutil import make_folder
+
+    make_folder(out)  # the output folder takes files, before any image is fitted
     _check_writable(out / "batch-summary.json")
     stop = StopConditions(args.iters, args.time_limit, args.target_psnr, args.plateau)
     if not stop.any():

@@ -195,6 +195,7 @@ class Fitter(FitState):
         return self.sources[0]
 
     def _record(self, kind: str, value) -> None:
+        assert kind in CHANGE_KINDS, kind  # (a replay refuses a recorded kind that is not listed there)
         self.changes.append([self.iteration, kind, value])
 
     def plan(self, total_iterations: int, *, time_budgeted: bool = False, guessed: bool = False) -> None:
