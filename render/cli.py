@@ -101,9 +101,16 @@ def _size_wxh(text: str) -> tuple[int, int]:
     return w, h
 
 
+def _path(text: str) -> str:
+    if not text.strip():  # Path("") is the current folder: never what an empty -o meant
+        raise argparse.ArgumentTypeError("expected a file name, got an empty one")
+    return text
+
+
 class _Parser(argparse.ArgumentParser):
-    def error(self, message: str):  # one line, exit 2
-        raise UsageError(f"{self.prog}: {message}")
+    def error(self, message: str):  # one line, exit 2: "trifit: error: fit: argument ..."
+        command = self.prog.removeprefix("trifit").strip()
+        raise UsageError(f"{command}: {message}" if command else message)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -127,22 +134,22 @@ def build_parser() -> argparse.ArgumentParser:
     f.add_argument("--strategy", choices=["default", "fixed"], default="default",
                    help="fit policy: default (coarse stage, growth, pruning, respawn, sigma probes) "
                         "or fixed (the count from the start, plain schedules)")
-    f.add_argument("--resume", metavar="SCENE.json",
+    f.add_argument("--resume", type=_path, metavar="SCENE.json",
                    help="start from this scene instead of a fresh one (the triangles its \"locked\" key names stay as "
                         "they are)")
-    f.add_argument("--weights", metavar="MASK.png",
+    f.add_argument("--weights", type=_path, metavar="MASK.png",
                    help="focus map: a grey image of the picture's aspect ratio (white = 1, black = 0) weighing each "
                         "pixel's loss, resized to the working size: the fit spends its triangles where it is bright")
-    f.add_argument("--replay", metavar="SCENE.json",
+    f.add_argument("--replay", type=_path, metavar="SCENE.json",
                    help="re-run the fit that wrote SCENE.json exactly: its settings, iterations, plans and "
                         "live changes (the same adapter writes the same triangles)")
-    f.add_argument("-o", "--output", default=None, metavar="OUT.json|OUT.png|OUT.svg",
+    f.add_argument("-o", "--output", type=_path, default=None, metavar="OUT.json|OUT.png|OUT.svg",
                    help="what the extension names: a scene (.json, default IMAGE.trifit.json), a picture "
                         "(.png .jpg .webp .tif .bmp, at the source image's size) or a vector file (.svg); "
                         "a picture or .svg keeps the scene beside it as OUT.trifit.json")
     _picture_options(f)
-    f.add_argument("--report", default=None, metavar="REPORT.json|.html", help="write a run report")
-    f.add_argument("--animation", default=None, metavar="OUT.gif",
+    f.add_argument("--report", type=_path, default=None, metavar="REPORT.json|.html", help="write a run report")
+    f.add_argument("--animation", type=_path, default=None, metavar="OUT.gif",
                    help="record the fit as an animation (.gif, .webp or .png)")
     f.add_argument("--quiet", action="store_true", help="no progress bar")
 
@@ -156,14 +163,14 @@ def build_parser() -> argparse.ArgumentParser:
                    help="output size (default: the scene's frame); another aspect needs --stretch")
     r.add_argument("--stretch", action="store_true", help="allow a --size of another aspect than the scene's")
     r.add_argument("--backend", choices=["auto", "gpu", "reference"], default="auto")
-    r.add_argument("-o", "--output", required=True, metavar="OUT.png|OUT.npy|OUT.svg")
+    r.add_argument("-o", "--output", type=_path, required=True, metavar="OUT.png|OUT.npy|OUT.svg")
 
     bt = sub.add_parser("batch", help="fit every image of a folder or glob",
                         description="Fit soft triangles to every image of DIR_OR_GLOB (resumable: images "
                                     "whose scene already exists in OUTDIR are skipped). Exit status 2 "
                                     "when any image failed.")
     bt.add_argument("inputs", nargs="+", metavar="DIR_OR_GLOB", help="folders, globs (quote them) or image files")
-    bt.add_argument("-o", "--output", required=True, metavar="OUTDIR", help="folder for the scenes (created)")
+    bt.add_argument("-o", "--output", type=_path, required=True, metavar="OUTDIR", help="folder for the scenes (created)")
     bt.add_argument("--tris", type=_positive_int, default=150, help="triangle count (default 150)")
     bt.add_argument("--size", type=_positive_int, default=176, help="working size: longer side in px (default 176)")
     bt.add_argument("--iters", type=_positive_int, default=None, help="stop after this many iterations")
@@ -198,7 +205,7 @@ def build_parser() -> argparse.ArgumentParser:
                                    "and write the clip of triangles. Resumable: re-running with the same "
                                    "arguments continues after the last finished frame.")
     v.add_argument("input", help="a video file (MP4, MOV, MKV, WebM, GIF, ...) or a folder of frames")
-    v.add_argument("-o", "--output", required=True, metavar="OUT.mp4|OUT.webm|OUT.gif|FOLDER",
+    v.add_argument("-o", "--output", type=_path, required=True, metavar="OUT.mp4|OUT.webm|OUT.gif|FOLDER",
                    help="a video (.mp4 .m4v .mov .mkv: H.264; .webm: VP9; .gif) at the input's frame rate, or a "
                         "folder of frame_0000.png, ...")
     v.add_argument("--tris", type=_positive_int, default=150, help="triangle count (default 150)")
@@ -229,7 +236,7 @@ def build_parser() -> argparse.ArgumentParser:
     b = sub.add_parser("bench", help="measure the engine (see docs/PERFORMANCE.md)")
     b.add_argument("--quick", action="store_true", help="small CI-sized cells")
     b.add_argument("--repeats", type=_positive_int, default=None, help="timed repeats per cell")
-    b.add_argument("--json", default=None, metavar="OUT.json", help="also write the results as JSON")
+    b.add_argument("--json", type=_path, default=None, metavar="OUT.json", help="also write the results as JSON")
     b.add_argument("--backend", choices=["auto", "gpu", "reference"], default="auto")
     b.add_argument("--quality", action="store_true",
                    help="fit quality over the bundled samples (PSNR/SSIM by the reference engine)")
@@ -241,7 +248,7 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--time-limit", type=_positive_float, default=None, metavar="SEC",
                    help="--quality: seconds per fit (default 12 when --iters is not given)")
     b.add_argument("--images", nargs="*", default=None, help="--quality: images instead of the samples")
-    b.add_argument("--out", default=None, metavar="DIR", help="--quality: keep the fitted scenes here")
+    b.add_argument("--out", type=_path, default=None, metavar="DIR", help="--quality: keep the fitted scenes here")
 
     g = sub.add_parser("gui", help="open the desktop application (the default)")
     g.add_argument("image", nargs="?", default=None)
@@ -340,7 +347,10 @@ def cmd_fit(args) -> int:
                           f"{', '.join(export.SUFFIXES)}")
     scene_path = out.with_suffix(".trifit.json") if picture else out
     if not picture and (args.scale is not None or args.width is not None):
-        raise UsageError("trifit fit: --scale and --width size a picture output; -o names a scene (.json)")
+        raise UsageError("fit: --scale and --width size a picture output; -o names a scene (.json)")
+    if args.report and Path(args.report).suffix.lower() not in (".json", ".html", ".htm"):
+        raise TrifitError(f"{args.report}: unknown report format {Path(args.report).suffix or '(none)'}; "
+                          "use .json or .html")
     roles = {"the scene": scene_path, "the picture": out if picture else None,
              "the report": Path(args.report) if args.report else None,
              "the animation": Path(args.animation) if args.animation else None}
@@ -525,13 +535,13 @@ def _replay_settings(args) -> dict:
     from .scene import Scene
 
     if args.resume or any(v is not None for v in (args.iters, args.time_limit, args.target_psnr, args.plateau)):
-        raise UsageError("trifit fit: --replay takes its settings and iterations from the scene; "
+        raise UsageError("fit: --replay takes its settings and iterations from the scene; "
                          "drop --resume, --iters, --time-limit, --target-psnr and --plateau")
     d = FitSettings()  # (the options' defaults, and the settings this version knows)
     defaults = {"tris": d.triangles, "size": d.size, "seed": d.seed, "loss": d.loss, "strategy": d.strategy}
     given = [f"--{k}" for k, v in defaults.items() if getattr(args, k) != v]
     if given:
-        raise UsageError(f"trifit fit: --replay takes its settings from the scene; drop {', '.join(given)}")
+        raise UsageError(f"fit: --replay takes its settings from the scene; drop {', '.join(given)}")
     meta = Scene.load(args.replay).extra.get("meta")
     known = set(d.as_dict())
     if not isinstance(meta, dict) or not isinstance(meta.get("settings"), dict) \
@@ -566,12 +576,12 @@ def _fit_weights(args, target, replay) -> str | None:
     had = (replay or {}).get("weights")
     if args.weights is None:
         if had:
-            raise UsageError(f"trifit fit: the fit to replay was weighted by a focus map ({had.get('source')}): "
+            raise UsageError(f"fit: the fit to replay was weighted by a focus map ({had.get('source')}): "
                              "give it with --weights")
         return None
     weights = focus_map(args.weights, target.shape[:2])
     if replay is not None and (not isinstance(had, dict) or had.get("sha256") != digest(weights)):
-        raise UsageError(f"trifit fit: {args.weights} is not the focus map of the fit to replay")
+        raise UsageError(f"fit: {args.weights} is not the focus map of the fit to replay")
     return args.weights
 
 
@@ -619,10 +629,10 @@ def _check_distinct(outputs: dict[str, Path], inputs: list[Path]) -> None:
     for i, (role, path) in enumerate(items):
         for other_role, other in items[:i]:
             if same(path, other):
-                raise UsageError(f"trifit fit: {path} would be both {other_role} and {role}; give each output its own name")
+                raise UsageError(f"fit: {path} would be both {other_role} and {role}; give each output its own name")
         for source in inputs:
             if same(path, source):
-                raise UsageError(f"trifit fit: {path} is an input of this command; writing {role} there would overwrite it")
+                raise UsageError(f"fit: {path} is an input of this command; writing {role} there would overwrite it")
 
 
 def _check_writable(path: Path) -> None:
@@ -664,7 +674,7 @@ def cmd_batch(args) -> int:
 
         check_target(args.dask)
     if args.scale is not None and not args.png:
-        raise UsageError("trifit batch: --scale sizes the pictures of --png; give --png too")
+        raise UsageError("batch: --scale sizes the pictures of --png; give --png too")
     out = Path(args.output)
     from .fileutil import make_folder
 
@@ -706,10 +716,10 @@ def cmd_video(args) -> int:
     from .videofit import FramePolicy
 
     if args.scale is not None and args.width is not None:
-        raise UsageError("trifit video: give one of --scale and --width")
+        raise UsageError("video: give one of --scale and --width")
     if args.dask is not None:  # before anything is read: a segment length is the user's (it changes the result)
         if args.segment is None:
-            raise UsageError("trifit video: --dask needs --segment K (a task fits one segment of at most K frames)")
+            raise UsageError("video: --dask needs --segment K (a task fits one segment of at most K frames)")
         from .cluster import check_target
 
         check_target(args.dask)
@@ -760,7 +770,7 @@ def cmd_bench(args) -> int:
                     "--time-limit": args.time_limit}
     given = [name for name, value in quality_only.items() if value is not None]
     if given and not args.quality:
-        raise UsageError(f"trifit bench: {', '.join(given)} {'is' if len(given) == 1 else 'are'} for --quality")
+        raise UsageError(f"bench: {', '.join(given)} {'is' if len(given) == 1 else 'are'} for --quality")
     if args.json:  # every output, before any work: a long measurement is never lost to a bad path
         _check_writable(Path(args.json))
     if args.quality and args.out:

@@ -120,6 +120,19 @@ def test_seeds_frame_rates_and_bench_options(png, tmp_path, capsys):
     assert sorted(q.name for q in tmp_path.iterdir()) == ["in.png"]
 
 
+def test_empty_paths_and_report_formats_are_refused_with_the_command_named_once(png, tmp_path, capsys):
+    for args in (["fit", str(png), "-o", "", *FAST], ["fit", str(png), "--report", " ", *FAST],
+                 ["render", str(png), "-o", ""], ["batch", str(png), "-o", ""], ["bench", "--json", ""]):
+        err = _refused(args, capsys, "expected a file name")
+        assert err.startswith(f"trifit: error: {args[0]}: argument ") and err.count("trifit") == 1, err
+    _refused(["fit", str(png), "--report", str(tmp_path / "r.txt"), *FAST], capsys, "use .json or .html")
+    err = _refused(["fit", str(png), "--tris", "x", *FAST], capsys, "whole number")
+    assert err.startswith("trifit: error: fit: argument --tris: "), err
+    err = _refused(["--frobnicate"], capsys, "unrecognized")
+    assert err.startswith("trifit: error: unrecognized"), err
+    assert sorted(q.name for q in tmp_path.iterdir()) == ["in.png"]
+
+
 @pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="no named pipes on this platform")
 def test_a_pipe_is_not_a_scene(tmp_path, capsys):
     fifo = tmp_path / "pipe.json"
