@@ -25,9 +25,11 @@ Guarantees:
 * **Resumable**: an image whose output scene already exists, loads as a valid scene and matches
   the requested triangle count and working size is skipped (``force=True`` refits it).
 * **Never loses finished work**: each scene (and its optional render and report) is written
-  atomically the moment its fit (for the batched path: its group's fit) ends; an interrupt loses
-  only the fit (or group) in progress, and no partial scene is ever written (so a resumed run
-  refits that image instead of trusting half a fit).
+  atomically the moment its fit (for the batched path: its group's fit) ends. Ctrl+C
+  (``ctrl_c``) ends the fits under way at their next chunk and writes their scenes so far marked
+  ``meta.interrupted``; a re-run fits those images again from the start (so their scenes end as an
+  uninterrupted batch's, to the byte), and an interrupted fit never writes over a finished scene
+  or over an interrupted one that ran further. A hard kill loses only the fits under way.
 * **Bad images are reported and skipped**: an unreadable image, or a fit that fails, is recorded
   with its reason and the batch goes on; :attr:`BatchResult.exit_status` is 2 when any failed.
 
@@ -68,6 +70,7 @@ class ImageResult:
     iterations: int | None = None
     seconds: float | None = None
     error: str | None = None
+    kept_earlier: bool = False  # interrupted, and the scene already there was kept (keeps_earlier)
 
     def message(self) -> str:
         """One line for a failure: the image, then why (without naming the image twice)."""
@@ -157,19 +160,39 @@ def output_names(images: list[Path]) -> dict[Path, str]:
     return names
 
 
-def existing_result(path: Path, triangles: int, size: int):
-    """The scene at ``path`` if it is a valid, finished result for these settings, else None."""
+def _load_scene(path: Path):
     from .scene import Scene
 
     if not path.is_file():
         return None
     try:
-        scene = Scene.load(path)
+        return Scene.load(path)
     except SceneError:
+        return None
+
+
+def existing_result(path: Path, triangles: int, size: int):
+    """The scene at ``path`` if it is a valid, finished result for these settings, else None (a
+    scene that Ctrl+C ended, ``meta.interrupted``, is not finished: a re-run fits it again)."""
+    scene = _load_scene(path)
+    if scene is None or scene.meta.get("interrupted"):
         return None
     if scene.n_triangles != triangles or max(scene.width, scene.height) != size:
         return None
     return scene
+
+
+def keeps_earlier(path: Path, iterations: int) -> bool:
+    """Whether an interrupted fit of ``iterations`` must leave the scene at ``path`` as it is: a
+    finished one (whatever its settings: ``--force`` refits it, Ctrl+C does not undo it) or an
+    interrupted one that ran at least as far (a second Ctrl+C, sooner than the first)."""
+    earlier = _load_scene(path)
+    if earlier is None:
+        return False
+    if not earlier.meta.get("interrupted"):
+        return True
+    done = earlier.meta.get("iterations")
+    return isinstance(done, int) and done >= iterations
 
 
 # ---------------------------------------------------------------------- the run
@@ -276,13 +299,18 @@ def run_batch(inputs: Iterable[str] | Iterable[Path], outdir, *, triangles: int 
 
 
 def _save_outputs(scene, fitter, engine, name: str, outdir: Path, render: bool, reports: bool,
-                  source_file=None) -> float:
-    """Write the scene (atomically, first), then the optional render and report; returns the PSNR.
-    ``source_file``: where the source image is on this machine (default: the fitter's source)."""
+                  source_file=None, interrupted: bool = False) -> tuple[float, bool]:
+    """Write the scene (atomically, first), then the optional render and report; returns the PSNR
+    and whether they were written. An ``interrupted`` fit's scene says so in its meta, and is not
+    written over a scene it must keep (:func:`keeps_earlier`)."""
     scene_path = outdir / f"{name}.trifit.json"
     final = engine.render(scene, fitter.width, fitter.height)
-    scene.save(scene_path)  # the result, atomically, before anything optional
     psnr = _psnr(final, fitter.target)
+    if interrupted:
+        if keeps_earlier(scene_path, int(scene.meta.get("iterations", 0))):
+            return psnr, False
+        scene.meta["interrupted"] = True
+    scene.save(scene_path)  # the result, atomically, before anything optional
     if render:  # a picture at the source image's size (x render when it is a number), crisp edges
         from .export import picture_size, save_render
         from .imageio import source_size
@@ -296,7 +324,7 @@ def _save_outputs(scene, fitter, engine, name: str, outdir: Path, render: bool, 
 
         write_json_report(outdir / f"{name}.trifit-report.json",
                           build_report(fitter, engine, fitter.wall_s, final_image=final))
-    return psnr
+    return psnr, True
 
 
 def _failure(img_path, scene_path, exc, t0) -> ImageResult:
@@ -330,9 +358,10 @@ def _fit_sequential(img_path, target, engine, stop, *, triangles, size, seed, lo
             if ctrl_c is not None:
                 ctrl_c.watch(run)
             run.run(step if progress else None)
-            psnr = _save_outputs(fitter.scene, fitter, engine, name, outdir, render, reports, local_path)
+            psnr, written = _save_outputs(fitter.scene, fitter, engine, name, outdir, render, reports, local_path,
+                                          interrupted=bool(ctrl_c))
             r = ImageResult(str(img_path), str(scene_path), "interrupted" if ctrl_c else "done", psnr,
-                            fitter.iteration, time.perf_counter() - t0)
+                            fitter.iteration, time.perf_counter() - t0, kept_earlier=not written)
         finally:
             fitter.close()
     except (TrifitError, MemoryError, ValueError, OSError) as exc:
@@ -378,9 +407,10 @@ def _fit_batched(members, engine, stop, *, triangles, size, seed, loss, strategy
         name = names[img_path]
         scene_path = outdir / f"{name}.trifit.json"
         try:
-            psnr = _save_outputs(scene, bf.member(b, scene), engine, name, outdir, render, reports)
+            psnr, written = _save_outputs(scene, bf.member(b, scene), engine, name, outdir, render, reports,
+                                          interrupted=bool(ctrl_c))
             r = ImageResult(str(img_path), str(scene_path), "interrupted" if ctrl_c else "done", psnr,
-                            bf.iteration, seconds)
+                            bf.iteration, seconds, kept_earlier=not written)
         except (TrifitError, MemoryError, ValueError, OSError) as exc:
             r = _failure(img_path, scene_path, exc, t0)
         record(r)

@@ -438,6 +438,8 @@ def cmd_fit(args) -> int:
         recorder.save()
     wall = time.perf_counter() - t0
     scene = fitter.scene
+    if interrupted:
+        scene.meta["interrupted"] = True  # (a batch into this folder fits it again)
     scene.save(scene_path)  # the fit itself first, whatever else is asked for
     written = [scene_path]
     if picture:
@@ -698,7 +700,10 @@ def cmd_batch(args) -> int:
         finally:
             ctrl_c.restore()
     if not args.quiet or result.failed or result.interrupted:
-        stopped = f", {len(result.stopped)} stopped early (their scenes hold what they ran)" if result.stopped else ""
+        kept = sum(r.kept_earlier for r in result.stopped)
+        stopped = (f", {len(result.stopped)} stopped early (their scenes hold what they ran"
+                   f"{f', or the earlier scene where it was further: {kept}' if kept else ''}; "
+                   "a re-run fits them again)") if result.stopped else ""
         print(f"trifit: batch: {'interrupted: ' if result.interrupted else ''}{result.done} fitted{stopped}, "
               f"{result.skipped} skipped (already done), {len(result.failed)} failed; scenes -> {out}", file=sys.stderr)
     for r in result.failed:

@@ -91,6 +91,69 @@ def test_interrupted_batch_keeps_finished_results(tmp_path, images, gpu_ctx):
     assert result.exit_status == 2
 
 
+class _CtrlCAtFirstFit:
+    """Ctrl+C during the batch's first fit, as its first chunk runs: the fit ends after that chunk,
+    and no other starts."""
+
+    def __init__(self):
+        self.pressed = False
+
+    def watch(self, run):
+        step = run.fit.step
+
+        def step_then_press(n, *a, **k):
+            stats = step(n, *a, **k)
+            if n > 0 and not self.pressed:
+                self.pressed = True
+                run.cancel()
+            return stats
+
+        run.fit.step = step_then_press
+
+    def __bool__(self):
+        return self.pressed
+
+
+@pytest.mark.parametrize("sequential", [True, False], ids=["one-by-one", "batched"])
+def test_a_rerun_finishes_what_ctrl_c_interrupted(tmp_path, images, gpu_ctx, sequential):
+    """Interrupted scenes are marked and fitted again by a re-run, to an uninterrupted batch's
+    bytes; an interrupted fit never replaces a finished scene or a partial one that ran further."""
+    (images / "broken.png").unlink()
+    opts = dict(triangles=4, size=16, stop=StopConditions(iterations=300), progress=False, backend="gpu",
+                sequential=sequential)
+    whole, out = tmp_path / "whole", tmp_path / "out"
+    run_batch([images], whole, **opts)
+    first = run_batch([images], out, ctrl_c=_CtrlCAtFirstFit(), **opts)
+    assert first.interrupted and first.exit_status == 130 and first.stopped
+    for r in first.stopped:
+        partial = Scene.load(r.scene)
+        assert partial.meta["interrupted"] is True and 0 < partial.meta["iterations"] == r.iterations < 300
+    again = run_batch([images], out, **opts)
+    assert {r.status for r in again.results} == {"done"} and len(again.results) == 3
+    for name in _scenes(whole):
+        assert (out / name).read_bytes() == (whole / name).read_bytes(), name
+    # --force, interrupted again: the finished scene stays as it was
+    before = {name: (out / name).read_bytes() for name in _scenes(out)}
+    third = run_batch([images], out, force=True, ctrl_c=_CtrlCAtFirstFit(), **opts)
+    assert third.stopped and all(r.kept_earlier for r in third.stopped)
+    assert {name: (out / name).read_bytes() for name in _scenes(out)} == before
+
+
+def test_an_interrupted_fit_keeps_a_partial_scene_that_ran_further(tmp_path):
+    from trifit.batch import existing_result, keeps_earlier
+
+    path = tmp_path / "a.trifit.json"
+    assert not keeps_earlier(path, 10)  # nothing there
+    scene = Scene.random(4, 16, 12, seed=0)
+    scene.meta.update(iterations=50, interrupted=True)
+    scene.save(path)
+    assert keeps_earlier(path, 10) and keeps_earlier(path, 50) and not keeps_earlier(path, 51)
+    assert existing_result(path, 4, 16) is None  # not finished: a re-run fits it
+    del scene.meta["interrupted"]
+    scene.save(path)
+    assert keeps_earlier(path, 10_000) and existing_result(path, 4, 16) is not None
+
+
 def test_batch_extras_and_name_collisions(tmp_path, images, gpu_ctx):
     Image.open(images / "a.png").save(images / "a.webp")
     out = tmp_path / "out"

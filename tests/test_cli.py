@@ -158,6 +158,7 @@ def test_ctrl_c_ends_the_fit_and_keeps_the_scene_so_far(small_png, tmp_path, gpu
     assert "interrupted after" in err and str(out) in err, err[-500:]
     scene = Scene.load(out)  # a valid scene file, written atomically
     assert 0 < scene.meta["iterations"] < 1_000_000 and scene.n_triangles >= 1
+    assert scene.meta["interrupted"] is True
 
 
 @pytest.mark.gpu

@@ -187,7 +187,7 @@ def test_ctrl_c_ends_a_batch_and_keeps_the_scenes_so_far(tmp_path, gpu_ctx, mode
         assert len(stopped) == 3
     for r in stopped:
         scene = Scene.load(r["scene"])  # written whole, holding the iterations it ran
-        assert 0 < scene.meta["iterations"] == r["iterations"]
+        assert 0 < scene.meta["iterations"] == r["iterations"] and scene.meta["interrupted"] is True
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="DISPLAY is how Linux names a display")
