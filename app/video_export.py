@@ -47,6 +47,7 @@ class VideoExport(ChainedExport):
         super().__init__(worker, spec.path, fit_running, budget_s=budget_s, parent=parent)
         self.spec, self.clip, self.scenes = spec, clip, list(scenes)
         self.size = spec.frame_size(*(size or clip.size))
+        spec.check_frame_size(*self.size)  # (TrifitError at once, as for a bad path)
         self.edges = edges
         self.total_count = len(self.scenes)
         self.complete = len(self.scenes) == clip.count

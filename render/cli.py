@@ -18,6 +18,7 @@ from pathlib import Path
 
 from . import __version__
 from .errors import TrifitError
+from .limits import MAX_TRIANGLES_FIT, MAX_WORKING_SIZE
 
 _IMPORTED = time.perf_counter()  # (the start-up timeline that fit logs under --verbose counts from here)
 log = logging.getLogger("trifit.cli")
@@ -43,6 +44,20 @@ def _positive_int(text: str) -> int:
     return v
 
 
+def _triangles(text: str) -> int:
+    v = _positive_int(text)
+    if v > MAX_TRIANGLES_FIT:
+        raise argparse.ArgumentTypeError(f"expected at most {MAX_TRIANGLES_FIT} triangles, got {v}")
+    return v
+
+
+def _working_size(text: str) -> int:
+    v = _positive_int(text)
+    if v > MAX_WORKING_SIZE:
+        raise argparse.ArgumentTypeError(f"expected a working size of at most {MAX_WORKING_SIZE} px, got {v}")
+    return v
+
+
 def _seed(text: str) -> int:
     try:
         v = int(text)
@@ -61,6 +76,8 @@ def _count_list(text: str) -> list[int]:
         raise argparse.ArgumentTypeError(f"expected whole numbers separated by commas, got {text!r}") from None
     if not values or min(values) <= 0:
         raise argparse.ArgumentTypeError(f"expected positive counts, got {text!r}")
+    if max(values) > MAX_TRIANGLES_FIT:
+        raise argparse.ArgumentTypeError(f"expected at most {MAX_TRIANGLES_FIT} triangles, got {max(values)}")
     return values
 
 
@@ -121,8 +138,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     f = sub.add_parser("fit", help="fit triangles to an image", description="Fit soft triangles to IMAGE.")
     f.add_argument("image", help="any image Pillow reads")
-    f.add_argument("--tris", type=_positive_int, default=150, help="triangle count (default 150)")
-    f.add_argument("--size", type=_positive_int, default=176, help="working size: longer side in px (default 176)")
+    f.add_argument("--tris", type=_triangles, default=150, help="triangle count (default 150)")
+    f.add_argument("--size", type=_working_size, default=176, help="working size: longer side in px (default 176)")
     f.add_argument("--iters", type=_positive_int, default=None, help="stop after this many iterations")
     f.add_argument("--time-limit", type=_positive_float, default=None, metavar="SEC", help="fit for at most SEC seconds")
     f.add_argument("--target-psnr", type=_positive_float, default=None, metavar="DB", help="stop at this PSNR")
@@ -171,8 +188,8 @@ def build_parser() -> argparse.ArgumentParser:
                                     "when any image failed.")
     bt.add_argument("inputs", nargs="+", metavar="DIR_OR_GLOB", help="folders, globs (quote them) or image files")
     bt.add_argument("-o", "--output", type=_path, required=True, metavar="OUTDIR", help="folder for the scenes (created)")
-    bt.add_argument("--tris", type=_positive_int, default=150, help="triangle count (default 150)")
-    bt.add_argument("--size", type=_positive_int, default=176, help="working size: longer side in px (default 176)")
+    bt.add_argument("--tris", type=_triangles, default=150, help="triangle count (default 150)")
+    bt.add_argument("--size", type=_working_size, default=176, help="working size: longer side in px (default 176)")
     bt.add_argument("--iters", type=_positive_int, default=None, help="stop after this many iterations")
     bt.add_argument("--time-limit", type=_positive_float, default=None, metavar="SEC",
                     help="stop each fit after SEC seconds")
@@ -208,8 +225,8 @@ def build_parser() -> argparse.ArgumentParser:
     v.add_argument("-o", "--output", type=_path, required=True, metavar="OUT.mp4|OUT.webm|OUT.gif|FOLDER",
                    help="a video (.mp4 .m4v .mov .mkv: H.264; .webm: VP9; .gif) at the input's frame rate, or a "
                         "folder of frame_0000.png, ...")
-    v.add_argument("--tris", type=_positive_int, default=150, help="triangle count (default 150)")
-    v.add_argument("--size", type=_positive_int, default=176, help="working size: longer side in px (default 176)")
+    v.add_argument("--tris", type=_triangles, default=150, help="triangle count (default 150)")
+    v.add_argument("--size", type=_working_size, default=176, help="working size: longer side in px (default 176)")
     v.add_argument("--iters-per-frame", type=_positive_int, default=100, metavar="K",
                    help="iterations for each frame after the first (default 100)")
     v.add_argument("--first-frame-iters", type=_positive_int, default=600, metavar="M",
@@ -242,8 +259,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="fit quality over the bundled samples (PSNR/SSIM by the reference engine)")
     b.add_argument("--tris", type=_count_list, default=None, metavar="N,N,..",
                    help="--quality: triangle counts (default 50,150,500)")
-    b.add_argument("--seeds", type=_positive_int, default=3, help="--quality: seeds per cell (default 3)")
-    b.add_argument("--size", type=_positive_int, default=176, help="--quality: working size (default 176)")
+    b.add_argument("--seeds", type=_positive_int, default=None, help="--quality: seeds per cell (default 3)")
+    b.add_argument("--size", type=_working_size, default=None, help="--quality: working size (default 176)")
     b.add_argument("--iters", type=_positive_int, default=None, help="--quality: iterations per fit")
     b.add_argument("--time-limit", type=_positive_float, default=None, metavar="SEC",
                    help="--quality: seconds per fit (default 12 when --iters is not given)")
@@ -367,7 +384,8 @@ def cmd_fit(args) -> int:
     if picture:  # the picture's size too, before the fit
         from .imageio import source_size
 
-        picture_wh = export.picture_size(source_size(args.image), scale=args.scale, width=args.width)
+        picture_wh = export.picture_size(source_size(args.image), scale=args.scale, width=args.width,
+                                         suffix=out.suffix)
     weights = _fit_weights(args, target, replay)
     init = Scene.load(args.resume) if args.resume else None
     stop = StopConditions(args.iters, args.time_limit, args.target_psnr, args.plateau)
@@ -618,23 +636,10 @@ def _report_json(report: dict) -> bytes:
     return report_json(report).encode()
 
 
-def _check_distinct(outputs: dict[str, Path], inputs: list[Path]) -> None:
-    """No output ({role: path}) may be another output or one of the command's inputs: one would
-    overwrite the other."""
-    def same(p: Path, q: Path) -> bool:
-        try:
-            return p.resolve() == q.resolve() or (p.exists() and q.exists() and os.path.samefile(p, q))
-        except OSError:
-            return False
+def _check_distinct(outputs: dict[str, Path], inputs: list[Path], command: str = "fit") -> None:
+    from .fileutil import check_distinct
 
-    items = list(outputs.items())
-    for i, (role, path) in enumerate(items):
-        for other_role, other in items[:i]:
-            if same(path, other):
-                raise UsageError(f"fit: {path} would be both {other_role} and {role}; give each output its own name")
-        for source in inputs:
-            if same(path, source):
-                raise UsageError(f"fit: {path} is an input of this command; writing {role} there would overwrite it")
+    check_distinct(outputs, inputs, command)
 
 
 def _check_writable(path: Path) -> None:
@@ -654,10 +659,11 @@ def cmd_render(args) -> int:
     suffix = out.suffix.lower()
     if suffix not in export.SUFFIXES:  # before any file or GPU work
         raise TrifitError(f"{out}: unknown output format {suffix or '(none)'}; use one of {', '.join(export.SUFFIXES)}")
+    _check_distinct({"the picture": out}, [Path(args.scene)], "render")
     _check_writable(out)
     scene = Scene.load(args.scene)
     W, H = export.picture_size((scene.width, scene.height), size=args.size, scale=args.scale, width=args.width,
-                               stretch=args.stretch)
+                               stretch=args.stretch, suffix=suffix)
     # SVG needs no engine; raster formats are rendered (tiled when large) on the chosen backend
     engine = None if suffix == ".svg" else Engine(args.backend)
     export.save_render(scene, out, W, H, backend=args.backend, engine=engine, edges=args.edges)
@@ -772,12 +778,23 @@ def cmd_video(args) -> int:
 # ---------------------------------------------------------------------- bench / gui
 def cmd_bench(args) -> int:
     quality_only = {"--tris": args.tris, "--images": args.images, "--out": args.out, "--iters": args.iters,
-                    "--time-limit": args.time_limit}
+                    "--time-limit": args.time_limit, "--seeds": args.seeds, "--size": args.size}
     given = [name for name, value in quality_only.items() if value is not None]
     if given and not args.quality:
         raise UsageError(f"bench: {', '.join(given)} {'is' if len(given) == 1 else 'are'} for --quality")
+    outputs = {"the JSON": Path(args.json) if args.json else None,
+               "the scenes' folder": Path(args.out) if args.quality and args.out else None}
+    _check_distinct({role: path for role, path in outputs.items() if path is not None},
+                    [Path(p) for p in args.images or ()], "bench")
     if args.json:  # every output, before any work: a long measurement is never lost to a bad path
         _check_writable(Path(args.json))
+    if args.quality:
+        from .imageio import load_image
+
+        args.seeds = args.seeds or 3
+        args.size = args.size or 176
+        for image in args.images or ():  # every image, before the first fit (one bad one would end the run)
+            load_image(image, args.size)
     if args.quality and args.out:
         from .fileutil import make_folder
 

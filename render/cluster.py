@@ -78,6 +78,9 @@ def parse_target(text: str) -> tuple[str, int | str | None]:
         count = text[len("local:"):] if ":" in text else ""
         if count and (not count.isdigit() or int(count) < 1):
             raise ClusterError(f"--dask {text}: expected local or local:N with N a positive whole number")
+        most = 2 * (os.cpu_count() or 1)  # (each worker is a process with its own engine)
+        if count and int(count) > most:
+            raise ClusterError(f"--dask {text}: this machine runs at most {most} local workers (two a core)")
         return "local", int(count) if count else None
     scheme, sep, rest = text.partition("://")
     if not sep:

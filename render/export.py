@@ -39,6 +39,8 @@ RASTER_FORMATS = {
 SUFFIXES = tuple(RASTER_FORMATS) + (".npy", ".svg")
 #: Largest output side accepted (the float32 image alone would be 3 GiB at 16384 x 16384).
 MAX_RENDER_SIDE = 32768
+#: Formats whose files cannot hold a side that long (Pillow's WebP encoder refuses more).
+FORMAT_MAX_SIDE = {"WEBP": 16383}
 #: Default cap on a tile's pixels, and on the bytes of the GPU workspace that renders it
 #: (a workspace is pooled and kept, so huge tiles would keep memory after the export).
 TILE_MAX_PIXELS = 2048 * 2048
@@ -67,27 +69,42 @@ def with_edges(scene: Scene, width: int, height: int, edges: str = "crisp") -> S
 
 
 def picture_size(frame: tuple[int, int], *, size: tuple[int, int] | None = None, scale: float | None = None,
-                 width: int | None = None, stretch: bool = False) -> tuple[int, int]:
+                 width: int | None = None, stretch: bool = False, suffix: str | None = None) -> tuple[int, int]:
     """Output size for a picture of a ``frame`` (w, h): ``size`` WxH (its aspect must be the
     frame's, to a pixel, unless ``stretch``), ``scale`` x the frame, or ``width`` with the aspect
-    kept; the frame itself by default."""
+    kept; the frame itself by default. ``suffix``: the file's, whose format may hold less."""
     fw, fh = (int(v) for v in frame)
     if sum(v is not None for v in (size, scale, width)) > 1:
         raise TrifitError("give one of a size, a scale or a width")
     if scale is not None:
+        if not (math.isfinite(fw * scale) and math.isfinite(fh * scale)):
+            raise TrifitError(f"scale {scale:g} gives no render size: render sizes are between 1x1 and "
+                              f"{MAX_RENDER_SIDE}x{MAX_RENDER_SIDE}")
         W, H = round(fw * scale), round(fh * scale)
     elif width is not None:
         W, H = int(width), round(int(width) * fh / fw)
     elif size is not None:
         W, H = (int(v) for v in size)
         if not stretch and abs(W * fh - H * fw) > max(fw, fh, W, H):
+            kept = [(a, b) for a, b in ((W, round(W * fh / fw)), (round(H * fw / fh), H))
+                    if 1 <= a <= MAX_RENDER_SIDE and 1 <= b <= MAX_RENDER_SIDE]
+            hint = f"a {kept[0][0]}x{kept[0][1]} picture would keep it; " if kept else ""
             raise TrifitError(f"size {W}x{H} has another aspect than the scene's {fw}x{fh} "
-                              f"(a {W}x{round(W * fh / fw)} picture would keep it; --stretch distorts it)")
+                              f"({hint}--stretch distorts it)")
     else:
         W, H = fw, fh
+    _check_side(W, H, suffix)
+    return W, H
+
+
+def _check_side(W: int, H: int, suffix: str | None) -> None:
     if not (1 <= W <= MAX_RENDER_SIDE and 1 <= H <= MAX_RENDER_SIDE):
         raise TrifitError(f"render size must be between 1x1 and {MAX_RENDER_SIDE}x{MAX_RENDER_SIDE}, got {W}x{H}")
-    return W, H
+    fmt = RASTER_FORMATS.get((suffix or "").lower())
+    most = FORMAT_MAX_SIDE.get(fmt)
+    if most is not None and max(W, H) > most:
+        raise TrifitError(f"a {fmt} picture's sides are at most {most} px, got {W}x{H}; "
+                          "give a smaller size or another format (.png)")
 
 
 def _engine(engine, backend: str):
@@ -98,11 +115,10 @@ def _engine(engine, backend: str):
     return Engine(backend)
 
 
-def _render_size(scene: Scene, width, height) -> tuple[int, int]:
+def _render_size(scene: Scene, width, height, suffix: str | None = None) -> tuple[int, int]:
     W = int(width) if width else int(scene.width)
     H = int(height) if height else int(scene.height)
-    if not (1 <= W <= MAX_RENDER_SIDE and 1 <= H <= MAX_RENDER_SIDE):
-        raise TrifitError(f"render size must be between 1x1 and {MAX_RENDER_SIDE}x{MAX_RENDER_SIDE}, got {W}x{H}")
+    _check_side(W, H, suffix)
     return W, H
 
 
@@ -120,7 +136,7 @@ def save_render(scene: Scene, path, width: int | None = None, height: int | None
     suffix = path.suffix.lower()
     if suffix not in SUFFIXES:
         raise TrifitError(f"{path}: unknown output format {suffix or '(none)'}; use one of {', '.join(SUFFIXES)}")
-    W, H = _render_size(scene, width, height)
+    W, H = _render_size(scene, width, height, suffix)  # (before any rendering)
     if suffix == ".svg":
         save_svg(scene, path, W, H)
         return path
@@ -142,7 +158,7 @@ def save_png(scene: Scene, path, width: int | None = None, height: int | None = 
     from PIL import Image
 
     path = Path(path)
-    W, H = _render_size(scene, width, height)
+    W, H = _render_size(scene, width, height, path.suffix)
     fmt = RASTER_FORMATS.get(path.suffix.lower(), "PNG")
     pixels = render_large(scene, W, H, _engine(engine, backend), dtype=np.uint8)
     im = Image.fromarray(pixels, "RGB")

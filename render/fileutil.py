@@ -125,3 +125,23 @@ def make_folder(d: Path) -> None:
     except OSError as exc:
         raise TrifitError(f"{d}: cannot create the folder ({exc.strerror or exc})") from None
     check_writable(d / ".probe")
+
+
+def check_distinct(outputs: dict[str, Path], inputs: list[Path], command: str | None = None) -> None:
+    """No output ({role: path}) may be another output or one of the command's inputs: one would
+    overwrite the other (TrifitError, one line, before any work)."""
+    def same(p: Path, q: Path) -> bool:
+        try:
+            return p.resolve() == q.resolve() or (p.exists() and q.exists() and os.path.samefile(p, q))
+        except OSError:
+            return False
+
+    head = f"{command}: " if command else ""
+    items = list(outputs.items())
+    for i, (role, path) in enumerate(items):
+        for other_role, other in items[:i]:
+            if same(path, other):
+                raise TrifitError(f"{head}{path} would be both {other_role} and {role}; give each output its own name")
+        for source in inputs:
+            if same(path, source):
+                raise TrifitError(f"{head}{path} is an input of this command; writing {role} there would overwrite it")

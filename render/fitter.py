@@ -30,13 +30,13 @@ from .fitloop import EXACT_STOP_TRANSMITTANCE, FitSettings, raw_from_scene
 from .fitstate import FitState, HostSnapshot, half_size
 from .history import History, StepStats, loop_timings, psnr_from_mse, release_loop
 from .imageio import as_target
+from .limits import MAX_TRIANGLES_FIT
 from .placement import PLACEMENTS, initial_raw
 from .scene import Scene, locked_indices
 from .strategy import STRATEGIES, make_strategy
 
 log = logging.getLogger("trifit")
 
-MAX_TRIANGLES_FIT = 20000
 #: consecutive numerical faults after which the fit gives up
 MAX_CONSECUTIVE_FAULTS = 8
 #: the live changes a scene's meta records, each [iteration, kind, value], which a replay applies

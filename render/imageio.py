@@ -38,11 +38,10 @@ import numpy as np
 from PIL import Image, UnidentifiedImageError
 
 from .errors import ImageError
+from .limits import MAX_WORKING_SIZE
 
 #: Images with more pixels than this are refused before decoding (decompression bombs).
 MAX_PIXELS = 120_000_000
-#: Working sizes beyond this are refused (the fit and the GUI would be unusable anyway).
-MAX_WORKING_SIZE = 4096
 
 log = logging.getLogger("trifit")
 
@@ -239,15 +238,26 @@ def prepare(im: Image.Image, size: int | None = None) -> np.ndarray:
     return arr
 
 
+def checked_size(path) -> tuple[int, int]:
+    """(width, height) as :func:`load_image` orients the image, once the whole file has been
+    decoded under load_image's checks and caps: :class:`ImageError` (one line) for whatever
+    load_image would refuse (a truncated JPEG among them, which a header or ``verify()`` passes)."""
+    return _read(Path(path), None, _oriented_size)
+
+
 def source_size(path) -> tuple[int, int]:
     """(width, height) of an image file as :func:`load_image` orients it (EXIF applied), read
     from its header; for a file load_image has accepted."""
     with Image.open(path) as im:
-        w, h = im.size
-        try:
-            orientation = im.getexif().get(_EXIF_ORIENTATION, 1)
-        except Exception:  # an unreadable EXIF block counts as orientation 1, as in _orient
-            orientation = 1
+        return _oriented_size(im)
+
+
+def _oriented_size(im: Image.Image) -> tuple[int, int]:
+    w, h = im.size
+    try:
+        orientation = im.getexif().get(_EXIF_ORIENTATION, 1)
+    except Exception:  # an unreadable EXIF block counts as orientation 1, as in _orient
+        orientation = 1
     return (h, w) if orientation in (5, 6, 7, 8) else (w, h)
 
 

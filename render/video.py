@@ -130,9 +130,7 @@ def open_clip(path, fps: float | None = None) -> Clip:
 
 
 def _open_folder(p: Path, rate: Fraction) -> Clip:
-    from PIL import Image, UnidentifiedImageError
-
-    from .imageio import source_size
+    from .imageio import checked_size
 
     files = sorted((q for q in p.iterdir() if q.is_file() and q.suffix.lower() in FRAME_SUFFIXES
                     and not q.name.startswith(".")), key=_natural_key)
@@ -141,11 +139,9 @@ def _open_folder(p: Path, rate: Fraction) -> Clip:
     size = None
     for q in files:
         try:
-            with Image.open(q) as im:
-                im.verify()  # the whole file's structure and checksums, without decoding it
-            wh = source_size(q)
-        except (OSError, SyntaxError, ValueError, EOFError, UnidentifiedImageError) as exc:
-            raise ImageError(f"{q}: not a readable frame ({_one_line(exc)})") from None
+            wh = checked_size(q)  # decoded whole, as the fit will load it: no frame refused mid-clip
+        except ImageError as exc:
+            raise ImageError(f"{q}: not a readable frame ({_one_line(str(exc).removeprefix(f'{q}: '))})") from None
         if size is None:
             size = wh
         elif wh != size:
@@ -202,6 +198,21 @@ class OutputSpec:
         if self.pix_fmt == "yuv420p":
             return max(2, w - w % 2), max(2, h - h % 2)
         return w, h
+
+    def check_frame_size(self, w: int, h: int) -> None:
+        """Refuse, before any work, frames of a size this encoder will not open (x264 takes no
+        side over 16384, nor frames of that many pixels): its encoder is opened once, in memory,
+        as the writer will open it."""
+        if self.folder:
+            return
+        av = _av()
+        ctx = av.CodecContext.create(self.codec, "w")
+        ctx.width, ctx.height, ctx.pix_fmt, ctx.time_base = w, h, self.pix_fmt, Fraction(1, 25)
+        try:
+            ctx.open()
+        except (av.FFmpegError, ValueError) as exc:
+            raise TrifitError(f"{self.path}: the {self.codec} encoder cannot take {w}x{h} frames ({_reason(exc)}); "
+                              "give a smaller --scale or --width, or another format") from None
 
 
 def output_kind(path) -> OutputSpec:

@@ -32,7 +32,8 @@ from pathlib import Path
 
 from .background import Behind, Prefetch
 from .errors import SceneError, TrifitError
-from .fileutil import atomic_write_bytes, check_writable, make_folder
+from .fileutil import atomic_write_bytes, check_distinct, check_writable, make_folder
+from .limits import MAX_TRIANGLES_FIT, MAX_WORKING_SIZE
 from .video import Clip, ClipOutput, FramePictures, OutputSpec, open_clip, output_kind
 
 log = logging.getLogger("trifit")
@@ -173,19 +174,26 @@ def run_video(input_path, output, *, triangles: int = 150, size: int = 176, iter
     t0 = time.perf_counter()
     if dask is not None and not segment:
         raise TrifitError("--dask needs --segment K: a task fits one segment of at most K frames")
+    if isinstance(triangles, bool) or not isinstance(triangles, int) or not 1 <= triangles <= MAX_TRIANGLES_FIT:
+        raise TrifitError(f"triangle count must be between 1 and {MAX_TRIANGLES_FIT}, got {triangles!r:.40}")
+    if isinstance(size, bool) or not isinstance(size, int) or not 1 <= size <= MAX_WORKING_SIZE:
+        raise TrifitError(f"working size must be between 1 and {MAX_WORKING_SIZE} px, got {size!r:.40}")
     spec = spec or output_kind(output)
+    outputs = {"the output": spec.path, "the scenes": Path(scenes_dir) if scenes_dir else None,
+               "the SVG frames": Path(svg_dir) if svg_dir else None}
+    check_distinct({role: path for role, path in outputs.items() if path is not None}, [Path(input_path)])
     clip = clip or open_clip(input_path, fps)
     policy = policy or FramePolicy()
     out_w, out_h = spec.frame_size(*picture_size(clip.size, scale=scale, width=width))
+    spec.check_frame_size(out_w, out_h)
     if engine is None and dask is None:  # (no adapter: said before anything is written; a cluster's driver needs none)
         from .engine import Engine
 
         engine = Engine(backend)
-    folders = [Path(d) for d in (scenes_dir, svg_dir) if d] + ([spec.path] if spec.folder else [])
-    for d in folders:
-        make_folder(d)
     if not spec.folder:
-        check_writable(spec.path)
+        check_writable(spec.path)  # (before any folder is made: a refusal leaves none behind)
+    for d in [Path(d) for d in (scenes_dir, svg_dir) if d] + ([spec.path] if spec.folder else []):
+        make_folder(d)
     work = work_folder(spec.path)
     settings = {"version": WORK_VERSION, "input": str(Path(input_path).resolve()), "frames": clip.count,
                 "source_size": list(clip.size), "rate": str(clip.rate), "triangles": triangles, "size": size,

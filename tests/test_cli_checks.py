@@ -116,7 +116,8 @@ def test_seeds_frame_rates_and_bench_options(png, tmp_path, capsys):
     _refused(["bench", "--quality", "--tris", "4,,5"], capsys, "--tris")
     _refused(["bench", "--tris", "4"], capsys, "for --quality")
     _refused(["bench", "--quick", "--json", str(tmp_path)], capsys, "is a folder")
-    _refused(["bench", "--quality", "--out", str(png), "--images", str(png)], capsys, "not a folder")
+    _refused(["bench", "--quality", "--out", str(png), "--images", str(png)], capsys, "is an input")
+    _refused(["bench", "--quality", "--out", str(png)], capsys, "not a folder")
     assert sorted(q.name for q in tmp_path.iterdir()) == ["in.png"]
 
 
@@ -131,6 +132,31 @@ def test_empty_paths_and_report_formats_are_refused_with_the_command_named_once(
     err = _refused(["--frobnicate"], capsys, "unrecognized")
     assert err.startswith("trifit: error: unrecognized"), err
     assert sorted(q.name for q in tmp_path.iterdir()) == ["in.png"]
+
+
+def test_render_and_bench_refuse_before_any_work(recorded, png, tmp_path, capsys):
+    scene = tmp_path / "scene.png"  # a scene file whose name looks like the picture asked for
+    scene.write_text(json.dumps(recorded))
+    _refused(["render", str(scene), "-o", str(scene), "--backend", "reference"], capsys, "is an input")
+    assert json.loads(scene.read_text()) == recorded
+    s = tmp_path / "base.json"
+    _refused(["render", str(s), "--scale", "1e308", "-o", str(tmp_path / "a.png")], capsys, "no render size")
+    _refused(["render", str(s), "--size", "16384x1", "--stretch", "-o", str(tmp_path / "a.webp")], capsys,
+             "at most 16383 px")
+    err = _refused(["render", str(s), "--size", "65536x65536", "-o", str(tmp_path / "a.png")], capsys, "aspect")
+    assert "would keep it" not in err  # (no picture within the cap keeps it there)
+    bench = ["bench", "--quality", "--iters", "1", "--tris", "1", "--seeds", "1", "--size", "16",
+             "--backend", "reference"]
+    _refused([*bench, "--images", str(png), "--json", str(png)], capsys, "is an input")
+    _refused([*bench, "--images", str(png), "--out", str(tmp_path / "q"), "--json", str(tmp_path / "q")], capsys,
+             "would be both")
+    _refused([*bench, "--images", str(png), str(tmp_path / "missing.png")], capsys, "missing.png: no such file")
+    _refused(["bench", "--quality", "--tris", "1,99999"], capsys, "at most 20000")
+    _refused(["bench", "--size", "32"], capsys, "--size is for --quality")
+    _refused(["bench", "--seeds", "2"], capsys, "--seeds is for --quality")
+    _refused(["fit", str(png), "--size", "5000"], capsys, "at most 4096")
+    assert Image.open(png).size == (32, 24)
+    assert sorted(q.name for q in tmp_path.iterdir()) == ["base.json", "in.png", "scene.png"]
 
 
 @pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="no named pipes on this platform")

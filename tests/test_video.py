@@ -295,6 +295,49 @@ def test_bad_input_is_one_line_exit_2_and_writes_nothing(clip, av, tmp_path, cap
     assert sorted(p.name for p in d.iterdir()) == before  # nothing written, not even a folder
 
 
+def _refusal_inputs(d, clip):
+    (d / "clip.mp4").write_bytes((clip["dir"] / "clip.mp4").read_bytes())
+    for name, size in (("frames", (W, H)), ("tall", (1, 200))):
+        (d / name).mkdir()
+        for k in range(3):
+            Image.new("RGB", size, (40 * k, 90, 200)).save(d / name / f"f{k}.png")
+    (d / "trunc").mkdir()
+    for k in range(3):
+        Image.new("RGB", (W, H), (40 * k, 90, 200)).save(d / "trunc" / f"f{k}.jpg")
+    whole = (d / "trunc" / "f2.jpg").read_bytes()
+    (d / "trunc" / "f2.jpg").write_bytes(whole[: len(whole) // 2])  # its header and verify() pass
+
+
+@pytest.mark.parametrize("source, output, extra, words", [
+    ("clip.mp4", "clip.mp4", [], "is an input of this command"),
+    ("frames", "frames", [], "is an input of this command"),
+    ("clip.mp4", "o.mp4", ["--scenes", "@o.mp4"], "would be both the output and the scenes"),
+    ("clip.mp4", "nodir/o.mp4", ["--scenes", "@sc", "--svg-dir", "@svg"], "does not exist"),
+    ("trunc", "o.mp4", [], "f2.jpg: not a readable frame"),
+    ("tall", "o.mp4", ["--width", "100"], "cannot take 100x20000 frames"),
+    ("clip.mp4", "o.mp4", ["--scale", "1e308"], "gives no render size"),
+    ("clip.mp4", "o.mp4", ["--size", "5000"], "at most 4096"),
+    ("clip.mp4", "o.mp4", ["--tris", "70000"], "at most 20000"),
+    ("clip.mp4", "o.mp4", ["--segment", "2", "--dask", "local:100000"], "local workers"),
+])
+def test_refused_before_any_work_and_nothing_made(clip, av, tmp_path, capfd, source, output, extra, words):
+    """Outputs that would overwrite the input or each other, frames the fit would refuse later,
+    sizes an encoder will not open, options out of range: one line and exit 2, before any folder
+    or file is made (the input's bytes unchanged)."""
+    d = tmp_path
+    _refusal_inputs(d, clip)
+    extra = [str(d / a[1:]) if a.startswith("@") else a for a in extra]  # (@name: a path in the test's folder)
+    names = sorted(q.name for q in d.iterdir())
+    before = {q: q.read_bytes() for q in sorted(d.rglob("*")) if q.is_file()}
+    capfd.readouterr()
+    assert main(["video", str(d / source), "-o", str(d / output), "--tris", "3", "--size", "16",
+                 "--first-frame-iters", "2", "--iters-per-frame", "2", "--quiet", *extra]) == 2
+    err = capfd.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("trifit: error: ") and words in err, err
+    assert sorted(q.name for q in d.iterdir()) == names  # no folder made, no work folder left
+    assert {q: q.read_bytes() for q in sorted(d.rglob("*")) if q.is_file()} == before
+
+
 # ---------------------------------------------------------------------- the mechanism
 def test_use_targets_keeps_parameters_moments_and_iteration(gpu_engine):
     from trifit import Fitter, TrifitError
