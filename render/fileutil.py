@@ -11,6 +11,7 @@ machine can lose such a file -- which its reader must then notice and redo, neve
 from __future__ import annotations
 
 import array
+import errno
 import os
 import stat
 import tempfile
@@ -25,14 +26,29 @@ def atomic_write_bytes(path: Path, data: bytes, *, sync: bool = True) -> None:
 
 
 def atomic_write(path: Path, writer: Callable[[object], object], *, sync: bool = True) -> None:
-    """Call ``writer(fileobj)`` on a temporary file beside ``path``, then rename it into place."""
+    """Call ``writer(fileobj)`` on a temporary file beside ``path``, then rename it into place.
+    A full disk (or quota, or a file system gone read-only) is a TrifitError naming ``path``."""
     out = AtomicFile(path)
     try:
         writer(out.file)
-    except BaseException:
+    except BaseException as exc:
         out.discard()
+        _raise_if_storage(exc, out.path)
         raise
     out.commit(sync=sync)
+
+
+#: what a write fails with when the storage, not the program, is at fault
+_STORAGE_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EROFS, errno.EIO}
+
+
+def _raise_if_storage(exc: BaseException, path: Path) -> None:
+    if not isinstance(exc, OSError):
+        return
+    # (numpy's tofile says a short write without an errno: "N requested and M written")
+    if exc.errno in _STORAGE_ERRNOS or (exc.errno is None and "requested and" in str(exc)):
+        reason = os.strerror(exc.errno) if exc.errno else "short write: is the disk full?"
+        raise TrifitError(f"{path}: cannot write ({reason}); nothing was written there") from None
 
 
 class AtomicFile:
@@ -56,8 +72,9 @@ class AtomicFile:
             os.umask(umask)
             os.chmod(self._tmp, 0o666 & ~umask)
             os.replace(self._tmp, self.path)
-        except BaseException:
+        except BaseException as exc:
             self.discard()
+            _raise_if_storage(exc, self.path)
             raise
 
     def discard(self) -> None:

@@ -95,3 +95,28 @@ def test_failed_save_leaves_old_file(tmp_path, monkeypatch):
         s.save(p)
     assert p.read_bytes() == before
     assert [f.name for f in tmp_path.iterdir()] == ["s.json"]
+
+
+@pytest.mark.parametrize("failure, storage", [
+    (OSError(28, "No space left on device"), True),
+    (OSError("147456 requested and 16352 written"), True),  # numpy's short write
+    (OSError(13, "Permission denied"), False),
+    (OSError("encoder error -2"), False),  # a writer's own failure stays what it is
+])
+def test_a_full_disk_is_one_line_and_keeps_the_old_file(tmp_path, failure, storage):
+    from trifit import TrifitError
+    from trifit.fileutil import atomic_write
+
+    p = tmp_path / "out.bin"
+    p.write_bytes(b"old")
+
+    def writer(f):
+        f.write(b"partial")
+        raise failure
+
+    with pytest.raises(TrifitError if storage else OSError) as caught:
+        atomic_write(p, writer)
+    assert isinstance(caught.value, TrifitError) == storage
+    if storage:
+        assert str(caught.value).startswith(f"{p}: cannot write (") and "\n" not in str(caught.value)
+    assert p.read_bytes() == b"old" and [f.name for f in tmp_path.iterdir()] == ["out.bin"]
