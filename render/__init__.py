@@ -19,7 +19,7 @@ __version__ = "0.1.0"
 _LAZY = {
     "Engine": "engine", "Gradient": "engine",
     "AdapterError": "errors", "BatchError": "errors", "ImageError": "errors", "SceneError": "errors",
-    "TrifitError": "errors",
+    "SettingsError": "errors", "TrifitError": "errors",
     "BatchFitter": "fitter", "Fitter": "fitter",
     "load_image": "imageio",
     "FitRun": "run", "Progress": "run", "StopConditions": "run", "replay_run": "run",
@@ -29,7 +29,7 @@ _LAZY = {
 __all__ = [
     "AdapterError", "BatchError", "BatchFitter", "Engine", "FitRun", "Fitter", "Gradient", "ImageError",
     "Progress", "Scene", "replay_run",
-    "SceneError", "StopConditions", "TrifitError", "__version__", "load_image",
+    "SceneError", "SettingsError", "StopConditions", "TrifitError", "__version__", "load_image",
 ]
 
 

@@ -243,12 +243,18 @@ def run_batch(inputs: Iterable[str] | Iterable[Path], outdir, *, triangles: int 
     which cancels it at its next chunk then): the images being fitted keep their scenes so far,
     the batch starts no other, and the result says it was interrupted."""
     from .engine import Engine
+    from .fitloop import check_settings
     from .imageio import load_image
     from .run import StopConditions
 
+    if isinstance(inputs, (str, os.PathLike)):  # (one folder, glob or path: not its characters)
+        inputs = [inputs]
+    check_settings({"triangles": triangles, "size": size, "seed": seed, "loss": loss, "strategy": strategy})
     images = find_images([str(s) for s in inputs])
     outdir = Path(outdir)
     outdir.mkdir(parents=True, exist_ok=True)
+    if stop is not None and not isinstance(stop, StopConditions):
+        raise TypeError(f"stop must be StopConditions, got {type(stop).__name__}")
     if stop is None or not stop.any():
         stop = StopConditions(iterations=600)
     names = output_names(images)

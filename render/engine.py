@@ -289,8 +289,11 @@ class Engine:
 
 
 def _size(scene: Scene, width, height) -> tuple[int, int]:
-    W = int(width) if width else scene.width
-    H = int(height) if height else scene.height
+    for name, v in (("width", width), ("height", height)):
+        if v is not None and (isinstance(v, bool) or not isinstance(v, (int, np.integer))):
+            raise SceneError(f"render {name} must be a whole number, got {v!r:.40}")
+    W = int(width) if width is not None else scene.width
+    H = int(height) if height is not None else scene.height
     if W <= 0 or H <= 0:
         raise SceneError(f"render size must be positive, got {W}x{H}")
     return W, H
@@ -302,9 +305,20 @@ def _stack(scenes: Sequence[Scene]):
     counts = {s.n_triangles for s in scenes}
     if len(counts) != 1:
         raise BatchError(f"a batch must have one triangle count; got {sorted(counts)} (ragged batch refused)")
-    tris = np.stack([s.triangles for s in scenes])
-    bg = np.stack([s.background for s in scenes])
-    sigma = np.array([s.sigma for s in scenes])
+    try:
+        tris = np.stack([np.asarray(s.triangles, dtype=np.float64).reshape(-1, 10) for s in scenes])
+        bg = np.stack([np.asarray(s.background, dtype=np.float64).reshape(3) for s in scenes])
+        sigma = np.array([s.sigma for s in scenes], dtype=np.float64)
+    except (TypeError, ValueError) as exc:
+        raise SceneError(f"a scene's triangles must be (T, 10) numbers and its background 3: {exc}") from None
+    # the file's rules, on scene objects too (a NaN sigma rendered all NaN; alpha 5 rendered)
+    if not (np.all(np.isfinite(tris)) and np.all(np.isfinite(bg)) and np.all(np.isfinite(sigma))):
+        raise SceneError("a scene's numbers must be finite")
+    if np.any(sigma <= 0):
+        raise SceneError(f"a scene's sigma must be > 0, got {sigma.min()!r}")
+    colours = np.concatenate([tris[..., 6:].ravel(), bg.ravel()])
+    if colours.size and (colours.min() < 0 or colours.max() > 1):
+        raise SceneError("a scene's colours, opacities and background must be in [0, 1]")
     return tris, bg, sigma
 
 
@@ -314,4 +328,8 @@ def _check_targets(targets, batch: int) -> np.ndarray:
         raise BatchError(f"targets must be (B={batch}, H, W, 3); got {t.shape}")
     if not np.all(np.isfinite(t)):
         raise BatchError("targets must be finite")
+    if t.size and (t.min() < 0 or t.max() > 1):  # (a uint8 image's 0-255 would score as if 255 times off)
+        raise BatchError(f"targets must be in [0, 1] (float, as load_image gives), got values up to {t.max():g}")
+    if t.shape[1] == 0 or t.shape[2] == 0:
+        raise BatchError(f"targets must have pixels; got {t.shape}")
     return t

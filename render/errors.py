@@ -17,6 +17,10 @@ class AdapterError(TrifitError, RuntimeError):
     """No usable GPU adapter, or a request beyond what the adapter allows."""
 
 
+class SettingsError(TrifitError, ValueError):
+    """A fit setting of the wrong type, out of its range, or not one of its choices."""
+
+
 class BatchError(TrifitError, ValueError):
     """A batch that cannot be run as one (ragged triangle counts, mismatched sizes)."""
 

@@ -16,7 +16,8 @@ from dataclasses import asdict, dataclass
 import numpy as np
 
 from . import reference
-from .errors import NumericalFault
+from .errors import NumericalFault, SettingsError
+from .limits import MAX_TRIANGLES_FIT, MAX_WORKING_SIZE
 from .scene import Scene
 
 #: logits are clamped here when made from values, so 0 and 1 map to finite parameters (events.wgsl
@@ -116,7 +117,7 @@ class FitSettings:
     continuous_plans: bool = True  # a plan changed mid-fit keeps each schedule's progress and changes its rate from
                                    # there (False: every schedule re-stretched from iteration 0 -- records from
                                    # before this setting did; a later plan could re-open what the fit had done)
-    host_snapshot_every: int = 200  # parameters copied to the host this often (GPU): what a lost device resumes from
+    host_snapshot_every: int = 200  # parameters copied to the host this often (GPU; 0: never): what a lost device resumes from
     cull_tolerance: float = 1e-3  # the fit's iterations on the GPU skip coverage that could change a pixel by at most
                                   # this in all (below half an 8-bit level); renders, exports, scores and the
                                   # engine's passes keep render/gpu/workspace.py CULL_TOLERANCE (docs/PERFORMANCE.md)
@@ -145,24 +146,26 @@ def recorded_settings(d: dict) -> dict:
 SETTING_CHOICES = {"loss": ("mse", "l1"), "strategy": ("default", "fixed"), "probes_overdue": ("skip", "run"),
                    "insert_shape": ("residual", "random"), "placement": ("device", "host")}
 #: numeric settings' ranges, [lo, hi] (None: open): those not named take any number >= 0
-_SETTING_RANGES = {"triangles": (1, None), "size": (1, None), "chunk": (1, None), "planned_iterations": (1, None),
+_SETTING_RANGES = {"triangles": (1, MAX_TRIANGLES_FIT), "size": (1, MAX_WORKING_SIZE), "chunk": (1, None),
+                   "planned_iterations": (1, None),
                    "sigma_start_px": (1e-6, None), "sigma_end_px": (1e-6, None), "adam_eps": (1e-30, None),
                    "beta1": (0.0, 0.999999), "beta2": (0.0, 0.999999), "overgrow": (1.0, None),
                    "cull_tolerance": (1e-30, 1.0), "stop_transmittance": (1e-38, 1.0), "insert_radius": (1e-6, None),
-                   "prune_cycle_min": (1, None), "prune_stages": (1, None), "host_snapshot_every": (1, None),
+                   "prune_cycle_min": (1, None), "prune_stages": (1, None),
                    **{k: (0.0, 1.0) for k in ("lr_final", "sigma_fraction", "coarse_fraction", "coarse_max_fraction",
                                                "respawn_alpha", "respawn_until", "growth_until", "init_alpha",
                                                "insert_alpha", "prune_until", "prune_hold")}}
 
 
 def check_settings(d: dict) -> None:
-    """Raise ValueError, one line, for a recorded setting this version cannot run: of another type
-    than FitSettings' (a whole number for an int, a number for a float, true or false for a flag),
-    out of its range, or a text that is not one of its choices (a hand-edited scene's meta)."""
+    """Raise SettingsError (a ValueError), one line, for a setting this version cannot run: of
+    another type than FitSettings' (a whole number for an int, a number for a float, true or false
+    for a flag), out of its range, or a text that is not one of its choices (a hand-edited scene's
+    meta, or a Fitter's keyword arguments)."""
     defaults = FitSettings().as_dict()
     for key, value in d.items():
         if key not in defaults:
-            raise ValueError(f"unknown setting {key!r}")
+            raise SettingsError(f"unknown setting {key!r}")
         kind = type(defaults[key])
         if kind is bool:
             ok = isinstance(value, bool)
@@ -175,11 +178,11 @@ def check_settings(d: dict) -> None:
         if not ok:
             want = {bool: "true or false", int: "a whole number", float: "a finite number"}.get(
                 kind, f"one of {', '.join(SETTING_CHOICES.get(key, ()))}")
-            raise ValueError(f"setting {key!r} is {value!r}, not {want}")
+            raise SettingsError(f"setting {key!r} is {value!r:.40}, not {want}")
         if kind in (int, float):
             lo, hi = _SETTING_RANGES.get(key, (0, None))
             if value < lo or (hi is not None and value > hi):
-                raise ValueError(f"setting {key!r} is {value!r}, outside [{lo}, {hi if hi is not None else 'inf'}]")
+                raise SettingsError(f"setting {key!r} is {value!r}, outside [{lo}, {hi if hi is not None else 'inf'}]")
 
 
 @dataclass

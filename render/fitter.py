@@ -14,6 +14,7 @@ The state and the operations that change it (``add``, ``keep``, ``replace``, ``u
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import time
@@ -25,12 +26,12 @@ import numpy as np
 from . import __version__, edits, focus
 from .checkpoint import Checkpoint, restore as restore_checkpoint, settings_of, take as take_checkpoint
 from .engine import Engine
-from .errors import DeviceLostError, NumericalFault, TrifitError
-from .fitloop import EXACT_STOP_TRANSMITTANCE, FitSettings, raw_from_scene
+from .errors import BatchError, DeviceLostError, ImageError, NumericalFault, SettingsError, TrifitError
+from .fitloop import EXACT_STOP_TRANSMITTANCE, FitSettings, check_settings, raw_from_scene
 from .fitstate import FitState, HostSnapshot, half_size
 from .history import History, StepStats, loop_timings, psnr_from_mse, release_loop
 from .imageio import as_target
-from .limits import MAX_TRIANGLES_FIT
+from .limits import MAX_TRIANGLES_FIT, MAX_WORKING_SIZE
 from .placement import PLACEMENTS, initial_raw
 from .scene import Scene, locked_indices
 from .strategy import STRATEGIES, make_strategy
@@ -45,6 +46,25 @@ CHANGE_KINDS = ("plan", "time_plan", "guessed_plan", "triangles", "sigma", "lr",
 __all__ = ["BatchFitter", "Fitter", "History", "StepStats", "MAX_TRIANGLES_FIT", "psnr_from_mse"]
 
 
+def _whole(value, what: str) -> int:
+    """``value`` as an int where it is a whole number (Python's or numpy's), else SettingsError:
+    int() would take 2.5, True or "3"."""
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+        raise SettingsError(f"{what} must be a whole number, got {value!r:.40}")
+    return int(value)
+
+
+def _while_open(method):
+    """A Fitter method that needs the fit's buffers: refused once :meth:`Fitter.close` gave them back."""
+    @functools.wraps(method)
+    def guarded(self, *args, **kwargs):
+        if self.closed:
+            raise TrifitError(f"this fitter is closed: {method.__name__}() needs a fitter that is not")
+        return method(self, *args, **kwargs)
+
+    return guarded
+
+
 class Fitter(FitState):
     """Fit ``triangles`` soft triangles to ``target_image`` (path, PIL image or array).
 
@@ -55,6 +75,8 @@ class Fitter(FitState):
     "fixed". ``weights``: a focus map (path to a grey image, PIL image or (H, W) array in [0, 1]
     of the target's aspect), resized to the working size: each pixel's loss term is weighted by
     it (render/focus.py). An ``init_scene`` with a ``locked`` key keeps those triangles as they are."""
+
+    closed = False  # set by close()
 
     def __init__(self, target_image, triangles: int = 150, size: int = 176, seed: int = 0,
                  engine: Engine | None = None, *, init_scene: Scene | None = None,
@@ -75,6 +97,9 @@ class Fitter(FitState):
         map it was fitting with, if any (a checkpoint keeps no pixels); its locks it keeps."""
         if source is None and isinstance(target_image, str):
             source = str(target_image)
+        if not isinstance(checkpoint, Checkpoint):
+            raise TypeError(f"resume takes a Checkpoint (Fitter.checkpoint(), load_checkpoint), got "
+                            f"{type(checkpoint).__name__}")
         if cls is not Fitter or checkpoint.state["batch"] != 1:
             raise TrifitError("Fitter.resume continues a one-image fit")
         initial, now = settings_of(checkpoint)
@@ -84,27 +109,41 @@ class Fitter(FitState):
                    resume=(checkpoint, now), strategy=strategy, weights=None if weights is None else [weights])
         return fit
 
+    @_while_open
     def checkpoint(self) -> Checkpoint:
         """Everything :meth:`resume` needs to go on from here (call between steps)."""
         return take_checkpoint(self)
 
     def _setup(self, images, seeds, sources, init_scene, triangles, size, engine, settings, resume=None,
                strategy=None, weights=None) -> None:
+        named = {"triangles": triangles, "size": size, **{f"seeds[{b}]": v for b, v in enumerate(seeds)}}
+        for key, value in named.items():
+            _whole(value, key)
+        if not 1 <= triangles <= MAX_TRIANGLES_FIT:
+            raise TrifitError(f"triangle count must be between 1 and {MAX_TRIANGLES_FIT}, got {triangles}")
+        if not 1 <= size <= MAX_WORKING_SIZE:  # (a path's size is checked by load_image; an array's here)
+            raise ImageError(f"working size must be between 1 and {MAX_WORKING_SIZE} px, got {size}")
+        if min(seeds) < 0:
+            raise SettingsError(f"seeds must be >= 0, got {min(seeds)}")
+        settings = {k: v.item() if isinstance(v, np.generic) else v for k, v in settings.items()}
+        unknown = sorted(set(settings) - set(FitSettings.__dataclass_fields__))
+        if unknown:
+            raise SettingsError(f"unknown setting {unknown[0]!r}")
+        self.closed = False
         self.engine = engine or Engine("auto")
         self.settings = FitSettings(triangles=int(triangles), size=int(size), seed=int(seeds[0]), **settings)
         s = self.settings
-        if not 1 <= s.triangles <= MAX_TRIANGLES_FIT:
-            raise TrifitError(f"triangle count must be between 1 and {MAX_TRIANGLES_FIT}, got {triangles}")
         if s.strategy not in STRATEGIES:
             raise TrifitError(f"unknown strategy {s.strategy!r}; choose one of {', '.join(STRATEGIES)}")
         if s.placement not in PLACEMENTS:
             raise TrifitError(f"unknown placement {s.placement!r}; choose one of {', '.join(PLACEMENTS)}")
         if s.probes_overdue not in ("skip", "run"):
             raise TrifitError(f"unknown probes_overdue {s.probes_overdue!r}; choose skip or run")
-        if not 0 < s.cull_tolerance < 1:
+        if isinstance(s.cull_tolerance, (int, float)) and not 0 < s.cull_tolerance < 1:  # (other types: below)
             raise TrifitError(f"cull_tolerance must be in (0, 1), got {s.cull_tolerance}")
-        if not EXACT_STOP_TRANSMITTANCE <= s.stop_transmittance < 1:
+        if isinstance(s.stop_transmittance, (int, float)) and not EXACT_STOP_TRANSMITTANCE <= s.stop_transmittance < 1:
             raise TrifitError(f"stop_transmittance must be in [{EXACT_STOP_TRANSMITTANCE:g}, 1), got {s.stop_transmittance}")
+        check_settings(s.as_dict())  # (every other setting's type and range, as a replayed record's)
         self._initial_settings = s.as_dict()
         targets = [as_target(t, s.size) for t in images]
         if len({t.shape for t in targets}) != 1:
@@ -221,12 +260,13 @@ class Fitter(FitState):
         self.use_schedule(strategy.schedule(self.iteration))
         self._next_event = strategy.next_event(self.iteration)
 
+    @_while_open
     def step(self, iterations: int = 100) -> StepStats:
         """Run ``iterations`` iterations, cut at the strategy's events (which run at theirs).
 
         A NaN/inf loss rolls back to the last good parameters and halves the learning rates (with
         a warning); a lost GPU device is recreated and the fit resumes from the last host snapshot."""
-        n = int(iterations)
+        n = _whole(iterations, "iterations")
         if n < 0:
             raise ValueError("iterations must be >= 0")
         t0 = time.perf_counter()
@@ -342,10 +382,11 @@ class Fitter(FitState):
             raise ValueError(kind)
 
     # ------------------------------------------------------------------ live changes
+    @_while_open
     def set_triangles(self, n: int) -> None:
         """Grow (new triangles where the error is largest) or shrink (keep those whose removal
         would cost most); a count set by hand ends over-growth."""
-        n = int(n)
+        n = _whole(n, "the triangle count")
         if not 1 <= n <= MAX_TRIANGLES_FIT:
             raise ValueError(f"triangle count must be between 1 and {MAX_TRIANGLES_FIT}, got {n}")
         if n < max(len(i) for i in self.locks):
@@ -357,6 +398,7 @@ class Fitter(FitState):
                 release_loop(self._loops.pop(key))
         self._next_event = self.strategy.next_event(self.iteration)
 
+    @_while_open
     def set_sigma(self, sigma_px: float | None) -> None:
         """Fix the edge softness at ``sigma_px`` pixels from the next step (None: back to the anneal)."""
         if sigma_px is not None and not (0 < float(sigma_px) <= 1000):
@@ -365,6 +407,7 @@ class Fitter(FitState):
         self.strategy.set_sigma(None if sigma_px is None else float(sigma_px) / self.short_side)
         self._next_event = self.strategy.next_event(self.iteration)
 
+    @_while_open
     def set_learning_rate(self, scale: float) -> None:
         """Scale every learning-rate group by ``scale`` from the next step, on top of any halving
         after a numerical fault (1.0: the rates as set, halvings kept)."""
@@ -393,6 +436,7 @@ class Fitter(FitState):
         return FitRun(self, stop, chunk=chunk).run(callback)
 
     # ------------------------------------------------------------------ edits by hand (issue 20)
+    @_while_open
     def edit(self, request: dict) -> None:
         """Delete triangles, set one's numbers or put triangles back, from the next step on
         (render/edits.py: the payloads, by index or by id). Parameters and Adam moments stay
@@ -424,6 +468,7 @@ class Fitter(FitState):
                    "values": np.asarray(values, dtype=np.float64).reshape(-1, 10).tolist(),
                    "locked": [int(i) for i in locked]})
 
+    @_while_open
     def triangles_now(self) -> tuple[np.ndarray, float, list[int]]:
         """The first image's triangles as the fit holds them now -- (T, 10) values in painting
         order (over-grown: all of them), locked ones at their values --, the sigma in force
@@ -438,13 +483,15 @@ class Fitter(FitState):
         order, which growth, respawn and pruning renumber as they go."""
         return [int(i) for i in self.locks[0]]
 
+    @_while_open
     def set_locked(self, indices) -> None:
         """Lock these triangles (indices in the current painting order; every other one is
         unlocked), from the next step: their numbers stay to the bit -- the optimiser skips them
         on the device, respawn and pruning never pick them, and no operation moves them relative
         to each other (growth adds on top). At most the count asked for. Recorded as a live
         change, so a replay locks the same triangles at the same iteration."""
-        idx = np.asarray(locked_indices(list(indices), self.n_triangles), dtype=np.int64)
+        given = [i.item() if isinstance(i, np.integer) else i for i in indices]  # (numpy's whole numbers too)
+        idx = np.asarray(locked_indices(given, self.n_triangles), dtype=np.int64)
         if len(idx) > self.settings.triangles:
             raise ValueError(f"{len(idx)} triangles to lock, more than the {self.settings.triangles} the fit keeps")
         self._record("locked", [int(i) for i in idx])
@@ -452,6 +499,7 @@ class Fitter(FitState):
         self.lock([idx] * self.batch, [t[idx] for t in tris])
         self._remember_locked_raw()
 
+    @_while_open
     def set_weights(self, weights) -> None:
         """Weigh the loss by a new focus map from the next step on (None: every pixel alike), as
         ``Fitter(weights=)``; the fit loops hold their weights, so they are rebuilt for the
@@ -513,6 +561,7 @@ class Fitter(FitState):
         return {"locked": [int(i) for i in (idx if kept is None else np.searchsorted(kept[b], idx))]}
 
     # ------------------------------------------------------------------ results
+    @_while_open
     def scenes_now(self) -> list[Scene]:
         """Each image's scene at the working size, with ``meta``: the count asked for -- while
         over-grown, what stopping now gives (:meth:`finish`: the triangles that would cost most to
@@ -547,6 +596,7 @@ class Fitter(FitState):
     def scene(self) -> Scene:
         return self.scenes_now()[0]
 
+    @_while_open
     def gpu_image(self):
         """(wgpu buffer, width, height) of the last forward's image for the GPU backend, else None.
         During the coarse stage it is the half-size image; float32 rgb, row-major (image 0 first).
@@ -559,10 +609,13 @@ class Fitter(FitState):
         return loop_timings(self._loop, self.engine, recent)
 
     def close(self) -> None:
+        """Give the fit's GPU buffers back to the engine's pool; the fitter takes no more calls
+        (a TrifitError says so: its buffers may be another fit's by then). Closing twice is fine."""
         for loop in self._loops.values():
             release_loop(loop)
         self._loops.clear()
         self.drop_device_placement()
+        self.closed = True  # (what it ran stays readable: iteration, history, timings)
 
 
 class BatchFitter(Fitter):
@@ -573,10 +626,15 @@ class BatchFitter(Fitter):
 
     def __init__(self, targets, triangles: int = 150, size: int = 176, seeds=0,
                  engine: Engine | None = None, *, sources=None, **settings):
+        if isinstance(targets, (str, os.PathLike)) or (isinstance(targets, np.ndarray) and targets.ndim != 4) \
+                or hasattr(targets, "getpixel"):  # (one image's path, array or PIL image: its rows are no batch)
+            raise BatchError("BatchFitter takes a list of images (or a (B, H, W, 3) array); for one image use Fitter")
         targets = list(targets)
         if not targets:
             raise TrifitError("a batched fit needs at least one image")
-        seeds = [int(seeds)] * len(targets) if np.isscalar(seeds) else [int(v) for v in seeds]
+        seeds = [seeds] * len(targets) if np.isscalar(seeds) else list(seeds)  # (each checked in _setup)
+        if isinstance(sources, (str, os.PathLike)):
+            raise BatchError("sources names each image's source: a list, one an image")
         sources = list(sources) if sources is not None else [None] * len(targets)
         if len(seeds) != len(targets) or len(sources) != len(targets):
             raise TrifitError(f"{len(seeds)} seeds and {len(sources)} sources for {len(targets)} images")

@@ -76,7 +76,7 @@ def _check_size(size) -> int | None:
         return None
     try:
         n = int(size)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):
         raise ImageError(f"working size must be a whole number, got {size!r:.40}") from None
     if isinstance(size, bool) or n != size or not 1 <= n <= MAX_WORKING_SIZE:
         raise ImageError(f"working size must be between 1 and {MAX_WORKING_SIZE} px, got {size!r:.40}")

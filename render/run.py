@@ -17,6 +17,7 @@ exactly (``trifit fit IMAGE --replay SCENE.json``).
 
 from __future__ import annotations
 
+import math
 import queue
 import time
 from collections import deque
@@ -24,6 +25,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from .errors import SettingsError
 from .history import StepStats, psnr_from_mse
 
 #: loss-based stops (target PSNR, plateau) are decided at multiples of this many iterations
@@ -37,6 +39,8 @@ EVENT_REACH = 1.5
 COARSE_COST_GUESS = 0.4
 #: live changes that never collapse to the last one asked: each edit by hand applies, in order
 UNCOLLAPSED = ("edit",)
+#: what :meth:`FitRun.request` takes
+LIVE_CHANGES = ("triangles", "sigma", "lr", "locked", "edit", "weights", "stop")
 
 
 @dataclass
@@ -45,6 +49,26 @@ class StopConditions:
     time_limit: float | None = None   # seconds of fitting
     target_psnr: float | None = None  # dB (mse only; a batch: every image), checked every CHECK_EVERY iterations
     plateau: int | None = None        # stop when the loss has not improved by 0.1% in this many iterations
+
+    def __post_init__(self):
+        self.check()
+
+    def check(self) -> None:
+        """SettingsError (a ValueError) for a condition no run can keep: iterations or a plateau
+        that are not whole numbers (iterations >= 0, a plateau >= 1), a time limit that is not a
+        positive finite number of seconds, a target PSNR that is not finite."""
+        for key, low in (("iterations", 0), ("plateau", 1)):
+            v = getattr(self, key)
+            if v is not None and (isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < low):
+                raise SettingsError(f"stop condition {key} must be a whole number >= {low}, got {v!r:.40}")
+        for key, positive in (("time_limit", True), ("target_psnr", False)):
+            v = getattr(self, key)
+            if v is None:
+                continue
+            if isinstance(v, bool) or not isinstance(v, (int, float, np.integer, np.floating)) or not math.isfinite(v) \
+                    or (positive and v <= 0):
+                want = "a positive number of seconds" if positive else "a finite number of dB"
+                raise SettingsError(f"stop condition {key} must be {want}, got {v!r:.40}")
 
     def any(self) -> bool:
         return any(v is not None for v in (self.iterations, self.time_limit, self.target_psnr, self.plateau))
@@ -148,6 +172,9 @@ class FitRun:
 
     def __init__(self, fitter, stop: StopConditions, *, chunk: int | None = None, chunk_s: float = RUN_STEP_S,
                  first_chunk: int = FIRST_STEP, script: list | None = None, clock=time.perf_counter):
+        if not isinstance(stop, StopConditions):
+            raise TypeError(f"stop must be StopConditions, got {type(stop).__name__}")
+        stop.check()  # (its fields may have been set since it was made)
         self.fit, self.stop, self.clock = fitter, stop, clock
         self.chunk = chunk
         self.sizer = ChunkSizer(chunk_s, first_chunk, min(fitter.settings.chunk, 256))
@@ -157,7 +184,14 @@ class FitRun:
 
     def request(self, kind: str, value) -> None:
         """A live change ("triangles", "sigma", "lr", "locked", "edit", "weights" or "stop" with
-        new StopConditions)."""
+        new StopConditions). A kind it does not know, or a stop that is not StopConditions, is a
+        SettingsError here, on the caller's thread, not later in the run."""
+        if kind not in LIVE_CHANGES:
+            raise SettingsError(f"unknown live change {kind!r}; one of {', '.join(LIVE_CHANGES)}")
+        if kind == "stop":
+            if not isinstance(value, StopConditions):
+                raise SettingsError(f"a stop request takes StopConditions, got {type(value).__name__}")
+            value.check()
         self._requests.put((kind, value, self.clock()))
 
     def cancel(self) -> None:

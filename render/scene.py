@@ -97,6 +97,16 @@ class Scene:
         benchmarks use (docs/PERFORMANCE.md).
         """
         _check_frame(width, height)
+        if max(width, height) > MAX_FRAME_SIDE:
+            raise SceneError(f"frame sides must be at most {MAX_FRAME_SIDE}, got {width} x {height}")
+        if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or not 0 <= n <= MAX_TRIANGLES:
+            raise SceneError(f"the triangle count must be a whole number in [0, {MAX_TRIANGLES}], got {_show(n)}")
+        if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
+            raise SceneError(f"the seed must be a whole number >= 0, got {_show(seed)}")
+        if not (np.isfinite(sigma_px) and sigma_px > 0):
+            raise SceneError(f"sigma_px must be a positive number, got {_show(sigma_px)}")
+        if not (0 <= opacity[0] <= opacity[1] <= 1 and 0 < size[0] <= size[1] and np.isfinite(size[1])):
+            raise SceneError(f"need 0 <= opacity low <= high <= 1 and 0 < size low <= high, got {opacity}, {size}")
         rng = np.random.default_rng(seed)
         centres = rng.uniform(0.0, 1.0, size=(n, 1, 2))
         radius = rng.uniform(size[0] / 2, size[1] / 2, size=(n, 3, 1))
@@ -131,8 +141,23 @@ class Scene:
         return json.dumps(self.to_dict(), indent=1, allow_nan=False)
 
     def save(self, path: str | os.PathLike[str]) -> None:
-        """Write the scene file atomically (a temporary file renamed over the target)."""
-        atomic_write_bytes(Path(path), self.to_json().encode("utf-8"))
+        """Write the scene file atomically (a temporary file renamed over the target), once the
+        scene passes the rules :meth:`load` applies (a :class:`SceneError` naming the rule and the
+        entry): what save writes, load reads."""
+        atomic_write_bytes(Path(path), self.checked_json().encode("utf-8"))
+
+    def checked_json(self) -> str:
+        """:meth:`to_json` of a scene that passes the file's rules, else :class:`SceneError`."""
+        for key in ("width", "height"):
+            value = getattr(self, key)
+            if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+                raise SceneError(f"'{key}' must be a whole number, got {_show(value)}")
+        try:
+            doc = self.to_dict()
+        except (TypeError, ValueError) as exc:  # a field of the wrong shape or type
+            raise SceneError(f"the scene cannot be written: {exc}") from None
+        Scene.from_dict(doc)  # (the rules, naming the entry that breaks one)
+        return json.dumps(doc, indent=1, allow_nan=False)
 
     @classmethod
     def from_dict(cls, data: Any) -> Scene:
@@ -301,5 +326,6 @@ def locked_indices(v: Any, n_triangles: int) -> list[int]:
 
 
 def _check_frame(width: int, height: int) -> None:
-    if not (_is_int(width) and _is_int(height)) or width <= 0 or height <= 0:
+    if not (_is_int(width) or isinstance(width, np.integer)) or not (_is_int(height) or isinstance(height, np.integer)) \
+            or width <= 0 or height <= 0:
         raise SceneError(f"frame size must be positive integers, got {width!r} x {height!r}")
