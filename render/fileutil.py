@@ -58,7 +58,12 @@ class AtomicFile:
     def __init__(self, path):
         self.path = Path(path)
         folder = self.path.parent if str(self.path.parent) else Path(".")
-        fd, self._tmp = tempfile.mkstemp(prefix=f".{self.path.name}.", suffix=".part", dir=folder)
+        try:
+            fd, self._tmp = tempfile.mkstemp(prefix=f".{self.path.name}.", suffix=".part", dir=folder)
+        except FileNotFoundError:  # (the error would name the temporary file, not the one asked for)
+            raise TrifitError(f"{self.path}: folder {folder} does not exist") from None
+        except OSError as exc:
+            raise TrifitError(f"{self.path}: cannot write there ({exc.strerror or exc})") from None
         self.file = os.fdopen(fd, "wb")
 
     def commit(self, *, sync: bool = True) -> None:

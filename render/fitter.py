@@ -54,6 +54,17 @@ def _whole(value, what: str) -> int:
     return int(value)
 
 
+def _rows(values, n: int) -> list[list[float]]:
+    """``n`` triangles' 10 numbers each, as lists (SettingsError naming what came instead)."""
+    try:
+        rows = np.asarray(values, dtype=np.float64)
+    except (TypeError, ValueError):
+        raise SettingsError(f"expected {n} triangle(s) of 10 numbers, got {values!r:.60}") from None
+    if rows.size != 10 * n:
+        raise SettingsError(f"expected {n} triangle(s) of 10 numbers, got {rows.size} numbers")
+    return rows.reshape(n, 10).tolist()
+
+
 def _while_open(method):
     """A Fitter method that needs the fit's buffers: refused once :meth:`Fitter.close` gave them back."""
     @functools.wraps(method)
@@ -455,18 +466,18 @@ class Fitter(FitState):
         self._remember_locked_raw()  # (and a host snapshot: a lost device resumes after the edit)
 
     def delete_triangles(self, indices) -> None:
-        self.edit({"op": "delete", "indices": [int(i) for i in indices]})
+        self.edit({"op": "delete", "indices": [_whole(i, "an index") for i in indices]})
 
     def set_triangle(self, index: int, values) -> None:
         """Triangle ``index`` gets these 10 numbers (moved, a vertex moved, recoloured)."""
-        self.edit({"op": "set", "index": int(index), "values": [float(v) for v in values]})
+        self.edit({"op": "set", "index": _whole(index, "the index"), "values": _rows(values, 1)[0]})
 
     def insert_triangles(self, indices, values, locked=()) -> None:
         """Put triangles at ``indices`` (ascending, in the order after the insert), ``locked``:
         those of them to lock at their values."""
-        self.edit({"op": "insert", "indices": [int(i) for i in indices],
-                   "values": np.asarray(values, dtype=np.float64).reshape(-1, 10).tolist(),
-                   "locked": [int(i) for i in locked]})
+        indices = [_whole(i, "an index") for i in indices]
+        self.edit({"op": "insert", "indices": indices, "values": _rows(values, len(indices)),
+                   "locked": [_whole(i, "a locked index") for i in locked]})
 
     @_while_open
     def triangles_now(self) -> tuple[np.ndarray, float, list[int]]:

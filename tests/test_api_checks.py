@@ -157,3 +157,24 @@ def test_scene_random_checks_its_arguments():
         with pytest.raises(SceneError):
             Scene.random(*args, **kwargs)
     assert Scene.random(np.int64(3), np.int64(16), 12).n_triangles == 3
+
+
+def test_edit_wrappers_take_whole_indices_and_rows_of_ten(ref, target):
+    fit = Fitter(target, triangles=5, size=16, engine=ref)
+    fit.step(2)
+    before = fit.scene.triangles.copy()
+    for call in (lambda: fit.delete_triangles([1.7]), lambda: fit.delete_triangles([True]),  # (deleted #1)
+                 lambda: fit.set_triangle(1.9, [0.5] * 10), lambda: fit.insert_triangles([0], [0.5] * 15)):
+        with pytest.raises(SettingsError):
+            call()
+    assert np.array_equal(fit.scene.triangles, before)  # nothing changed
+    n = fit.n_triangles
+    fit.delete_triangles(np.array([1]))  # (numpy's whole numbers are whole numbers)
+    assert fit.n_triangles == n - 1
+
+
+def test_a_write_into_a_missing_folder_names_the_file_asked_for(tmp_path):
+    from trifit.export import save_render
+
+    with pytest.raises(TrifitError, match=r"x\.png: folder .*nodir does not exist"):
+        save_render(Scene.random(2, 8, 8), tmp_path / "nodir" / "x.png", backend="reference")
