@@ -220,7 +220,9 @@ def plan_tiles(width: int, height: int, n_tris: int, engine, max_tile=None) -> t
             return w * h <= REFERENCE_TILE_PIXELS
     cap_w, cap_h = width, height
     if max_tile is not None:
-        mw, mh = (max_tile, max_tile) if isinstance(max_tile, int) else max_tile
+        mw, mh = (max_tile, max_tile) if isinstance(max_tile, (int, np.integer)) else max_tile
+        if any(isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1 for v in (mw, mh)):
+            raise ValueError(f"max_tile must be a whole number of pixels >= 1 (or a pair), got {max_tile!r:.40}")
         cap_w, cap_h = min(width, int(mw)), min(height, int(mh))
     if fits(cap_w, cap_h):
         return cap_w, cap_h
@@ -256,6 +258,8 @@ def render_large(scene: Scene, width: int, height: int, engine=None, *, max_tile
 
     Returns (H, W, 3) float32 in [0, 1], or uint8 (rounded) with ``dtype=np.uint8``.
     """
+    if np.dtype(dtype) not in (np.dtype(np.float32), np.dtype(np.uint8)):
+        raise ValueError(f"render_large gives float32 or uint8, not {np.dtype(dtype)}")
     engine = _engine(engine, "auto")
     W, H = _render_size(scene, width, height)
     out = np.empty((H, W, 3), dtype=dtype)
@@ -457,6 +461,10 @@ class AnimationRecorder:
     def add_frame(self, image: np.ndarray, iteration: int) -> None:
         """Add an (H, W, 3) frame (float in [0, 1] or uint8), resized to ``max_side`` if larger."""
         arr = np.asarray(image)
+        if arr.ndim != 3 or arr.shape[2] != 3 or arr.shape[0] < 1 or arr.shape[1] < 1:
+            raise ValueError(f"a frame is (H, W, 3) with pixels, got shape {arr.shape}")
+        if arr.dtype != np.uint8 and not (np.issubdtype(arr.dtype, np.floating) and np.all(np.isfinite(arr))):
+            raise ValueError(f"a frame is uint8, or finite floats in [0, 1]; got {arr.dtype}")
         frame = arr if arr.dtype == np.uint8 else to_uint8(arr)
         h, w = frame.shape[:2]
         fw, fh = self.frame_size(w, h)

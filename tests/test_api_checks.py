@@ -178,3 +178,18 @@ def test_a_write_into_a_missing_folder_names_the_file_asked_for(tmp_path):
 
     with pytest.raises(TrifitError, match=r"x\.png: folder .*nodir does not exist"):
         save_render(Scene.random(2, 8, 8), tmp_path / "nodir" / "x.png", backend="reference")
+
+
+def test_exports_check_frames_tiles_and_types(ref):
+    from trifit.export import AnimationRecorder, render_large
+
+    s = Scene.random(3, 16, 16)
+    for kwargs in ({"max_tile": 0}, {"max_tile": (8, 0)}, {"dtype": np.int16}):  # (range() error; all zeros)
+        with pytest.raises(ValueError):
+            render_large(s, 16, 16, ref, **kwargs)
+    assert np.array_equal(render_large(s, 16, 16, ref, max_tile=(8, 4)), render_large(s, 16, 16, ref))
+    recorder = AnimationRecorder("unused.gif")
+    for frame in (np.zeros((8, 8, 4)), np.zeros((8, 8)), np.zeros((0, 8, 3)), np.full((8, 8, 3), np.nan)):
+        with pytest.raises(ValueError, match="a frame is"):  # (save() had failed later, in Pillow)
+            recorder.add_frame(frame, 0)
+    assert recorder.frames == []
