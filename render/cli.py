@@ -551,7 +551,7 @@ class _stop_on_ctrl_c:
 def _replay_settings(args) -> dict:
     """What --replay re-runs: the scene's recorded settings, iterations and changes."""
     from .fitloop import FitSettings, check_settings, recorded_settings
-    from .fitter import CHANGE_KINDS
+    from .run import check_script
     from .scene import Scene
 
     if args.resume or any(v is not None for v in (args.iters, args.time_limit, args.target_psnr, args.plateau)):
@@ -579,11 +579,12 @@ def _replay_settings(args) -> dict:
     if meta["iterations"] < 0:
         raise TrifitError(f"{args.replay}: meta.iterations is {meta['iterations']}, not a count of iterations")
     changes = meta.get("changes", [])
-    for change in changes:
-        if not (isinstance(change, list) and len(change) == 3 and isinstance(change[0], int)
-                and not isinstance(change[0], bool) and change[0] >= 0 and change[1] in CHANGE_KINDS):
-            raise TrifitError(f"{args.replay}: meta.changes holds {json.dumps(change)[:80]}, not [iteration, kind, "
-                              f"value] with a kind of {', '.join(CHANGE_KINDS)}")
+    if not isinstance(changes, list):
+        raise TrifitError(f"{args.replay}: meta.changes must be a list of [iteration, kind, value]")
+    try:
+        check_script(changes)
+    except TrifitError as exc:
+        raise TrifitError(f"{args.replay}: meta.changes: {exc}") from None
     return {"settings": settings, "iterations": meta["iterations"], "changes": changes,
             "weights": meta.get("weights")}
 

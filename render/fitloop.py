@@ -142,6 +142,8 @@ def recorded_settings(d: dict) -> dict:
     return {**{k: v for k, v in legacy.items() if k not in d}, **d}
 
 
+#: the changes a scene's meta records, each [iteration, kind, value], which a replay applies
+CHANGE_KINDS = ("plan", "time_plan", "guessed_plan", "triangles", "sigma", "lr", "locked", "edit")
 #: the values a text setting can take
 SETTING_CHOICES = {"loss": ("mse", "l1"), "strategy": ("default", "fixed"), "probes_overdue": ("skip", "run"),
                    "insert_shape": ("residual", "random"), "placement": ("device", "host")}

@@ -27,7 +27,7 @@ from . import __version__, edits, focus
 from .checkpoint import Checkpoint, restore as restore_checkpoint, settings_of, take as take_checkpoint
 from .engine import Engine
 from .errors import BatchError, DeviceLostError, ImageError, NumericalFault, SettingsError, TrifitError
-from .fitloop import EXACT_STOP_TRANSMITTANCE, FitSettings, check_settings, raw_from_scene
+from .fitloop import CHANGE_KINDS, EXACT_STOP_TRANSMITTANCE, FitSettings, check_settings, raw_from_scene
 from .fitstate import FitState, HostSnapshot, half_size
 from .history import History, StepStats, loop_timings, psnr_from_mse, release_loop
 from .imageio import as_target
@@ -41,7 +41,6 @@ log = logging.getLogger("trifit")
 #: consecutive numerical faults after which the fit gives up
 MAX_CONSECUTIVE_FAULTS = 8
 #: the live changes a scene's meta records, each [iteration, kind, value], which a replay applies
-CHANGE_KINDS = ("plan", "time_plan", "guessed_plan", "triangles", "sigma", "lr", "locked", "edit")
 
 __all__ = ["BatchFitter", "Fitter", "History", "StepStats", "MAX_TRIANGLES_FIT", "psnr_from_mse"]
 

@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .errors import SettingsError
+from .fitloop import CHANGE_KINDS
 from .history import StepStats, psnr_from_mse
 
 #: loss-based stops (target PSNR, plateau) are decided at multiples of this many iterations
@@ -178,7 +179,7 @@ class FitRun:
         self.fit, self.stop, self.clock = fitter, stop, clock
         self.chunk = chunk
         self.sizer = ChunkSizer(chunk_s, first_chunk, min(fitter.settings.chunk, 256))
-        self.script = deque(sorted((list(c) for c in script), key=lambda c: c[0])) if script is not None else None
+        self.script = deque(sorted(check_script(script), key=lambda c: c[0])) if script is not None else None
         self._requests: queue.SimpleQueue = queue.SimpleQueue()
         self._cancelled = False
 
@@ -358,4 +359,20 @@ class FitRun:
 def replay_run(fitter, meta: dict) -> FitRun:
     """The run that repeats a scene's fit exactly: its iterations, with the plans and live
     changes recorded in ``meta`` at their iterations (on the same adapter, the same bytes)."""
-    return FitRun(fitter, StopConditions(iterations=int(meta["iterations"])), script=meta.get("changes", []))
+    if not isinstance(meta, dict) or "iterations" not in meta:
+        raise SettingsError("replay_run takes a fitted scene's meta (its iterations and changes)")
+    return FitRun(fitter, StopConditions(iterations=meta["iterations"]), script=meta.get("changes", []))
+
+
+def check_script(script) -> list[list]:
+    """A script's entries as lists, each [iteration >= 0, a recorded kind, value] (SettingsError
+    naming the first that is not: a run would fail on it only when it got there)."""
+    out = []
+    for c in script:
+        entry = list(c) if isinstance(c, (list, tuple)) else c
+        if not (isinstance(entry, list) and len(entry) == 3 and not isinstance(entry[0], bool)
+                and isinstance(entry[0], (int, np.integer)) and entry[0] >= 0 and entry[1] in CHANGE_KINDS):
+            raise SettingsError(f"a script entry is [iteration, kind, value] with a kind of "
+                                f"{', '.join(CHANGE_KINDS)}; got {c!r:.60}")
+        out.append(entry)
+    return out

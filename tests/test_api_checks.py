@@ -193,3 +193,17 @@ def test_exports_check_frames_tiles_and_types(ref):
         with pytest.raises(ValueError, match="a frame is"):  # (save() had failed later, in Pillow)
             recorder.add_frame(frame, 0)
     assert recorder.frames == []
+
+
+def test_a_script_and_a_replay_are_checked_before_the_run(ref, target):
+    from trifit import replay_run
+
+    fit = Fitter(target, triangles=3, size=16, engine=ref)
+    for script in ([[2]], [[2, "zap", 1]], [[-1, "sigma", 1.0]], [["2", "sigma", 1.0]], ["plan"]):
+        with pytest.raises(SettingsError, match="a script entry"):  # (an unpack or KeyError mid-run)
+            FitRun(fit, StopConditions(iterations=5), script=script)
+    with pytest.raises(SettingsError, match="meta"):
+        replay_run(fit, {})
+    run = FitRun(fit, StopConditions(iterations=5), script=[(0, "plan", 5), [2, "sigma", 1.0]])
+    run.run()
+    assert fit.iteration == 5 and [c[1] for c in fit.changes] == ["plan", "sigma"]
