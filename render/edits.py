@@ -31,6 +31,7 @@ from __future__ import annotations
 import numpy as np
 
 from .fitloop import raw_triangles
+from .limits import MAX_TRIANGLES_FIT
 from .reference import signed_distance, vertices_px
 
 #: the smallest share of a pixel's colour a triangle must give there to be picked by a click
@@ -66,7 +67,7 @@ def check(payload: dict, n_triangles: int) -> dict:
     """An index-form edit for a fit of ``n_triangles``, checked and normalised (sorted indices,
     float lists); ValueError names what is wrong."""
     if not isinstance(payload, dict) or payload.get("op") not in OPS:
-        raise ValueError(f"an edit is a dict with op one of {', '.join(OPS)}, got {payload!r}")
+        raise ValueError(f"an edit is a dict with op one of {', '.join(OPS)}, got {payload!r:.80}")
     op = payload["op"]
     if op == "delete":
         idx = _indices(payload.get("indices"), n_triangles, "delete")
@@ -83,6 +84,8 @@ def check(payload: dict, n_triangles: int) -> dict:
     raw = payload.get("indices")
     values = _values(payload.get("values"), "insert")
     final = n_triangles + len(values)
+    if final > MAX_TRIANGLES_FIT:
+        raise ValueError(f"insert: {final} triangles would be more than a fit's {MAX_TRIANGLES_FIT}")
     idx = _indices(raw, final, "insert")
     if len(idx) != len(values) or list(raw) != idx:
         raise ValueError("insert: one ascending index per triangle")
@@ -97,8 +100,17 @@ def resolve(fit, request: dict) -> tuple[str, object] | None:
     """The change (kind, value) that does ``request`` to ``fit`` now: an index-form edit as it
     is, an id-form one in the index form (against the first image's ids), a lock as a
     "locked" change; None when none of the triangles it names is there any more."""
+    if not isinstance(request, dict):
+        raise ValueError(f"an edit is a dict (render/edits.py), got {type(request).__name__}")
     if "ids" not in request and "id" not in request:
         return "edit", request
+    try:
+        return _resolve_ids(fit, request)
+    except (KeyError, TypeError) as exc:  # (a key missing, or ids that are not numbers)
+        raise ValueError(f"{request.get('op')!r:.20} edit by id: {type(exc).__name__} {exc}"[:160]) from None
+
+
+def _resolve_ids(fit, request: dict) -> tuple[str, object] | None:
     ids = [int(k) for k in fit.triangle_ids_all()[0]]
     where = {int(k): i for i, k in enumerate(ids)}
     op = request.get("op")

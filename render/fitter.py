@@ -538,7 +538,7 @@ class Fitter(FitState):
 
     def _lock_scene(self, scene: Scene) -> None:
         """Lock what ``scene`` (the scene a fit starts from) locks, at its exact values."""
-        idx = np.asarray(scene.locked, dtype=np.int64)
+        idx = np.asarray(locked_indices(scene.extra.get("locked", []), scene.n_triangles), dtype=np.int64)
         if len(idx) > self.settings.triangles:
             raise TrifitError(f"the scene locks {len(idx)} triangles; fit at least that many (asked for "
                               f"{self.settings.triangles})")
@@ -659,6 +659,8 @@ class BatchFitter(Fitter):
 
     def member(self, b: int, scene: Scene | None = None) -> BatchMember:
         """A Fitter-like view of image ``b`` (for trifit.report.build_report)."""
+        if isinstance(b, bool) or not isinstance(b, (int, np.integer)) or not 0 <= b < self.batch:
+            raise IndexError(f"image {b!r:.20} of a batch of {self.batch}")
         return BatchMember(self, b, scene)
 
 

@@ -207,3 +207,21 @@ def test_a_script_and_a_replay_are_checked_before_the_run(ref, target):
     run = FitRun(fit, StopConditions(iterations=5), script=[(0, "plan", 5), [2, "sigma", 1.0]])
     run.run()
     assert fit.iteration == 5 and [c[1] for c in fit.changes] == ["plan", "sigma"]
+
+
+def test_edits_and_locks_that_cannot_be_done_are_refused_whole(ref, target):
+    fit = Fitter(target, triangles=5, size=16, engine=ref)
+    fit.step(2)
+    n = fit.n_triangles
+    for request in ([1, 2], {"op": "set", "id": 0}, {"op": "insert", "ids": [1]}):  # (AttributeError, KeyError)
+        with pytest.raises(ValueError, match="edit"):
+            fit.edit(request)
+    with pytest.raises(ValueError, match="more than a fit's 20000"):  # (the fit had gone to 30,000)
+        fit.insert_triangles(list(range(20000)), np.full((20000, 10), 0.5))
+    assert fit.n_triangles == n
+    locked = Scene.random(3, 16, 16)
+    locked.extra["locked"] = [7]
+    with pytest.raises(SceneError, match="locked"):  # (an IndexError)
+        Fitter(target, triangles=3, size=16, engine=ref, init_scene=locked)
+    with pytest.raises(IndexError, match="image 5 of a batch of 2"):
+        BatchFitter([target, target], triangles=3, size=16, engine=ref).member(5)
