@@ -40,7 +40,6 @@ log = logging.getLogger("trifit")
 
 #: consecutive numerical faults after which the fit gives up
 MAX_CONSECUTIVE_FAULTS = 8
-#: the live changes a scene's meta records, each [iteration, kind, value], which a replay applies
 
 __all__ = ["BatchFitter", "Fitter", "History", "StepStats", "MAX_TRIANGLES_FIT", "psnr_from_mse"]
 
