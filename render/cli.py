@@ -27,6 +27,7 @@ EXIT_OK, EXIT_INTERNAL, EXIT_BAD_INPUT, EXIT_INTERRUPTED = 0, 1, 2, 130
 #: commands whose every output is written and closed when they return: after one, :func:`entry`
 #: leaves the process without Python's teardown (see there)
 FAST_EXIT = ("fit", "render")
+_HTML = (".html", ".htm")  # report suffixes written as HTML, with a JSON twin (_json_twin)
 _finished: str | None = None  # the command main() last ran to its end
 
 
@@ -34,11 +35,15 @@ class UsageError(TrifitError):
     pass
 
 
-def _positive_int(text: str) -> int:
+def _whole_number(text: str) -> int:
     try:
-        v = int(text)
+        return int(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+
+
+def _positive_int(text: str) -> int:
+    v = _whole_number(text)
     if v <= 0:
         raise argparse.ArgumentTypeError(f"expected a positive number, got {v}")
     return v
@@ -59,10 +64,7 @@ def _working_size(text: str) -> int:
 
 
 def _seed(text: str) -> int:
-    try:
-        v = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    v = _whole_number(text)
     if not 0 <= v < 2**63:
         raise argparse.ArgumentTypeError(f"expected a seed from 0 to 2**63 - 1, got {v}")
     return v
@@ -365,14 +367,14 @@ def cmd_fit(args) -> int:
     scene_path = out.with_suffix(".trifit.json") if picture else out
     if not picture and (args.scale is not None or args.width is not None):
         raise UsageError("fit: --scale and --width size a picture output; -o names a scene (.json)")
-    if args.report and Path(args.report).suffix.lower() not in (".json", ".html", ".htm"):
+    if args.report and Path(args.report).suffix.lower() not in (".json", *_HTML):
         raise TrifitError(f"{args.report}: unknown report format {Path(args.report).suffix or '(none)'}; "
                           "use .json or .html")
     roles = {"the scene": scene_path, "the picture": out if picture else None,
              "the report": Path(args.report) if args.report else None,
              "the animation": Path(args.animation) if args.animation else None}
-    if args.report and Path(args.report).suffix.lower() in (".html", ".htm"):
-        roles["the report's JSON"] = Path(args.report).with_suffix(".json")  # (written beside an HTML report)
+    if args.report:
+        roles["the report's JSON"] = _json_twin(Path(args.report))
     roles = {role: path for role, path in roles.items() if path is not None}
     _check_distinct(roles, [Path(p) for p in (args.image, args.resume, args.replay, args.weights) if p])
     for path in roles.values():
@@ -471,9 +473,7 @@ def cmd_fit(args) -> int:
     if args.report:
         report = fit_report(fitter, engine, wall, mse, psnr, args)
         _write_report(Path(args.report), report, fitter)
-        written.append(Path(args.report))
-        if Path(args.report).suffix.lower() in (".html", ".htm"):
-            written.append(Path(args.report).with_suffix(".json"))
+        written += [p for p in (Path(args.report), _json_twin(Path(args.report))) if p is not None]
     if recorder is not None:
         written.append(Path(args.animation))
     if told:
@@ -578,9 +578,7 @@ def _replay_settings(args) -> dict:
         raise TrifitError(f"{args.replay}: meta.settings: {exc}") from None
     if meta["iterations"] < 0:
         raise TrifitError(f"{args.replay}: meta.iterations is {meta['iterations']}, not a count of iterations")
-    changes = meta.get("changes", [])
-    if not isinstance(changes, list):
-        raise TrifitError(f"{args.replay}: meta.changes must be a list of [iteration, kind, value]")
+    changes = meta.get("changes", [])  # (a list: checked with the record above)
     try:
         check_script(changes)
     except TrifitError as exc:
@@ -615,16 +613,22 @@ def fit_report(fitter, engine, wall: float, mse: float, psnr: float, args) -> di
     return report
 
 
+def _json_twin(report: Path) -> Path | None:
+    """The JSON file an HTML report is written with (None for a JSON report)."""
+    return report.with_suffix(".json") if report.suffix.lower() in _HTML else None
+
+
 def _write_report(path: Path, report: dict, fitter) -> None:
     from .fileutil import atomic_write_bytes
 
-    if path.suffix.lower() in (".html", ".htm"):
+    twin = _json_twin(path)
+    if twin is not None:
         try:
             from .report import write_html_report
         except ImportError:
             raise TrifitError("HTML reports are not available in this build; use a .json report") from None
         write_html_report(path, report, fitter)
-        atomic_write_bytes(path.with_suffix(".json"), _report_json(report))
+        atomic_write_bytes(twin, _report_json(report))
     else:
         atomic_write_bytes(path, _report_json(report))
 
@@ -783,26 +787,22 @@ def cmd_bench(args) -> int:
     given = [name for name, value in quality_only.items() if value is not None]
     if given and not args.quality:
         raise UsageError(f"bench: {', '.join(given)} {'is' if len(given) == 1 else 'are'} for --quality")
-    outputs = {"the JSON": Path(args.json) if args.json else None,
-               "the scenes' folder": Path(args.out) if args.quality and args.out else None}
-    _check_distinct({role: path for role, path in outputs.items() if path is not None},
+    outputs = {"the JSON": args.json, "the scenes' folder": args.out}  # (--out: with --quality only, above)
+    _check_distinct({role: Path(path) for role, path in outputs.items() if path is not None},
                     [Path(p) for p in args.images or ()], "bench")
     if args.json:  # every output, before any work: a long measurement is never lost to a bad path
         _check_writable(Path(args.json))
     if args.quality:
+        from .fileutil import make_folder
         from .imageio import load_image
+        from .quality import run_quality
 
         args.seeds = args.seeds or 3
         args.size = args.size or 176
         for image in args.images or ():  # every image, before the first fit (one bad one would end the run)
             load_image(image, args.size)
-    if args.quality and args.out:
-        from .fileutil import make_folder
-
-        make_folder(Path(args.out))
-    if args.quality:
-        from .quality import run_quality
-
+        if args.out:
+            make_folder(Path(args.out))
         return run_quality(args)
     from .bench import run_bench
 

@@ -33,7 +33,7 @@ from pathlib import Path
 from .background import Behind, Prefetch
 from .errors import SceneError, TrifitError
 from .fileutil import atomic_write_bytes, check_distinct, check_writable, make_folder
-from .limits import MAX_TRIANGLES_FIT, MAX_WORKING_SIZE
+from .fitloop import check_settings
 from .video import Clip, ClipOutput, FramePictures, OutputSpec, open_clip, output_kind
 
 log = logging.getLogger("trifit")
@@ -174,10 +174,7 @@ def run_video(input_path, output, *, triangles: int = 150, size: int = 176, iter
     t0 = time.perf_counter()
     if dask is not None and not segment:
         raise TrifitError("--dask needs --segment K: a task fits one segment of at most K frames")
-    if isinstance(triangles, bool) or not isinstance(triangles, int) or not 1 <= triangles <= MAX_TRIANGLES_FIT:
-        raise TrifitError(f"triangle count must be between 1 and {MAX_TRIANGLES_FIT}, got {triangles!r:.40}")
-    if isinstance(size, bool) or not isinstance(size, int) or not 1 <= size <= MAX_WORKING_SIZE:
-        raise TrifitError(f"working size must be between 1 and {MAX_WORKING_SIZE} px, got {size!r:.40}")
+    check_settings({"triangles": triangles, "size": size, "seed": seed})  # (the fit's caps, before any folder)
     spec = spec or output_kind(output)
     outputs = {"the output": spec.path, "the scenes": Path(scenes_dir) if scenes_dir else None,
                "the SVG frames": Path(svg_dir) if svg_dir else None}
