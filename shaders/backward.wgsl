@@ -16,7 +16,7 @@ const WEIGHTS_BINDING: u32 = 8u;  // the focus map, in the weighted variant (foc
 
 var<workgroup> staged: array<Staged, BSTAGE>;  // (the staging piece)
 var<workgroup> staged_id: array<u32, BSTAGE>;
-var<workgroup> n_done: atomic<u32>;  // pixels whose walk has ended
+var<workgroup> n_walk: atomic<u32>;  // the early stop's count (the staging piece's round_all_done)
 var<workgroup> all_done: u32;
 
 @compute @workgroup_size(THREADS)

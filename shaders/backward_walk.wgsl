@@ -27,7 +27,7 @@
 // Shared by backward.wgsl (a dispatch of its own) and forward_backward.wgsl (after the same
 // workgroup's forward, one segment a tile). The including kernel declares the bindings it reads
 // (frame, scene, tile_count, tile_list, image, dldc, partial, ckpt) and the workgroup memory
-// (staged, at least BSTAGE records; staged_id; n_done; all_done).
+// (staged, at least BSTAGE records; staged_id; n_walk; all_done).
 
 // The backward stops where the forward with the loss stopped (frame.stop_t): 1e-30 for the engine's
 // loss and gradient and, by default, a fit's iterations, so the gradients of deeply hidden triangles
@@ -163,7 +163,7 @@ fn start_back_pixel(tile: vec2u, pi: u32, b: u32, slot: u32, seg: u32) -> BackPi
         }
     }
     s.live = in_frame && s.trans >= frame.stop_t;
-    if (!s.live) { atomicAdd(&n_done, 1u); }
+    if (!s.live) { walk_ended(); }
     return s;
 }
 
@@ -220,7 +220,7 @@ fn entry_grad(s: ptr<function, BackPixel>, t: TriSetup, h: Hit, w: Walk) -> Grad
     (*s).cur = h.below;
     if ((*s).trans < frame.stop_t) {
         (*s).live = false;
-        atomicAdd(&n_done, 1u);
+        walk_ended();
     }
     return g;
 }
@@ -243,9 +243,9 @@ fn backward_tile(wid: vec3u, li: u32, sg: SgIn) {
                  vec2f(f32(frame.width), f32(frame.height)));
     let part_base = slot * (frame.n_tris + 1u) * 10u;
 
-    // zero the counter before any pixel counts itself (workgroup memory is not reliably
+    // zero the count before anything counts itself (workgroup memory is not reliably
     // zero-initialised on every driver: lavapipe reuses it across workgroups)
-    if (li == 0u) { atomicStore(&n_done, 0u); }
+    if (li == 0u) { atomicStore(&n_walk, 0u); }
     workgroupBarrier();
     let place = park_place(sg);  // (lane-constant: once, not once an entry)
     var s0 = start_back_pixel(wid.xy, li, b, slot, seg);
@@ -338,9 +338,11 @@ fn backward_tile(wid: vec3u, li: u32, sg: SgIn) {
             }
         }
         end = start;
-        workgroupBarrier();
-        if (li == 0u) { all_done = select(0u, 1u, atomicLoad(&n_done) == WG); }
-        if (workgroupUniformLoad(&all_done) == 1u) { break; }
+        var live = s0.live;
+        if (PPT > 1u) { live = live || s1.live; }
+        if (PPT > 2u) { live = live || s2.live || s3.live; }
+        if (PPT > 4u) { live = live || s4.live || s5.live || s6.live || s7.live; }
+        if (round_all_done(li, live)) { break; }
     }
     // Entries below an early stop are hidden: their gradients are zero (the reduce reads every
     // listed entry, so write them).

@@ -1,7 +1,9 @@
 // The forward's walk of one tile (forward.wgsl, forward_listed.wgsl): one thread per pixel, one
 // workgroup per 16x16 tile. Each pixel walks the tile's list front to back (top triangle first),
 // accumulating colour under the running transmittance, and the whole tile stops early once every
-// pixel's transmittance is below frame.stop_t.
+// pixel's transmittance is below frame.stop_t (counted as the staging piece's round_all_done says).
+// A rare memory operation stays out of the loop over entries where it can: llvmpipe runs one under
+// a branch as a loop over its lanes whether or not any lane takes it (docs/PERFORMANCE.md).
 // Triangles are staged in workgroup memory STAGE at a time, set up (common.wgsl
 // TriSetup) once per tile on GPUs and once per thread on CPU adapters (the staging piece).
 // With frame.with_loss set, the same kernel also evaluates the loss against the target: it writes
@@ -28,7 +30,7 @@ const WEIGHTS_BINDING: u32 = 9u;  // the focus map, in the weighted variant (foc
 var<workgroup> loss_red: array<f32, THREADS>;
 
 var<workgroup> staged: array<Staged, STAGE>;  // (the staging piece: stage_setup.wgsl or stage_tri.wgsl)
-var<workgroup> n_done: atomic<u32>;  // pixels whose walk has ended
+var<workgroup> n_walk: atomic<u32>;  // the early stop's count (the staging piece's round_all_done)
 var<workgroup> all_done: u32;
 
 // One pixel's front-to-back walk.
@@ -51,7 +53,7 @@ fn start_pixel(tile: vec2u, pi: u32, slot: u32) -> Pixel {
     s.done = !(s.pix.x < frame.width && s.pix.y < frame.height);
     s.next_seg = 1u;
     s.ckpt_base = (slot * frame.n_seg) * WG + pi;
-    if (s.done) { atomicAdd(&n_done, 1u); }
+    if (s.done) { walk_ended(); }
     return s;
 }
 
@@ -79,13 +81,37 @@ fn record_entry(s: ptr<function, Pixel>, pos: u32, count: u32, record: bool) {
     }
 }
 
+// record_entry for a pixel still walking: the checkpoint where entry `pos` begins a segment.
+fn record_pixel(s: ptr<function, Pixel>, pos: u32, count: u32) {
+    if (!(*s).done) { record_entry(s, pos, count, true); }
+}
+
+// Where a run of entries that starts at entry start + k - 1 ends, as the k left after it: above
+// the next entry that begins a backward segment (its checkpoint is recorded before it), or 0 where
+// none does in this round or nothing is recorded.
+fn run_end(start: u32, k: u32, count: u32, record: bool) -> u32 {
+    if (!record) { return 0u; }
+    let next = ((count - start - k) / frame.seg_len + 1u) * frame.seg_len;  // from the top, past this entry
+    if (next >= frame.n_seg * frame.seg_len || next > count - 1u - start) { return 0u; }
+    return count - next - start;
+}
+
+// Are all of this thread's pixels done (PPT of them; the others are ignored)?
+fn thread_done(s0: Pixel, s1: Pixel, s2: Pixel, s3: Pixel, s4: Pixel, s5: Pixel, s6: Pixel, s7: Pixel) -> bool {
+    var done = s0.done;
+    if (PPT > 1u) { done = done && s1.done; }
+    if (PPT > 2u) { done = done && s2.done && s3.done; }
+    if (PPT > 4u) { done = done && s4.done && s5.done && s6.done && s7.done; }
+    return done;
+}
+
 fn apply_alpha(s: ptr<function, Pixel>, alpha: f32, rgb: vec3f) {
     if (alpha == 0.0) { return; }  // culled (or fully transparent): nothing changes
     (*s).acc += (*s).trans * alpha * rgb;
     (*s).trans *= 1.0 - alpha;
     if ((*s).trans < frame.stop_t) {
         (*s).done = true;
-        atomicAdd(&n_done, 1u);
+        walk_ended();
     }
 }
 
@@ -144,8 +170,8 @@ fn walk_tile(wid: vec3u, li: u32, count: u32) {
     let inv_sig = 1.0 / sig;
     let list_base = slot * frame.n_tris;
     let record = frame.with_loss != 0u && frame.n_seg > 1u;
-    if (li == 0u) { atomicStore(&n_done, 0u); all_done = 0u; }
-    workgroupBarrier();  // zeroed before any pixel counts itself
+    if (li == 0u) { atomicStore(&n_walk, 0u); all_done = 0u; }
+    workgroupBarrier();  // zeroed before anything counts itself
 
     var s0 = start_pixel(wid.xy, li, slot);
     var s1: Pixel;
@@ -186,32 +212,50 @@ fn walk_tile(wid: vec3u, li: u32, count: u32) {
             }
             if (s0.done) { k = 0u; }
         }
-        for (; k > 0u; k--) {
-            let t = staged_setup(staged[k - 1u], reach);
-            let pos = start + k - 1u;
-            composite_entry(&s0, t, pos, count, record, inv_sig, reach);
-            var all_hidden = s0.done;
-            if (PPT > 1u) {
-                composite_entry(&s1, t, pos, count, record, inv_sig, reach);
-                all_hidden = all_hidden && s1.done;
+        // One entry at a time, in runs that end above each entry where a backward segment begins,
+        // whose checkpoint is recorded between the runs: outside the loop over entries, so that
+        // llvmpipe does not run the checkpoint's store (as a loop over its lanes) for every entry.
+        var hidden = false;
+        loop {
+            if (k == 0u || hidden) { break; }
+            if (record) {
+                let pos = start + k - 1u;
+                record_pixel(&s0, pos, count);
+                if (PPT > 1u) { record_pixel(&s1, pos, count); }
+                if (PPT > 2u) { record_pixel(&s2, pos, count); record_pixel(&s3, pos, count); }
+                if (PPT > 4u) {
+                    record_pixel(&s4, pos, count);
+                    record_pixel(&s5, pos, count);
+                    record_pixel(&s6, pos, count);
+                    record_pixel(&s7, pos, count);
+                }
             }
-            if (PPT > 2u) {
-                composite_entry(&s2, t, pos, count, record, inv_sig, reach);
-                composite_entry(&s3, t, pos, count, record, inv_sig, reach);
-                all_hidden = all_hidden && s2.done && s3.done;
+            let stop = run_end(start, k, count, record);
+            for (; k > stop; k--) {
+                let t = staged_setup(staged[k - 1u], reach);
+                let pos = start + k - 1u;
+                composite_entry(&s0, t, pos, count, false, inv_sig, reach);
+                var all_hidden = s0.done;
+                if (PPT > 1u) {
+                    composite_entry(&s1, t, pos, count, false, inv_sig, reach);
+                    all_hidden = all_hidden && s1.done;
+                }
+                if (PPT > 2u) {
+                    composite_entry(&s2, t, pos, count, false, inv_sig, reach);
+                    composite_entry(&s3, t, pos, count, false, inv_sig, reach);
+                    all_hidden = all_hidden && s2.done && s3.done;
+                }
+                if (PPT > 4u) {
+                    composite_entry(&s4, t, pos, count, false, inv_sig, reach);
+                    composite_entry(&s5, t, pos, count, false, inv_sig, reach);
+                    composite_entry(&s6, t, pos, count, false, inv_sig, reach);
+                    composite_entry(&s7, t, pos, count, false, inv_sig, reach);
+                    all_hidden = all_hidden && s4.done && s5.done && s6.done && s7.done;
+                }
+                if (all_hidden) { hidden = true; break; }  // this thread's pixels are all done
             }
-            if (PPT > 4u) {
-                composite_entry(&s4, t, pos, count, record, inv_sig, reach);
-                composite_entry(&s5, t, pos, count, record, inv_sig, reach);
-                composite_entry(&s6, t, pos, count, record, inv_sig, reach);
-                composite_entry(&s7, t, pos, count, record, inv_sig, reach);
-                all_hidden = all_hidden && s4.done && s5.done && s6.done && s7.done;
-            }
-            if (all_hidden) { break; }  // this thread's pixels are all done
         }
-        workgroupBarrier();
-        if (li == 0u) { all_done = select(0u, 1u, atomicLoad(&n_done) == WG); }
-        if (workgroupUniformLoad(&all_done) == 1u) { break; }
+        if (round_all_done(li, !thread_done(s0, s1, s2, s3, s4, s5, s6, s7))) { break; }
         end = start;
     }
     let segments = tile_segments(count, frame);
