@@ -116,12 +116,13 @@ fn over_pixels(r: ptr<function, BelowPixels>, t: TriSetup, inv_sig: f32, p: Poin
     }
 }
 
-// List entries 0..m-1 over the background, read from the scene.
-fn composite_scene(w: Walk, m: u32, p: Points) -> BelowPixels {
+// List entries 0..m-1 over the background, read from the scene (every lane of the subgroup here:
+// the reduction piece's load_tri_shared).
+fn composite_scene(w: Walk, m: u32, p: Points, sg: SgIn) -> BelowPixels {
     let bg = background(w.b, frame);
     var r = BelowPixels(bg, bg, bg, bg, bg, bg, bg, bg);
     for (var q = 0u; q < m; q++) {
-        let t = setup_tri(load_tri(record_tri(w.b, tile_list[w.list_base + q], frame), frame), -w.reach);
+        let t = setup_tri(load_tri_shared(record_tri(w.b, tile_list[w.list_base + q], frame), sg), -w.reach);
         over_pixels(&r, t, w.inv_sig, p);
     }
     return r;
@@ -130,10 +131,10 @@ fn composite_scene(w: Walk, m: u32, p: Points) -> BelowPixels {
 var<private> round_base: BelowPixels;  // (ROUND_BASE) the canvas beneath the staged round's first entry
 var<private> round_based: bool;   // round_base holds this round's
 
-fn composite_below(w: Walk, m: u32, start: u32, p: Points) -> BelowPixels {
-    if (!ROUND_BASE) { return composite_scene(w, m, p); }
+fn composite_below(w: Walk, m: u32, start: u32, p: Points, sg: SgIn) -> BelowPixels {
+    if (!ROUND_BASE) { return composite_scene(w, m, p, sg); }
     if (!round_based) {
-        round_base = composite_scene(w, start, p);
+        round_base = composite_scene(w, start, p, sg);
         round_based = true;
     }
     var r = round_base;
@@ -306,8 +307,8 @@ fn backward_tile(wid: vec3u, li: u32, sg: SgIn) {
                 h7 = entry_hit(s7, t, w);
                 recompose = recompose || h4.recompose || h5.recompose || h6.recompose || h7.recompose;
             }
-            if (recompose) {
-                let c = composite_below(w, m, start, Points(s0.p, s1.p, s2.p, s3.p, s4.p, s5.p, s6.p, s7.p));
+            if (shared_any(recompose)) {  // (a lane that does not need it takes none of it)
+                let c = composite_below(w, m, start, Points(s0.p, s1.p, s2.p, s3.p, s4.p, s5.p, s6.p, s7.p), sg);
                 if (h0.recompose) { h0.below = c.c0; }
                 if (h1.recompose) { h1.below = c.c1; }
                 if (h2.recompose) { h2.below = c.c2; }

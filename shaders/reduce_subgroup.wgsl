@@ -140,6 +140,28 @@ fn stash10(g: Grad10, li: u32, sg: SgIn, j: u32, live: bool, place: u32) {
     if (place != NO_PLACE) { red[j * 10u * MAX_SUBGROUPS + place] = t; }
 }
 
+// The backward's reads that every lane of a subgroup makes alike, where llvmpipe would run a loop
+// over its lanes for each float read (docs/PERFORMANCE.md, "What llvmpipe runs under a branch"):
+// on CPU adapters (PPT > 1, subgroups of at least 8) lane l reads float l of the record (and lanes
+// 0-1 floats 8-9) and the subgroup shares them. The caller keeps every lane of the subgroup active
+// (shared_any). GPUs read the record as it is.
+fn load_tri_shared(base: u32, sg: SgIn) -> TriPx {
+    if (PPT == 1u || SG_SIZE < 8u) { return load_tri(base, frame); }
+    let lo = scene[base + min(sg.lane, 7u)];
+    let hi = scene[base + 8u + (sg.lane & 1u)];
+    return tri_record(vec4f(subgroupBroadcast(lo, 0u), subgroupBroadcast(lo, 1u), subgroupBroadcast(lo, 2u),
+                            subgroupBroadcast(lo, 3u)),
+                      vec4f(subgroupBroadcast(lo, 4u), subgroupBroadcast(lo, 5u), subgroupBroadcast(lo, 6u),
+                            subgroupBroadcast(lo, 7u)),
+                      vec2f(subgroupBroadcast(hi, 0u), subgroupBroadcast(hi, 1u)), frame);
+}
+
+// Whether any lane of the subgroup needs a load_tri_shared path, where it reads that way.
+fn shared_any(x: bool) -> bool {
+    if (PPT == 1u || SG_SIZE < 8u) { return x; }
+    return subgroupAny(x);
+}
+
 // Call after a barrier, for q < 10 * slots: the total of value q % 10 of slot q / 10.
 fn gather(q: u32, sg: SgIn) -> f32 {
     let base = q * MAX_SUBGROUPS;  // (slot * 10 + value) * MAX_SUBGROUPS

@@ -25,6 +25,10 @@ fn stash10(g: Grad10, li: u32, sg: SgIn, j: u32, live: bool, place: u32) {  // (
     if (li < 10u) { res[j * 10u + li] = red[li * THREADS]; }
 }
 
+fn load_tri_shared(base: u32, sg: SgIn) -> TriPx { return load_tri(base, frame); }  // (the subgroup variant's)
+
+fn shared_any(x: bool) -> bool { return x; }
+
 fn gather(q: u32, sg: SgIn) -> f32 {
     return res[q];
 }

@@ -4,13 +4,20 @@
 // (naga does not allow storage pointers as function arguments, so these read the global.)
 
 fn load_tri(base: u32, frame: Frame) -> TriPx {
+    return tri_record(vec4f(scene[base], scene[base + 1u], scene[base + 2u], scene[base + 3u]),
+                      vec4f(scene[base + 4u], scene[base + 5u], scene[base + 6u], scene[base + 7u]),
+                      vec2f(scene[base + 8u], scene[base + 9u]), frame);
+}
+
+// A triangle from its record's ten floats (x0, y0, x1, y1), (x2, y2, r, g), (b, a).
+fn tri_record(a: vec4f, b: vec4f, c: vec2f, frame: Frame) -> TriPx {
     var t: TriPx;
     let w = f32(frame.width);
     let h = f32(frame.height);
-    t.p0 = vec2f(scene[base + 0u] * w, scene[base + 1u] * h);
-    t.p1 = vec2f(scene[base + 2u] * w, scene[base + 3u] * h);
-    t.p2 = vec2f(scene[base + 4u] * w, scene[base + 5u] * h);
-    t.rgba = vec4f(scene[base + 6u], scene[base + 7u], scene[base + 8u], scene[base + 9u]);
+    t.p0 = vec2f(a.x * w, a.y * h);
+    t.p1 = vec2f(a.z * w, a.w * h);
+    t.p2 = vec2f(b.x * w, b.y * h);
+    t.rgba = vec4f(b.zw, c);
     let e1 = t.p1 - t.p0;
     let e2 = t.p2 - t.p0;
     t.orient = sign(e1.x * e2.y - e1.y * e2.x);
