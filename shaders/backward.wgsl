@@ -14,9 +14,9 @@
 @group(0) @binding(7) var<storage, read> ckpt: array<vec4f>;
 const WEIGHTS_BINDING: u32 = 8u;  // the focus map, in the weighted variant (focus_map.wgsl)
 
-var<workgroup> staged: array<Staged, BSTAGE>;  // (the staging piece)
+var<workgroup> staged: array<Staged, BSTAGE * STAGED_SLOTS>;  // (the staging piece's records)
 var<workgroup> staged_id: array<u32, BSTAGE>;
-var<workgroup> n_walk: atomic<u32>;  // the early stop's count (the staging piece's round_all_done)
+var<workgroup> n_walk: atomic<u32>;  // the early stop's count (walk_stop_*.wgsl round_all_done)
 var<workgroup> all_done: u32;
 
 @compute @workgroup_size(THREADS)

@@ -139,7 +139,7 @@ fn composite_below(w: Walk, m: u32, start: u32, p: Points, sg: SgIn) -> BelowPix
     }
     var r = round_base;
     for (var q = start; q < m; q++) {
-        over_pixels(&r, staged_setup(staged[q - start], -w.reach), w.inv_sig, p);
+        over_pixels(&r, stage_get(q - start, -w.reach), w.inv_sig, p);
     }
     return r;
 }
@@ -249,6 +249,7 @@ fn backward_tile(wid: vec3u, li: u32, sg: SgIn) {
     if (li == 0u) { atomicStore(&n_walk, 0u); }
     workgroupBarrier();
     let place = park_place(sg);  // (lane-constant: once, not once an entry)
+    stage_begin();
     var s0 = start_back_pixel(wid.xy, li, b, slot, seg);
     var s1: BackPixel;
     var s2: BackPixel;
@@ -276,14 +277,14 @@ fn backward_tile(wid: vec3u, li: u32, sg: SgIn) {
         workgroupBarrier();
         for (var q = li; q < n; q += THREADS) {
             let id = tile_list[w.list_base + start + q];
-            staged[q] = stage_tri(load_tri(sbase + id * TRI_FLOATS, frame), -w.reach);
+            stage_put(q, load_tri(sbase + id * TRI_FLOATS, frame), -w.reach);
             staged_id[q] = id;
         }
         workgroupBarrier();
         round_based = false;
         var j = 0u;  // slots stashed since the last flush
         for (var k = n; k > 0u; k--) {
-            let t = staged_setup(staged[k - 1u], -w.reach);
+            let t = stage_get(k - 1u, -w.reach);
             let m = start + k - 1u;
             var h0 = entry_hit(s0, t, w);
             var h1 = Hit();  // explicit: naga does not re-zero a loop-body var each iteration

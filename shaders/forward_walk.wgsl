@@ -1,7 +1,7 @@
 // The forward's walk of one tile (forward.wgsl, forward_listed.wgsl): one thread per pixel, one
 // workgroup per 16x16 tile. Each pixel walks the tile's list front to back (top triangle first),
 // accumulating colour under the running transmittance, and the whole tile stops early once every
-// pixel's transmittance is below frame.stop_t (counted as the staging piece's round_all_done says).
+// pixel's transmittance is below frame.stop_t (counted as the early-stop piece's round_all_done says).
 // A rare memory operation stays out of the loop over entries where it can: llvmpipe runs one under
 // a branch as a loop over its lanes whether or not any lane takes it (docs/PERFORMANCE.md).
 // Triangles are staged in workgroup memory STAGE at a time, set up (common.wgsl
@@ -29,8 +29,8 @@ const WEIGHTS_BINDING: u32 = 9u;  // the focus map, in the weighted variant (foc
 
 var<workgroup> loss_red: array<f32, THREADS>;
 
-var<workgroup> staged: array<Staged, STAGE>;  // (the staging piece: stage_setup.wgsl or stage_tri.wgsl)
-var<workgroup> n_walk: atomic<u32>;  // the early stop's count (the staging piece's round_all_done)
+var<workgroup> staged: array<Staged, STAGE * STAGED_SLOTS>;  // (the staging piece's records)
+var<workgroup> n_walk: atomic<u32>;  // the early stop's count (walk_stop_*.wgsl round_all_done)
 var<workgroup> all_done: u32;
 
 // One pixel's front-to-back walk.
@@ -172,6 +172,7 @@ fn walk_tile(wid: vec3u, li: u32, count: u32) {
     let record = frame.with_loss != 0u && frame.n_seg > 1u;
     if (li == 0u) { atomicStore(&n_walk, 0u); all_done = 0u; }
     workgroupBarrier();  // zeroed before anything counts itself
+    stage_begin();
 
     var s0 = start_pixel(wid.xy, li, slot);
     var s1: Pixel;
@@ -199,13 +200,13 @@ fn walk_tile(wid: vec3u, li: u32, count: u32) {
         let n = end - start;
         workgroupBarrier();
         for (var q = li; q < n; q += THREADS) {
-            staged[q] = stage_tri(load_tri(sbase + tile_list[list_base + start + q] * TRI_FLOATS, frame), reach);
+            stage_put(q, load_tri(sbase + tile_list[list_base + start + q] * TRI_FLOATS, frame), reach);
         }
         workgroupBarrier();
         var k = n;
         if (PPT == 1u) {  // two entries at a time: their coverages are independent (see composite_pair)
             while (k >= 2u) {
-                composite_pair(&s0, staged_setup(staged[k - 1u], reach), staged_setup(staged[k - 2u], reach),
+                composite_pair(&s0, stage_get(k - 1u, reach), stage_get(k - 2u, reach),
                                start + k - 1u, count, record, inv_sig, reach);
                 k -= 2u;
                 if (s0.done) { break; }
@@ -232,7 +233,7 @@ fn walk_tile(wid: vec3u, li: u32, count: u32) {
             }
             let stop = run_end(start, k, count, record);
             for (; k > stop; k--) {
-                let t = staged_setup(staged[k - 1u], reach);
+                let t = stage_get(k - 1u, reach);
                 let pos = start + k - 1u;
                 composite_entry(&s0, t, pos, count, false, inv_sig, reach);
                 var all_hidden = s0.done;
@@ -252,7 +253,7 @@ fn walk_tile(wid: vec3u, li: u32, count: u32) {
                     composite_entry(&s7, t, pos, count, false, inv_sig, reach);
                     all_hidden = all_hidden && s4.done && s5.done && s6.done && s7.done;
                 }
-                if (all_hidden) { hidden = true; break; }  // this thread's pixels are all done
+                if (stage_break(all_hidden)) { hidden = true; break; }  // this thread's pixels are all done
             }
         }
         if (round_all_done(li, !thread_done(s0, s1, s2, s3, s4, s5, s6, s7))) { break; }

@@ -1,27 +1,23 @@
 // Staging for one pixel a thread (GPUs): each triangle is set up (common.wgsl TriSetup) once per
-// tile, as it is staged, and its 256 pixels read the set-up record.
+// tile, as it is staged, and its 256 pixels read the set-up record. The walks stage with stage_put
+// and read with stage_get into `staged` (STAGED_SLOTS Staged a record), which they declare.
 alias Staged = TriSetup;
+const STAGED_SLOTS: u32 = 1u;
 
 // the backward keeps the canvas beneath a staged round (backward.wgsl composite_below)
 const ROUND_BASE: bool = true;
 
-// The walks' early stop (forward_walk.wgsl, backward_walk.wgsl): a pixel counts itself into n_walk
-// as its walk ends -- rare, and a GPU branches around it -- and after a staged round the tile stops
-// once every pixel has.
-fn walk_ended() {
-    atomicAdd(&n_walk, 1u);
+fn stage_begin() {}
+
+fn stage_put(q: u32, t: TriPx, reach: f32) {
+    staged[q] = setup_tri(t, reach);
 }
 
-fn round_all_done(li: u32, thread_live: bool) -> bool {
-    workgroupBarrier();
-    if (li == 0u) { all_done = select(0u, 1u, atomicLoad(&n_walk) == WG); }
-    return workgroupUniformLoad(&all_done) == 1u;
+fn stage_get(q: u32, reach: f32) -> TriSetup {
+    return staged[q];
 }
 
-fn stage_tri(t: TriPx, reach: f32) -> Staged {
-    return setup_tri(t, reach);
-}
-
-fn staged_setup(s: Staged, reach: f32) -> TriSetup {
-    return s;
+// Whether the forward's one-entry loop stops for a thread whose pixels are all done.
+fn stage_break(thread_done: bool) -> bool {
+    return thread_done;
 }

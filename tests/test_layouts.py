@@ -185,7 +185,7 @@ def test_staging_variant_follows_pixels_per_thread():
     for ppt, piece, other in ((1, "stage_setup.wgsl", "stage_tri.wgsl"), (4, "stage_tri.wgsl", "stage_setup.wgsl"),
                               (8, "stage_tri.wgsl", "stage_setup.wgsl")):
         st = shaders.staging(ppt)
-        assert st.piece == piece
+        assert st.pieces[-1] == piece
         for kernel, stage, bstage in (("forward.wgsl", st.forward, None), ("forward_listed.wgsl", st.forward, None),
                                       ("forward_fine.wgsl", st.forward, None), ("backward.wgsl", None, st.backward),
                                       ("forward_backward.wgsl", st.forward, st.backward)):
@@ -193,6 +193,24 @@ def test_staging_variant_follows_pixels_per_thread():
             assert f"// ---- shaders/{piece}" in src and f"// ---- shaders/{other}" not in src
             assert (f"const STAGE: u32 = {stage}u;" in src) == ("const STAGE:" in src) == (stage is not None)
             assert (f"const BSTAGE: u32 = {bstage}u;" in src) == (bstage is not None)
+
+
+def test_cpu_walks_share_reads_over_subgroups_of_eight_and_count_their_stop_once_a_round():
+    # what every lane reads alike is read once a lane and shared, where subgroups have at least 8 lanes
+    for subgroups, size, ppt, stop, piece in ((True, 8, 8, "walk_stop_round", "stage_tri_shared"),
+                                              (True, 16, 4, "walk_stop_round", "stage_tri_shared"),
+                                              (True, 4, 8, "walk_stop_round", "stage_tri"),
+                                              (False, 8, 8, "walk_stop_round", "stage_tri"),
+                                              (True, 32, 1, "walk_stop_pixel", "stage_setup")):
+        for kernel in ("forward.wgsl", "backward.wgsl", "forward_backward.wgsl"):
+            src = shaders.kernel_source(kernel, subgroups=subgroups, subgroup_size=size, ppt=ppt)
+            assert src.index(f"// ---- shaders/{stop}.wgsl") < src.index(f"// ---- shaders/{piece}.wgsl")
+            assert src.count("// ---- shaders/walk_stop_") == 1 and src.count("// ---- shaders/stage_") == 1
+    # a forward kernel's pipeline is a variant of the subgroup setting too (it picks the staging piece)
+    assert shaders._variant(None, "forward.wgsl", "main", True, 16384, 8, 8, False)[0] != \
+        shaders._variant(None, "forward.wgsl", "main", False, 16384, 8, 8, False)[0]
+    assert shaders._variant(None, "adam.wgsl", "main", True, 16384, 8, 1, False)[0] == \
+        shaders._variant(None, "adam.wgsl", "main", False, 16384, 8, 1, False)[0]
 
 
 def test_a_file_spelling_a_generated_struct_is_refused():

@@ -66,8 +66,10 @@ REDUCTION = "<reduction>"  # stands for reduce_subgroup.wgsl or reduce_workgroup
 #: stands for focus_map.wgsl (a focus map weighs the loss: its own binding) or focus_none.wgsl (none:
 #: the unweighted arithmetic, and no binding) in PIECES
 FOCUS = "<focus>"
-#: stands for stage_setup.wgsl (one pixel a thread: triangles set up once per tile as they are
-#: staged) or stage_tri.wgsl (several: each thread sets up the staged record for its pixels)
+#: stands for the walks' per-adapter-kind pieces (Staging.pieces): how the early stop counts
+#: (walk_stop_pixel.wgsl / walk_stop_round.wgsl), then how triangles are staged (stage_setup.wgsl: one
+#: pixel a thread, set up once per tile as they are staged; stage_tri.wgsl / stage_tri_shared.wgsl:
+#: several, each thread sets up the staged record for its pixels)
 STAGING = "<staging>"
 #: the pieces a variant chooses
 PLACEHOLDERS = (REDUCTION, FOCUS, STAGING)
@@ -75,21 +77,28 @@ PLACEHOLDERS = (REDUCTION, FOCUS, STAGING)
 
 @dataclass(frozen=True)
 class Staging:
-    """How the forward and backward walks stage triangles in workgroup memory."""
-    piece: str
+    """How the forward and backward walks stage triangles in workgroup memory (and count their early stop)."""
+    pieces: tuple[str, ...]
     record_bytes: int  # one staged record (common.wgsl TriSetup or TriPx)
     forward: int       # records a forward round
     backward: int      # records a backward round
 
 
-def staging(ppt: int) -> Staging:
+def staging(ppt: int, shared_reads: bool = False) -> Staging:
     """One pixel a thread (GPUs) stages set-up records, fewer a round: rounds of 128 (forward) and
     64 (backward) measured faster on the H200 than 256 and 128, as less workgroup memory lets more
     workgroups run at once. Several pixels a thread (CPU adapters) stage the plain, smaller record
-    (docs/PERFORMANCE.md, "Set-up triangles")."""
+    (docs/PERFORMANCE.md, "Set-up triangles"), read shared over the subgroup where ``shared_reads``
+    (subgroups of at least 8: :func:`shares_reads`), and count the early stop once a round
+    (docs/PERFORMANCE.md, "What llvmpipe runs under a branch")."""
     if ppt == 1:
-        return Staging("stage_setup.wgsl", 80, 128, 64)
-    return Staging("stage_tri.wgsl", 48, 256, 128)
+        return Staging(("walk_stop_pixel.wgsl", "stage_setup.wgsl"), 80, 128, 64)
+    return Staging(("walk_stop_round.wgsl", "stage_tri_shared.wgsl" if shared_reads else "stage_tri.wgsl"), 48, 256, 128)
+
+
+def shares_reads(subgroups: bool, subgroup_size: int) -> bool:
+    """Whether the walks read what every lane reads alike once a lane, shared over the subgroup."""
+    return bool(subgroups) and subgroup_size >= 8
 
 
 #: the shared pieces of each kernel, in order, between the constants and the kernel file
@@ -172,10 +181,10 @@ def kernel_source(name: str, subgroups: bool, kb: int = 1, subgroup_size: int = 
     """``weighted``: the kernels that evaluate the loss weigh it by a focus map (FOCUS)."""
     if name not in PIECES:
         raise ValueError(f"unknown kernel {name!r} (kernels: {', '.join(PIECES)})")
-    chosen = {REDUCTION: "reduce_subgroup.wgsl" if subgroups else "reduce_workgroup.wgsl",
-              FOCUS: "focus_map.wgsl" if weighted else "focus_none.wgsl",
-              STAGING: staging(ppt).piece}
-    pieces = [chosen.get(p, p) for p in PIECES[name]]
+    chosen = {REDUCTION: ("reduce_subgroup.wgsl" if subgroups else "reduce_workgroup.wgsl",),
+              FOCUS: ("focus_map.wgsl" if weighted else "focus_none.wgsl",),
+              STAGING: staging(ppt, shares_reads(subgroups, subgroup_size)).pieces}
+    pieces = [piece for p in PIECES[name] for piece in chosen.get(p, (p,))]
     parts = [("shaders/common.wgsl", source("common.wgsl")),
              ("constants (render/gpu/shaders.py)", constants(name, kb, subgroup_size, ppt))]
     parts += [(f"shaders/{p}", source(p)) for p in [*pieces, name]]
@@ -199,8 +208,9 @@ def _variant(device, name: str, entry: str, subgroups: bool, workgroup_storage: 
         workgroup_storage -= (st.forward - st.backward) * st.record_bytes + 4 * (256 // ppt) + 1024
     kb = backward_batch(workgroup_storage, subgroups, subgroup_size, ppt) if is_backward else 1
     weighted = bool(weighted) and FOCUS in PIECES.get(name, ())
+    subgroups = bool(subgroups) and (is_backward or STAGING in PIECES.get(name, ()))  # (who reads it)
     # the device itself: ids get reused
-    return (device, name, entry, bool(subgroups) and is_backward, kb, subgroup_size, ppt, weighted), kb, ppt, weighted
+    return (device, name, entry, subgroups, kb, subgroup_size, ppt, weighted), kb, ppt, weighted
 
 
 def pipeline(device, name: str, entry: str = "main", subgroups: bool = False, workgroup_storage: int = 16384,
