@@ -31,7 +31,7 @@ from __future__ import annotations
 import numpy as np
 
 from .fitloop import raw_triangles
-from .limits import MAX_TRIANGLES_FIT
+from .limits import MAX_TRIANGLES_FIT, is_whole
 from .reference import signed_distance, vertices_px
 
 #: the smallest share of a pixel's colour a triangle must give there to be picked by a click
@@ -78,7 +78,7 @@ def check(payload: dict, n_triangles: int) -> dict:
         return {"op": op, "indices": idx}
     if op == "set":
         i = payload.get("index")
-        if isinstance(i, bool) or not isinstance(i, (int, np.integer)) or not 0 <= i < n_triangles:
+        if not is_whole(i) or not 0 <= i < n_triangles:
             raise ValueError(f"set: index must be in [0, {n_triangles}), got {i!r}")
         return {"op": op, "index": int(i), "values": _values(payload.get("values"), "set")[0].tolist()}
     raw = payload.get("indices")

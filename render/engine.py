@@ -20,6 +20,7 @@ from . import focus, reference
 from .errors import AdapterError, BatchError, SceneError
 from .gpu.device import ADAPTER_ENV  # noqa: F401 (TRIFIT_ADAPTER, named for the engine's users)
 from .gpu.timing import Counters, HostPhases, median_ms
+from .limits import is_whole
 from .scene import Scene
 
 log = logging.getLogger("trifit")
@@ -290,7 +291,7 @@ class Engine:
 
 def _size(scene: Scene, width, height) -> tuple[int, int]:
     for name, v in (("width", width), ("height", height)):
-        if v is not None and (isinstance(v, bool) or not isinstance(v, (int, np.integer))):
+        if v is not None and not is_whole(v):
             raise SceneError(f"render {name} must be a whole number, got {v!r:.40}")
     W = int(width) if width is not None else scene.width
     H = int(height) if height is not None else scene.height

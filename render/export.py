@@ -28,6 +28,7 @@ import numpy as np
 from . import __version__
 from .errors import AdapterError, TrifitError
 from .fileutil import atomic_write, atomic_write_bytes
+from .limits import is_whole
 from .scene import Scene
 
 #: Pillow format names of the raster suffixes.
@@ -221,7 +222,7 @@ def plan_tiles(width: int, height: int, n_tris: int, engine, max_tile=None) -> t
     cap_w, cap_h = width, height
     if max_tile is not None:
         mw, mh = (max_tile, max_tile) if isinstance(max_tile, (int, np.integer)) else max_tile
-        if any(isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1 for v in (mw, mh)):
+        if any(not is_whole(v) or v < 1 for v in (mw, mh)):
             raise ValueError(f"max_tile must be a whole number of pixels >= 1 (or a pair), got {max_tile!r:.40}")
         cap_w, cap_h = min(width, int(mw)), min(height, int(mh))
     if fits(cap_w, cap_h):

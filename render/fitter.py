@@ -31,7 +31,7 @@ from .fitloop import CHANGE_KINDS, EXACT_STOP_TRANSMITTANCE, FitSettings, check_
 from .fitstate import FitState, HostSnapshot, half_size
 from .history import History, StepStats, loop_timings, psnr_from_mse, release_loop
 from .imageio import as_target
-from .limits import MAX_TRIANGLES_FIT, MAX_WORKING_SIZE
+from .limits import MAX_TRIANGLES_FIT, MAX_WORKING_SIZE, is_whole
 from .placement import PLACEMENTS, initial_raw
 from .scene import Scene, locked_indices
 from .strategy import STRATEGIES, make_strategy
@@ -47,7 +47,7 @@ __all__ = ["BatchFitter", "Fitter", "History", "StepStats", "MAX_TRIANGLES_FIT",
 def _whole(value, what: str) -> int:
     """``value`` as an int where it is a whole number (Python's or numpy's), else SettingsError:
     int() would take 2.5, True or "3"."""
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+    if not is_whole(value):
         raise SettingsError(f"{what} must be a whole number, got {value!r:.40}")
     return int(value)
 
@@ -658,7 +658,7 @@ class BatchFitter(Fitter):
 
     def member(self, b: int, scene: Scene | None = None) -> BatchMember:
         """A Fitter-like view of image ``b`` (for trifit.report.build_report)."""
-        if isinstance(b, bool) or not isinstance(b, (int, np.integer)) or not 0 <= b < self.batch:
+        if not is_whole(b) or not 0 <= b < self.batch:
             raise IndexError(f"image {b!r:.20} of a batch of {self.batch}")
         return BatchMember(self, b, scene)
 

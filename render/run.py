@@ -28,6 +28,7 @@ import numpy as np
 from .errors import SettingsError
 from .fitloop import CHANGE_KINDS
 from .history import StepStats, psnr_from_mse
+from .limits import is_whole
 
 #: loss-based stops (target PSNR, plateau) are decided at multiples of this many iterations
 CHECK_EVERY = 50
@@ -60,7 +61,7 @@ class StopConditions:
         positive finite number of seconds, a target PSNR that is not finite."""
         for key, low in (("iterations", 0), ("plateau", 1)):
             v = getattr(self, key)
-            if v is not None and (isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < low):
+            if v is not None and (not is_whole(v) or v < low):
                 raise SettingsError(f"stop condition {key} must be a whole number >= {low}, got {v!r:.40}")
         for key, positive in (("time_limit", True), ("target_psnr", False)):
             v = getattr(self, key)

@@ -22,6 +22,7 @@ import numpy as np
 
 from .errors import SceneError
 from .fileutil import atomic_write_bytes
+from .limits import is_whole
 
 FORMAT = "trifit-scene"
 VERSION = 1
@@ -99,9 +100,9 @@ class Scene:
         _check_frame(width, height)
         if max(width, height) > MAX_FRAME_SIDE:
             raise SceneError(f"frame sides must be at most {MAX_FRAME_SIDE}, got {width} x {height}")
-        if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or not 0 <= n <= MAX_TRIANGLES:
+        if not is_whole(n) or not 0 <= n <= MAX_TRIANGLES:
             raise SceneError(f"the triangle count must be a whole number in [0, {MAX_TRIANGLES}], got {_show(n)}")
-        if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
+        if not is_whole(seed) or seed < 0:
             raise SceneError(f"the seed must be a whole number >= 0, got {_show(seed)}")
         if not (np.isfinite(sigma_px) and sigma_px > 0):
             raise SceneError(f"sigma_px must be a positive number, got {_show(sigma_px)}")
@@ -150,7 +151,7 @@ class Scene:
         """:meth:`to_json` of a scene that passes the file's rules, else :class:`SceneError`."""
         for key in ("width", "height"):
             value = getattr(self, key)
-            if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+            if not is_whole(value):
                 raise SceneError(f"'{key}' must be a whole number, got {_show(value)}")
         try:
             doc = self.to_dict()
