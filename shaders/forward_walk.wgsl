@@ -57,10 +57,11 @@ fn start_pixel(tile: vec2u, pi: u32, slot: u32) -> Pixel {
     return s;
 }
 
-// Composites list entry `pos` (triangle t, of `count`) under pixel s.
-fn composite_entry(s: ptr<function, Pixel>, t: TriSetup, pos: u32, count: u32, record: bool, inv_sig: f32, reach: f32) {
+// Composites a list entry (triangle t) under pixel s; its checkpoint, if it begins a segment, the
+// caller has recorded (record_pixel).
+fn composite_entry(s: ptr<function, Pixel>, t: TriSetup, inv_sig: f32, reach: f32) {
     if ((*s).done) { return; }
-    apply_entry(s, culled_alpha((*s).p, t, inv_sig, reach), t.rgba.rgb, pos, count, record);
+    apply_alpha(s, culled_alpha((*s).p, t, inv_sig, reach), t.rgba.rgb);
 }
 
 // Entry `pos` with coverage `alpha` already evaluated, under a pixel not yet done.
@@ -115,7 +116,8 @@ fn apply_alpha(s: ptr<function, Pixel>, alpha: f32, rgb: vec3f) {
     }
 }
 
-// composite_entry of entries `pos` (t1) then `pos - 1` (t2), with both coverages evaluated first:
+// composite_entry of entries `pos` (t1) then `pos - 1` (t2), each after its checkpoint (record_entry),
+// with both coverages evaluated first:
 // one pixel a thread leaves a GPU's scheduler few warps to hide the walk's latency with, and the
 // two evaluations are independent chains it can interleave. The composite is the same arithmetic
 // in the same order, so the bits are composite_entry's; a pixel done after t1 skips t2 as there.
@@ -234,23 +236,22 @@ fn walk_tile(wid: vec3u, li: u32, count: u32) {
             let stop = run_end(start, k, count, record);
             for (; k > stop; k--) {
                 let t = stage_get(k - 1u, reach);
-                let pos = start + k - 1u;
-                composite_entry(&s0, t, pos, count, false, inv_sig, reach);
+                composite_entry(&s0, t, inv_sig, reach);
                 var all_hidden = s0.done;
                 if (PPT > 1u) {
-                    composite_entry(&s1, t, pos, count, false, inv_sig, reach);
+                    composite_entry(&s1, t, inv_sig, reach);
                     all_hidden = all_hidden && s1.done;
                 }
                 if (PPT > 2u) {
-                    composite_entry(&s2, t, pos, count, false, inv_sig, reach);
-                    composite_entry(&s3, t, pos, count, false, inv_sig, reach);
+                    composite_entry(&s2, t, inv_sig, reach);
+                    composite_entry(&s3, t, inv_sig, reach);
                     all_hidden = all_hidden && s2.done && s3.done;
                 }
                 if (PPT > 4u) {
-                    composite_entry(&s4, t, pos, count, false, inv_sig, reach);
-                    composite_entry(&s5, t, pos, count, false, inv_sig, reach);
-                    composite_entry(&s6, t, pos, count, false, inv_sig, reach);
-                    composite_entry(&s7, t, pos, count, false, inv_sig, reach);
+                    composite_entry(&s4, t, inv_sig, reach);
+                    composite_entry(&s5, t, inv_sig, reach);
+                    composite_entry(&s6, t, inv_sig, reach);
+                    composite_entry(&s7, t, inv_sig, reach);
                     all_hidden = all_hidden && s4.done && s5.done && s6.done && s7.done;
                 }
                 if (stage_break(all_hidden)) { hidden = true; break; }  // this thread's pixels are all done
