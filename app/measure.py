@@ -6,7 +6,10 @@ long live changes take to reach the fit.
 A 10 ms QTimer heartbeat runs on the GUI thread; its lateness (actual gap minus 10 ms) is the
 time the event loop could not react, so its p99 / max are the worst stalls a user would feel.
 Halfway through, the triangle count and sigma are changed; the worker reports when each
-change was applied (``FitWorkerSignals.applied``).
+change was applied (``FitWorkerSignals.applied``). With ``--export WIDTH``, a picture export of
+that width starts halfway instead, and the heartbeat's lateness while it runs is reported apart
+(tests/test_gui_export.py checks that its work stays off the GUI thread; this measures what the
+GUI thread feels).
 """
 
 from __future__ import annotations
@@ -137,7 +140,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--triangles", type=int, default=150)
     parser.add_argument("--warmup", type=float, default=2.0, help="seconds of fitting before measuring")
     parser.add_argument("--hide-plots", action="store_true", help="close the plots dock (to see its share)")
+    parser.add_argument("--export", type=int, metavar="WIDTH", default=0,
+                        help="halfway, export a PNG this wide (to a temporary folder) instead of the live change")
     args = parser.parse_args(argv)
+    if args.export < 0:
+        parser.error("--export: a width in pixels")
 
     session = Session("trifit.app.measure", argv, args.size, args.triangles)
     window, stalls = session.window, session.stalls
@@ -157,25 +164,56 @@ def main(argv: list[str] | None = None) -> int:
         window.controls.triangles.setValue(args.triangles + 20)
         window.controls.sigma.setValue(1.0)
 
+    export: dict = {}
+
+    def start_export():
+        export["t0"] = time.perf_counter()
+        export["stalls"] = StallMeter()
+        export["stalls"].begin()
+        export["dir"] = tempfile.TemporaryDirectory()
+        job = window.export_picture(f"{export['dir'].name}/export.png", width=args.export)
+        export["job"] = job
+        if job is not None:
+            job.finished.connect(lambda _path: export["stalls"].stop())
+            job.failed.connect(lambda _why: export["stalls"].stop())
+
+    def export_line() -> str:
+        job, meter = export.get("job"), export.get("stalls")
+        if job is None:
+            return f"export: {args.export} px wide, refused ({window.last_error})"
+        meter.stop()
+        if job.active:
+            state = (f"still running after {time.perf_counter() - export['t0']:.1f} s ({job.done_tiles} tiles done: "
+                     "a longer --seconds lets it end)")
+        else:
+            state = f"{job.state} after {job.seconds:.1f} s"
+        return (f"export: {job.size[0]} x {job.size[1]} px, {job.total_tiles} tiles, {state}; "
+                f"event-loop heartbeat meanwhile ({len(meter.gaps_ms)} beats): lateness p50 {meter.p(50):.1f} ms, "
+                f"p99 {meter.p(99):.1f} ms, max {meter.max_ms:.1f} ms")
+
     def finish():
         elapsed = time.perf_counter() - state["t0"]
         frames = window.canvas.clock.count - state["frames0"]
         iters = session.iteration() - state["iter0"]
         lines = [f"{k}: {v}" for k, v in session.describe().items()] + [
-            f"fit: {window.fit_info.width}x{window.fit_info.height} px, {args.triangles} triangles "
-            f"(+20 halfway), measured {elapsed:.1f} s after {args.warmup:.0f} s warm-up"
+            f"fit: {window.fit_info.width}x{window.fit_info.height} px, {args.triangles} triangles"
+            + (", an export halfway" if args.export else " (+20 halfway)")
+            + f", measured {elapsed:.1f} s after {args.warmup:.0f} s warm-up"
             + (", plots dock hidden" if args.hide_plots else ""),
             f"fit rate: {iters / elapsed:.1f} iterations/s ({iters} iterations)",
             f"preview: {frames / elapsed:.1f} frames/s ({frames} frames drawn, "
             f"{window.canvas.clock.cancelled} cancelled, {window.canvas.clock.deferred} deferred while the fit held the GPU)",
             f"event-loop heartbeat ({HEARTBEAT_MS} ms timer, {len(stalls.gaps_ms)} beats): lateness p50 "
             f"{stalls.p(50):.1f} ms, p99 {stalls.p(99):.1f} ms, max {stalls.max_ms:.1f} ms",
-            "live change applied after: " + (", ".join(f"{k} {v * 1000:.0f} ms" for k, v in latencies.items())
-                                             or "(not applied)"),
         ]
+        if args.export:
+            lines.append(export_line())
+        else:
+            lines.append("live change applied after: " + (", ".join(f"{k} {v * 1000:.0f} ms" for k, v in latencies.items())
+                                                          or "(not applied)"))
         print("\n".join(lines), flush=True)
 
-    return session.run(args.warmup, args.seconds, begin, finish, halfway=change)
+    return session.run(args.warmup, args.seconds, begin, finish, halfway=start_export if args.export else change)
 
 
 if __name__ == "__main__":

@@ -140,9 +140,9 @@ def test_gpu_gate_never_makes_the_gui_wait():
     t = threading.Thread(target=worker)
     t.start()
     held.wait(5)
-    start = time.perf_counter()
-    assert gate.try_gui_turn() is False          # the fit holds the GPU: the GUI does not wait
-    assert time.perf_counter() - start < 0.05
+    # The fit holds the GPU: the GUI does not wait (a call that waited would get the turn once the
+    # worker let go, and return True; no clock is read, so a loaded machine cannot fail this).
+    assert gate.try_gui_turn() is False
     gate.expect_frame()
     assert gate.wait_for_frame(0.01) is False    # the worker's bounded wait for a frame times out
     release.set()
