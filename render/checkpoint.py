@@ -157,17 +157,32 @@ def settings_of(ck: Checkpoint) -> tuple[FitSettings, FitSettings]:
 
 
 # ---------------------------------------------------------------------- files
-def save_checkpoint(ck: Checkpoint, path) -> Path:
-    """Write ``ck`` to ``path`` atomically (a ``.npz``)."""
-    path = Path(path)
+def _arrays(ck: Checkpoint) -> dict[str, np.ndarray]:
+    """``ck`` as the arrays of its file (the state as UTF-8 JSON bytes)."""
     arrays = {"state": np.frombuffer(json.dumps(ck.state, allow_nan=False).encode("utf-8"), dtype=np.uint8),
               "raw": ck.raw, "m": ck.m, "v": ck.v}
     if ck.records is not None:
         arrays["records"] = ck.records
     for b, (its, losses) in enumerate(ck.histories):
         arrays[f"iterations_{b}"], arrays[f"losses_{b}"] = its, losses
+    return arrays
+
+
+def check_checkpoint(ck: Checkpoint, name: str = "the checkpoint") -> Checkpoint:
+    """An in-memory checkpoint checked by the rules a loaded file passes (:func:`load_checkpoint`):
+    :class:`CheckpointError` says what is wrong with one whose parts were changed or disagree."""
+    try:
+        arrays = _arrays(ck)
+    except (TypeError, ValueError, RecursionError) as exc:  # a state JSON cannot hold
+        raise CheckpointError(f"{name} has no readable state ({exc})") from None
+    return _checked(arrays, name)
+
+
+def save_checkpoint(ck: Checkpoint, path) -> Path:
+    """Write ``ck`` to ``path`` atomically (a ``.npz``)."""
+    path = Path(path)
     buf = io.BytesIO()
-    np.savez(buf, **arrays)
+    np.savez(buf, **_arrays(ck))
     atomic_write_bytes(path, buf.getvalue())
     return path
 
@@ -217,6 +232,9 @@ def _checked(data: dict, name: str) -> Checkpoint:
     except (KeyError, TypeError, ValueError) as exc:
         raise CheckpointError(f"{name} is incomplete or damaged ({type(exc).__name__}: {exc})") from None
     shape = arrays[0].shape
+    if any(a.shape != shape for a in arrays):
+        raise CheckpointError(f"{name}: parameters and Adam moments disagree (shapes "
+                              f"{', '.join(str(a.shape) for a in arrays)})")
     if batch < 1 or n < 1 or it < 0 or len(shape) != 2 or shape[0] != batch or shape[1] < n * 10 \
             or any(a.shape != shape for a in arrays):
         raise CheckpointError(f"{name}: parameters of shape {shape} do not fit {batch} image(s) of {n} triangles")
@@ -252,4 +270,4 @@ def _settings(d: dict) -> FitSettings:
     return FitSettings(**recorded_settings(d))
 
 
-__all__ = ["Checkpoint", "CheckpointError", "load_checkpoint", "save_checkpoint", "settings_of", "take"]
+__all__ = ["Checkpoint", "CheckpointError", "check_checkpoint", "load_checkpoint", "save_checkpoint", "settings_of", "take"]

@@ -24,7 +24,7 @@ from dataclasses import replace as dc_replace
 import numpy as np
 
 from . import __version__, edits, focus
-from .checkpoint import Checkpoint, restore as restore_checkpoint, settings_of, take as take_checkpoint
+from .checkpoint import Checkpoint, check_checkpoint, restore as restore_checkpoint, settings_of, take as take_checkpoint
 from .engine import Engine
 from .errors import BatchError, DeviceLostError, ImageError, NumericalFault, SettingsError, TrifitError
 from .fitloop import CHANGE_KINDS, EXACT_STOP_TRANSMITTANCE, FitSettings, check_settings, raw_from_scene
@@ -109,6 +109,7 @@ class Fitter(FitState):
         if not isinstance(checkpoint, Checkpoint):
             raise TypeError(f"resume takes a Checkpoint (Fitter.checkpoint(), load_checkpoint), got "
                             f"{type(checkpoint).__name__}")
+        checkpoint = check_checkpoint(checkpoint)  # (one made or changed in memory: a file's rules)
         if cls is not Fitter or checkpoint.state["batch"] != 1:
             raise TrifitError("Fitter.resume continues a one-image fit")
         initial, now = settings_of(checkpoint)

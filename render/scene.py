@@ -74,7 +74,7 @@ class Scene:
             float(self.sigma),
             self.background.copy(),
             self.triangles.copy(),
-            json.loads(json.dumps(self.extra)),
+            plain_extra(self.extra),
         )
 
     # ------------------------------------------------------------------ construction
@@ -132,7 +132,7 @@ class Scene:
             "background": [float(v) for v in self.background],
             "triangles": [[float(v) for v in row] for row in self.triangles],
         }
-        for key, value in self.extra.items():
+        for key, value in plain_extra(self.extra).items():
             if key not in out:
                 out[key] = value
         return out
@@ -155,6 +155,8 @@ class Scene:
                 raise SceneError(f"'{key}' must be a whole number, got {_show(value)}")
         try:
             doc = self.to_dict()
+        except SceneError:
+            raise
         except (TypeError, ValueError) as exc:  # a field of the wrong shape or type
             raise SceneError(f"the scene cannot be written: {exc}") from None
         Scene.from_dict(doc)  # (the rules, naming the entry that breaks one)
@@ -293,6 +295,27 @@ def _show(v: Any) -> str:
     if isinstance(v, int) and v.bit_length() > 128:  # repr() of a huge int is slow or refused
         return f"an integer of {v.bit_length()} bits"
     return f"{v!r:.60}"
+
+
+def _json_value(v: Any) -> Any:
+    """json's hook for what it cannot write itself: numpy's scalars and arrays as the numbers and
+    lists they hold (a fit's meta is often computed with numpy)."""
+    if isinstance(v, np.generic):
+        return v.item()
+    if isinstance(v, np.ndarray):
+        return v.tolist()
+    raise TypeError(f"{type(v).__name__} is not a JSON value")
+
+
+def plain_extra(extra: dict[str, Any]) -> dict[str, Any]:
+    """A deep copy of a scene's unknown keys as plain JSON values (numpy's turned into Python's),
+    or :class:`SceneError` saying what cannot be written."""
+    if not isinstance(extra, dict):
+        raise SceneError(f"the scene's extra keys must be a dict, got {type(extra).__name__}")
+    try:
+        return json.loads(json.dumps(extra, default=_json_value))
+    except (TypeError, ValueError, RecursionError) as exc:
+        raise SceneError(f"the scene's extra keys (meta among them) cannot be written as JSON: {exc}") from None
 
 
 def _check_finite_everywhere(extra: dict[str, Any]) -> None:

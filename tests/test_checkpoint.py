@@ -134,3 +134,29 @@ def test_batch_checkpoints_are_not_resumed_as_one_image(ref_engine):
     b.step(2)
     with pytest.raises(TrifitError, match="one-image"):
         Fitter.resume(_target(32, 24), b.checkpoint(), engine=ref_engine)
+
+
+def test_an_in_memory_checkpoint_is_checked_as_a_file_is(ref_engine):
+    """Fitter.resume of a Checkpoint changed in memory: the file's rules, as CheckpointError."""
+    import dataclasses
+
+    f = Fitter(_target(32, 24), triangles=6, size=32, seed=0, engine=ref_engine)
+    f.step(5)
+    ck = f.checkpoint()
+    f.close()
+    cases = {
+        "moments disagree": (dataclasses.replace(ck, m=ck.m[:, :-1]), "disagree"),
+        "nan": (dataclasses.replace(ck, raw=ck.raw * np.nan), "finite"),
+        "count": (dataclasses.replace(ck, state={**ck.state, "n_triangles": 500}), "do not fit"),
+        "iteration": (dataclasses.replace(ck, state={**ck.state, "iteration": "x"}), "damaged"),
+        "state json": (dataclasses.replace(ck, state={**ck.state, "wall_s": float("nan")}), "no readable state"),
+        "history": (dataclasses.replace(ck, histories=[(ck.histories[0][0], ck.histories[0][1][:-1])]), "differ"),
+    }
+    for name, (bad, words) in cases.items():
+        with pytest.raises(CheckpointError, match=words):
+            Fitter.resume(_target(32, 24), bad, engine=ref_engine)
+            pytest.fail(name)
+    resumed = Fitter.resume(_target(32, 24), ck, engine=ref_engine)  # the untouched one goes on
+    assert resumed.iteration == 5
+    resumed.step(1)
+    assert resumed.iteration == 6

@@ -120,3 +120,32 @@ def test_a_full_disk_is_one_line_and_keeps_the_old_file(tmp_path, failure, stora
     if storage:
         assert str(caught.value).startswith(f"{p}: cannot write (") and "\n" not in str(caught.value)
     assert p.read_bytes() == b"old" and [f.name for f in tmp_path.iterdir()] == ["out.bin"]
+
+
+def test_numpy_values_in_meta_are_written_as_the_numbers_they_hold(tmp_path):
+    s = Scene.random(3, 32, 32, seed=0)
+    s.meta.update(psnr=np.float32(24.5), iterations=np.int64(1200), losses=np.array([0.5, 0.25]))
+    expected = {"psnr": 24.5, "iterations": 1200, "losses": [0.5, 0.25]}
+    copy = s.copy()
+    assert {k: copy.meta[k] for k in expected} == expected
+    assert type(copy.meta["iterations"]) is int and type(copy.meta["psnr"]) is float
+    s.save(tmp_path / "s.json")
+    loaded = Scene.load(tmp_path / "s.json")
+    assert {k: loaded.meta[k] for k in expected} == expected
+    assert loaded.to_json() == copy.to_json()
+
+
+@pytest.mark.parametrize("bad, words", [(object(), "cannot be written as JSON"),
+                                        (np.float32("nan"), "finite"),
+                                        ({np.int64(1): 2}, "cannot be written as JSON")],
+                         ids=["object", "numpy-nan", "numpy-key"])
+def test_meta_that_cannot_be_written_is_a_scene_error_and_no_file(tmp_path, bad, words):
+    s = Scene.random(3, 32, 32, seed=0)
+    s.meta["bad"] = bad
+    with pytest.raises(SceneError, match=words) as e:
+        s.save(tmp_path / "s.json")
+    assert "\n" not in str(e.value) and str(e.value).count("cannot be written") <= 1
+    assert not (tmp_path / "s.json").exists()
+    if words != "finite":  # (copy writes no file: it keeps what JSON can hold, the rules are save's)
+        with pytest.raises(SceneError, match=words):
+            s.copy()
