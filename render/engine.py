@@ -244,7 +244,8 @@ class Engine:
 
     # ------------------------------------------------------------------ calls
     def render(self, scene: Scene, width: int | None = None, height: int | None = None) -> np.ndarray:
-        """Render at ``width`` x ``height`` (default: the scene's frame): float32 (H, W, 3) in [0, 1]."""
+        """Render at ``width`` x ``height`` (default: the scene's frame; one of them alone keeps the
+        frame's aspect, rounded as ``trifit render --width`` rounds it): float32 (H, W, 3) in [0, 1]."""
         W, H = _size(scene, width, height)
         return self.render_many([scene], W, H)[0]
 
@@ -295,6 +296,11 @@ def _size(scene: Scene, width, height) -> tuple[int, int]:
             raise SceneError(f"render {name} must be a whole number, got {v!r:.40}")
     W = int(width) if width is not None else scene.width
     H = int(height) if height is not None else scene.height
+    if (width is None) != (height is None):  # one side given: the frame's aspect kept
+        if width is None:
+            W = max(1, round(H * scene.width / scene.height))
+        else:
+            H = max(1, round(W * scene.height / scene.width))
     if W <= 0 or H <= 0:
         raise SceneError(f"render size must be positive, got {W}x{H}")
     return W, H

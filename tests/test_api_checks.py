@@ -145,7 +145,9 @@ def test_the_engine_checks_scene_objects_sizes_and_targets(ref):
     for width in (0, 2.7, "8", True):
         with pytest.raises(SceneError, match="render"):
             ref.render(s, width)
-    assert ref.render(s, np.int64(8)).shape == (12, 8, 3)
+    assert ref.render(s, np.int64(8)).shape == (6, 8, 3)  # (a width alone keeps the 16 x 12 frame's aspect)
+    assert ref.render(s, height=3).shape == (3, 4, 3) and ref.render(s, 8, 12).shape == (12, 8, 3)
+    assert ref.render(s, 1).shape == (1, 1, 3)  # (never 0 px high)
     target = (np.random.default_rng(0).random((12, 16, 3)) * 255).astype(np.uint8)
     with pytest.raises(BatchError, match=r"in \[0, 1\]"):  # (0-255 scored as a loss of ~20,000)
         ref.loss_and_grad(s, target)
