@@ -10,6 +10,7 @@ one it has.
 from __future__ import annotations
 
 import logging
+import os
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -260,18 +261,20 @@ class Engine:
     def loss_and_grad(self, scene: Scene, target: np.ndarray, loss: str = "mse", weights=None):
         """Loss of the scene rendered at the target's size against it, and the gradient.
         ``weights``: a focus map (H, W) in [0, 1] -- each pixel's loss term times its weight, the
-        loss their weighted mean (render/focus.py, docs/MODEL.md)."""
+        loss their weighted mean (render/focus.py, docs/MODEL.md) -- or, as ``Fitter`` takes it, a
+        grey picture's path or PIL image of the target's aspect, resized to it."""
         losses, grads = self.loss_and_grad_many([scene], np.asarray(target)[None], loss, weights)
         return losses[0], grads[0]
 
     def loss_and_grad_many(self, scenes: Sequence[Scene], targets: np.ndarray, loss: str = "mse", weights=None):
-        """``weights``: one focus map (H, W) for every scene, or one each (B, H, W)."""
+        """``weights``: one focus map (H, W) for every scene (or a picture, as :meth:`loss_and_grad`
+        takes it), or one each (B, H, W)."""
         if loss not in reference.LOSSES:
             raise ValueError(f"unknown loss {loss!r}; choose one of {', '.join(reference.LOSSES)}")
         targets = _check_targets(targets, len(scenes))
         tris, bg, sigma = _stack(scenes)
         losses, grads = self.impl.loss_and_grad_batch(tris, bg, sigma, targets, loss,
-                                                      weights=focus.check_batch(weights, targets))
+                                                      weights=_focus(weights, targets))
         T = tris.shape[1]
         out = [Gradient(g[:T].copy(), g[T, :3].copy()) for g in grads]
         return [float(v) for v in losses], out
@@ -281,13 +284,21 @@ class Engine:
         target's size) would grow if each triangle alone were removed -- what pruning ranks by.
         The GPU backend sums it in the backward's walk (float32), the reference in float64.
         ``transient=True``: do not keep this shape's buffers cached (one-off shapes).
-        ``weights``: a focus map (H, W): the growth of the weighted sum, each pixel's term times
-        its weight."""
+        ``weights``: a focus map (H, W) or a picture (as :meth:`loss_and_grad` takes it): the growth
+        of the weighted sum, each pixel's term times its weight."""
         targets = _check_targets(np.asarray(target)[None], 1)
         tris, bg, sigma = _stack([scene])
         costs = self.impl.removal_costs_batch(tris, bg, sigma, targets, transient=transient,
-                                              weights=focus.check_batch(weights, targets))
+                                              weights=_focus(weights, targets))
         return np.asarray(costs[0], dtype=np.float64)
+
+
+def _focus(weights, targets: np.ndarray) -> np.ndarray | None:
+    """(B, H, W) weights for targets (B, H, W, 3): arrays as given (focus.check_batch), a picture
+    (a path, a PIL image) read as ``Fitter`` reads one, resized to the targets' frame."""
+    if isinstance(weights, (str, os.PathLike)) or type(weights).__module__.startswith("PIL."):
+        weights = focus.focus_map(weights, targets.shape[1:3])
+    return focus.check_batch(weights, targets)
 
 
 def _size(scene: Scene, width, height) -> tuple[int, int]:

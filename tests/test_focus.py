@@ -211,6 +211,29 @@ def test_focus_maps_are_resized_checked_and_scaled(tmp_path):
     assert np.all(s[0] == 1.0) and np.allclose(s[1].mean(), 1.0) and np.all(s[1, :2] == 0)
 
 
+def test_the_engine_takes_a_focus_picture_as_the_fitter_does(tmp_path, ref_engine):
+    """Engine.loss_and_grad / removal_costs with a path or a PIL image: the map focus_map makes of
+    it at the target's frame, the same numbers as that array; a bad picture is one ImageError."""
+    grey = np.zeros((40, 60), np.uint8)
+    grey[:, :30] = 255
+    Image.fromarray(grey, "L").save(tmp_path / "m.png")
+    scene = Scene.random(6, 30, 20, seed=1)
+    target = np.random.default_rng(0).random((20, 30, 3))
+    as_array = focus.focus_map(tmp_path / "m.png", (20, 30))
+    want_loss, want_grad = ref_engine.loss_and_grad(scene, target, weights=as_array)
+    for picture in (tmp_path / "m.png", str(tmp_path / "m.png"), Image.fromarray(grey, "L")):
+        loss, grad = ref_engine.loss_and_grad(scene, target, weights=picture)
+        assert loss == want_loss and np.array_equal(grad.triangles, want_grad.triangles)
+        assert np.array_equal(ref_engine.removal_costs(scene, target, weights=picture),
+                              ref_engine.removal_costs(scene, target, weights=as_array))
+    unweighted = ref_engine.loss_and_grad(scene, target)[0]
+    assert unweighted != want_loss  # (the map mattered)
+    with pytest.raises(ImageError, match="aspect ratio"):
+        ref_engine.loss_and_grad(scene, np.zeros((30, 30, 3)), weights=tmp_path / "m.png")
+    with pytest.raises(ImageError, match="no such file"):
+        ref_engine.loss_and_grad(scene, target, weights=tmp_path / "missing.png")
+
+
 def test_new_triangles_go_where_the_weighted_error_is():
     target = np.random.default_rng(0).uniform(0, 1, (32, 32, 3)).astype(np.float32)
     w = np.zeros((32, 32))
