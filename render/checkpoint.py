@@ -235,8 +235,7 @@ def _checked(data: dict, name: str) -> Checkpoint:
     if any(a.shape != shape for a in arrays):
         raise CheckpointError(f"{name}: parameters and Adam moments disagree (shapes "
                               f"{', '.join(str(a.shape) for a in arrays)})")
-    if batch < 1 or n < 1 or it < 0 or len(shape) != 2 or shape[0] != batch or shape[1] < n * 10 \
-            or any(a.shape != shape for a in arrays):
+    if batch < 1 or n < 1 or it < 0 or len(shape) != 2 or shape[0] != batch or shape[1] < n * 10:
         raise CheckpointError(f"{name}: parameters of shape {shape} do not fit {batch} image(s) of {n} triangles")
     if any(a.dtype != np.float64 or not np.all(np.isfinite(a)) for a in arrays):
         raise CheckpointError(f"{name}: parameters must be finite float64")
