@@ -253,7 +253,7 @@ class Fitter(FitState):
         ``guessed``: ... before the working size's speed was measured (a time limit's first guess,
         or its half-size stage's guess of the working size's cost), so the strategy starts nothing
         it cannot take back on it (pruning)."""
-        total = max(1, int(total_iterations))
+        total = max(1, _whole(total_iterations, "a plan's iterations"))  # (fewer than one: a plan of one)
         guessed = bool(guessed and time_budgeted)
         self._record("guessed_plan" if guessed else "time_plan" if time_budgeted else "plan", total)
         self.strategy.replan(total)  # (the schedules' progress goes on from where it is)

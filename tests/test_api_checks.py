@@ -54,6 +54,18 @@ def test_numpy_numbers_are_whole_numbers_and_a_closed_fitter_takes_no_calls(ref,
             call()
 
 
+def test_a_plan_is_a_whole_number_of_iterations(ref, target):
+    fit = Fitter(target, triangles=3, size=16, engine=ref)
+    for bad in (2.5, True, "300", float("nan")):
+        with pytest.raises(SettingsError, match="a plan's iterations must be a whole number"):
+            fit.plan(bad)
+    fit.plan(np.int64(300))
+    assert fit.settings.planned_iterations == 300
+    fit.plan(0)  # (fewer than one: a plan of one, as a time limit's plan may ask)
+    assert fit.settings.planned_iterations == 1
+    fit.close()
+
+
 def test_batch_fitter_wants_a_list_of_images(ref, target):
     for one in (target, "photo.png"):
         with pytest.raises(TrifitError, match="for one image use Fitter"):
