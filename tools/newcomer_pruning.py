@@ -1,0 +1,96 @@
+"""Pruning that weighs the newcomers (measured, not built into the fit): at each pruning step the
+triangles placed since the last growth event -- which have had at most half a cycle to find their
+place, starting faint and small -- have their removal costs scaled by F before the ranking (F > 1
+protects them, F < 1 prefers to remove them; ``inf`` removes only older triangles). Positive costs
+are multiplied by F, negative ones divided, so F moves a newcomer's rank the same way either sign.
+
+    python tools/newcomer_pruning.py --budget 12000 --seeds 0,1,2 --factors 1,2,inf [--images a.png,b.png]
+
+Each seed runs every factor in turn (1 is the default fit, to the byte); each scene is scored by
+the float64 reference as saved. It reaches into the fitter's private id counter (``_next_id``):
+a measuring tool, not an API.
+"""
+
+import argparse
+import time
+
+import numpy as np
+
+from trifit import Engine, Fitter, load_image
+from trifit.quality import score_as_saved
+from trifit.resources import sample_path
+from trifit.strategy import DefaultStrategy
+
+
+class Newcomers(DefaultStrategy):
+    """The default strategy, its pruning steps ranking newcomers' costs scaled by ``factor``."""
+
+    factor = 1.0
+
+    def on_event(self, iteration: int) -> None:
+        fit, change = self.fit, self._count_change(iteration)
+        if change is not None and change[0] == "grow":
+            fit.triangle_ids_all()  # (numbered, so the counter is where new ids start)
+            self.born_from = getattr(fit, "_next_id", 0)
+        if change is None or change[0] != "prune":
+            return super().on_event(iteration)
+        factor, born = self.factor, getattr(self, "born_from", None)
+
+        def biased(n, transient=False):
+            costs = fit.pruning_costs(transient).astype(np.float64)
+            if born is not None:
+                new = np.stack(fit.triangle_ids_all()) >= born
+                if np.isinf(factor):
+                    scaled = costs + np.where(np.isfinite(costs), 1e30, 0.0)
+                else:
+                    scaled = np.where(costs > 0, costs * factor, costs / factor)
+                costs = np.where(new, scaled, costs)
+                self.newcomers_kept = getattr(self, "newcomers_kept", 0)
+            order = np.sort(np.argsort(-costs, kind="stable", axis=1)[:, :n], axis=1)
+            if born is not None:
+                self.newcomers_kept += int(np.sum(np.take_along_axis(new, order, axis=1)))
+                self.newcomers_seen = getattr(self, "newcomers_seen", 0) + int(np.sum(new))
+            return order
+
+        fit.most_costly = biased
+        try:
+            super().on_event(iteration)
+        finally:
+            del fit.most_costly
+
+
+def main() -> None:
+    p = argparse.ArgumentParser()
+    p.add_argument("--budget", type=int, default=12000, help="iterations, planned as a time-limited fit would")
+    p.add_argument("--seeds", default="0,1,2")
+    p.add_argument("--images", default="astronaut.png,chelsea.png")
+    p.add_argument("--size", type=int, default=176)
+    p.add_argument("--tris", type=int, default=150)
+    p.add_argument("--factors", default="1,2,inf")
+    a = p.parse_args()
+    factors = [float(f) for f in a.factors.split(",")]
+    eng = Engine("gpu")
+    print(f"# newcomers' pruning costs scaled, {a}, {eng.description}, {time.strftime('%Y-%m-%d %H:%M')}", flush=True)
+    for name in a.images.split(","):
+        target = load_image(sample_path(name) if "/" not in name else name, a.size)
+        Fitter(target, triangles=a.tris, size=a.size, engine=eng).close()  # (pipelines before any fit)
+        for seed in [int(s) for s in a.seeds.split(",")]:
+            for factor in factors:
+                f = Fitter(target, triangles=a.tris, size=a.size, seed=seed, engine=eng)
+                f.strategy.__class__ = Newcomers
+                f.strategy.factor = factor
+                t0 = time.perf_counter()
+                f.plan(a.budget, time_budgeted=True)
+                f.step(a.budget)
+                f.finish()
+                wall = time.perf_counter() - t0
+                psnr = score_as_saved(f.scene, target)["psnr"]
+                s = f.strategy
+                print(f"{name.rsplit('/', 1)[-1]} seed {seed} factor {factor:g}: {f.iteration} it {wall:.2f} s "
+                      f"psnr {psnr:.3f} newcomers kept {getattr(s, 'newcomers_kept', '-')} of "
+                      f"{getattr(s, 'newcomers_seen', '-')}", flush=True)
+                f.close()
+
+
+if __name__ == "__main__":
+    main()
