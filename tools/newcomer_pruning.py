@@ -5,6 +5,7 @@ protects them, F < 1 prefers to remove them; ``inf`` removes only older triangle
 are multiplied by F, negative ones divided, so F moves a newcomer's rank the same way either sign.
 
     python tools/newcomer_pruning.py --budget 12000 --seeds 0,1,2 --factors 1,2,inf [--images a.png,b.png]
+    python tools/newcomer_pruning.py --seconds 1 --seeds 0,1,2 --factors 1,2   # time-limited, in process
 
 Each seed runs every factor in turn (1 is the default fit, to the byte); each scene is scored by
 the float64 reference as saved. It reaches into the fitter's private id counter (``_next_id``):
@@ -16,7 +17,7 @@ import time
 
 import numpy as np
 
-from trifit import Engine, Fitter, load_image
+from trifit import Engine, Fitter, StopConditions, load_image
 from trifit.quality import score_as_saved
 from trifit.resources import sample_path
 from trifit.strategy import DefaultStrategy
@@ -67,6 +68,7 @@ def main() -> None:
     p.add_argument("--size", type=int, default=176)
     p.add_argument("--tris", type=int, default=150)
     p.add_argument("--factors", default="1,2,inf")
+    p.add_argument("--seconds", type=float, help="time-limited fits of this many seconds instead of --budget")
     a = p.parse_args()
     factors = [float(f) for f in a.factors.split(",")]
     eng = Engine("gpu")
@@ -80,9 +82,12 @@ def main() -> None:
                 f.strategy.__class__ = Newcomers
                 f.strategy.factor = factor
                 t0 = time.perf_counter()
-                f.plan(a.budget, time_budgeted=True)
-                f.step(a.budget)
-                f.finish()
+                if a.seconds:
+                    f.run(StopConditions(time_limit=a.seconds))
+                else:
+                    f.plan(a.budget, time_budgeted=True)
+                    f.step(a.budget)
+                    f.finish()
                 wall = time.perf_counter() - t0
                 psnr = score_as_saved(f.scene, target)["psnr"]
                 s = f.strategy
