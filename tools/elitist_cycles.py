@@ -16,11 +16,11 @@ It reaches into the fitter's private state (``_state``, ``_set``): a measuring t
 import argparse
 import time
 
+import cycle_runs
 import numpy as np
 
-from trifit import Engine, Fitter, load_image
+from trifit import Engine, Fitter
 from trifit.quality import score_as_saved
-from trifit.resources import sample_path
 from trifit.strategy import DefaultStrategy
 
 
@@ -54,21 +54,15 @@ class Elitist(DefaultStrategy):
 
 def main() -> None:
     p = argparse.ArgumentParser()
-    p.add_argument("--budget", type=int, default=12000, help="iterations, planned as a time-limited fit would")
-    p.add_argument("--seeds", default="0,1,2")
-    p.add_argument("--images", default="astronaut.png,chelsea.png")
-    p.add_argument("--size", type=int, default=176)
-    p.add_argument("--tris", type=int, default=150)
+    cycle_runs.add_fit_options(p)
     p.add_argument("--margin", type=float, default=0.0)
     p.add_argument("--final", type=int, default=1, help="also at the last cycle's end, before the polish")
     a = p.parse_args()
     Elitist.margin = a.margin
     eng = Engine("gpu")
     print(f"# elitist pruning cycles, {a}, {eng.description}, {time.strftime('%Y-%m-%d %H:%M')}", flush=True)
-    for name in a.images.split(","):
-        target = load_image(sample_path(name) if "/" not in name else name, a.size)
-        Fitter(target, triangles=a.tris, size=a.size, engine=eng).close()  # (pipelines before any fit)
-        for seed in [int(s) for s in a.seeds.split(",")]:
+    for name, target in cycle_runs.targets(a, eng):
+        for seed in cycle_runs.seeds(a):
             for variant in ("default", "elitist"):
                 f = Fitter(target, triangles=a.tris, size=a.size, seed=seed, engine=eng)
                 if variant == "elitist":

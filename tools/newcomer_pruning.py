@@ -15,11 +15,11 @@ a measuring tool, not an API.
 import argparse
 import time
 
+import cycle_runs
 import numpy as np
 
-from trifit import Engine, Fitter, StopConditions, load_image
+from trifit import Engine, Fitter, StopConditions
 from trifit.quality import score_as_saved
-from trifit.resources import sample_path
 from trifit.strategy import DefaultStrategy
 
 
@@ -27,6 +27,9 @@ class Newcomers(DefaultStrategy):
     """The default strategy, its pruning steps ranking newcomers' costs scaled by ``factor``."""
 
     factor = 1.0
+    born_from = None   # the first id of the triangles placed since the last growth event
+    newcomers_seen = 0  # newcomers ranked at pruning steps (each step counts its own)
+    newcomers_kept = 0  # ... and kept there
 
     def on_event(self, iteration: int) -> None:
         fit, change = self.fit, self._count_change(iteration)
@@ -35,7 +38,7 @@ class Newcomers(DefaultStrategy):
             self.born_from = getattr(fit, "_next_id", 0)
         if change is None or change[0] != "prune":
             return super().on_event(iteration)
-        factor, born = self.factor, getattr(self, "born_from", None)
+        factor, born = self.factor, self.born_from
 
         def biased(n, transient=False):
             costs = fit.pruning_costs(transient).astype(np.float64)
@@ -46,11 +49,10 @@ class Newcomers(DefaultStrategy):
                 else:
                     scaled = np.where(costs > 0, costs * factor, costs / factor)
                 costs = np.where(new, scaled, costs)
-                self.newcomers_kept = getattr(self, "newcomers_kept", 0)
             order = np.sort(np.argsort(-costs, kind="stable", axis=1)[:, :n], axis=1)
             if born is not None:
                 self.newcomers_kept += int(np.sum(np.take_along_axis(new, order, axis=1)))
-                self.newcomers_seen = getattr(self, "newcomers_seen", 0) + int(np.sum(new))
+                self.newcomers_seen += int(np.sum(new))
             return order
 
         fit.most_costly = biased
@@ -62,21 +64,15 @@ class Newcomers(DefaultStrategy):
 
 def main() -> None:
     p = argparse.ArgumentParser()
-    p.add_argument("--budget", type=int, default=12000, help="iterations, planned as a time-limited fit would")
-    p.add_argument("--seeds", default="0,1,2")
-    p.add_argument("--images", default="astronaut.png,chelsea.png")
-    p.add_argument("--size", type=int, default=176)
-    p.add_argument("--tris", type=int, default=150)
+    cycle_runs.add_fit_options(p)
     p.add_argument("--factors", default="1,2,inf")
     p.add_argument("--seconds", type=float, help="time-limited fits of this many seconds instead of --budget")
     a = p.parse_args()
     factors = [float(f) for f in a.factors.split(",")]
     eng = Engine("gpu")
     print(f"# newcomers' pruning costs scaled, {a}, {eng.description}, {time.strftime('%Y-%m-%d %H:%M')}", flush=True)
-    for name in a.images.split(","):
-        target = load_image(sample_path(name) if "/" not in name else name, a.size)
-        Fitter(target, triangles=a.tris, size=a.size, engine=eng).close()  # (pipelines before any fit)
-        for seed in [int(s) for s in a.seeds.split(",")]:
+    for name, target in cycle_runs.targets(a, eng):
+        for seed in cycle_runs.seeds(a):
             for factor in factors:
                 f = Fitter(target, triangles=a.tris, size=a.size, seed=seed, engine=eng)
                 f.strategy.__class__ = Newcomers
@@ -92,8 +88,7 @@ def main() -> None:
                 psnr = score_as_saved(f.scene, target)["psnr"]
                 s = f.strategy
                 print(f"{name.rsplit('/', 1)[-1]} seed {seed} factor {factor:g}: {f.iteration} it {wall:.2f} s "
-                      f"psnr {psnr:.3f} newcomers kept {getattr(s, 'newcomers_kept', '-')} of "
-                      f"{getattr(s, 'newcomers_seen', '-')}", flush=True)
+                      f"psnr {psnr:.3f} newcomers kept {s.newcomers_kept} of {s.newcomers_seen}", flush=True)
                 f.close()
 
 
