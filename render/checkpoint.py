@@ -2,11 +2,11 @@
 
 A scene file holds what a fit *made*; a checkpoint holds what it *is*: every image's raw
 parameters and Adam moments (as the fit loop keeps them: float32 on the GPU, float64 in the
-reference), the iteration, the schedule
-in force, the strategy's progress (pruning begun, sigma probes run and what they found, a sigma
-pinned by hand), the random generators' states, the learning-rate scales, the recorded changes
-and the loss history. ``Fitter.resume(image, checkpoint)`` continues from it as if the fit had
-only paused: the GUI's crash restore (app/session.py) uses one so that a restored fit keeps its
+reference), the iteration, the schedule in force, the strategy's progress (pruning begun, sigma
+probes run and what they found, a sigma pinned by hand, which triangles are newcomers), the
+triangles' ids, the random generators' states, the learning-rate scales, the recorded changes and
+the loss history. ``Fitter.resume(image, checkpoint)`` continues from it as if the fit had only
+paused: the GUI's crash restore (app/session.py) uses one so that a restored fit keeps its
 iteration, sigma and optimiser state instead of starting over from the saved triangles.
 
 On disk a checkpoint is one ``.npz`` (numpy's zip of arrays, loaded without pickle) whose
@@ -93,6 +93,8 @@ def take(fit) -> Checkpoint:
         "locked": [[int(i) for i in idx] for idx in fit.locks],
         "locked_values": [vals.tolist() for vals in fit._lock_values],
     }
+    ids, state["next_id"] = fit.ids_state()
+    state["ids"] = [[int(i) for i in image] for image in ids]
     # copies (np.array): a view would pin the history's arrays, which then cannot grow
     histories = [(np.array(h.iterations, dtype=np.int64), np.array(h.losses, dtype=np.float64)) for h in fit.histories]
     # a GPU loop's scene records as its device computed them (the reference loop keeps none)
@@ -129,6 +131,11 @@ def restore(fit, ck: Checkpoint) -> None:
         h.losses.frombytes(np.ascontiguousarray(losses, dtype=np.float64).tobytes())
     _restore_locks(fit, st, ck.n_triangles)
     fit._set(ck.raw, ck.m, ck.v, ck.n_triangles, ck.iteration, exact=True)
+    if "ids" in st:  # (a checkpoint from before they were kept: numbered afresh)
+        try:
+            fit.set_ids_state(st["ids"], int(st["next_id"]))
+        except (KeyError, TypeError, ValueError) as exc:
+            raise CheckpointError(f"the checkpoint's triangle ids are damaged ({exc})") from None
     if any(len(idx) for idx in fit.locks):
         fit._remember_locked_raw()
     loop = fit._loop

@@ -107,6 +107,9 @@ class FitSettings:
                                   # past it, revising more often is worth less than training each cycle longer
     prune_hold: float = 0.0       # ... each cycle holding its peak for this fraction of it before the pruning steps,
     prune_cycle_min: int = 100    # ... each at least this many iterations long
+    prune_newcomers: float = 2.0  # ... and in each cycle after the first, the triangles it grew back (which had part
+                                  # of a cycle to find their place, starting faint and small) rank by this many
+                                  # times their removal cost (a negative one: divided by it): 1 = as the rest
     cycle_lr: float = 2.0         # >0: each pruning cycle after the first restarts the learning-rate scale at (at
                                   # least) this, cosine down to lr_final at the plan's end, so the whole scene
                                   # moves again around the triangles the cycle grew back
@@ -138,7 +141,7 @@ def recorded_settings(d: dict) -> dict:
     ``cull_tolerance`` culled its iterations as renders do, and so on for each setting below that
     a record may lack; each replays or resumes as it ran."""
     legacy = {"placement": "host", "cull_tolerance": LEGACY_CULL_TOLERANCE, "respawn_checks": 0, "probes_overdue": "run",
-              "growth_waits": False, "continuous_plans": False, "prune_until": 0.85}
+              "growth_waits": False, "continuous_plans": False, "prune_until": 0.85, "prune_newcomers": 1.0}
     return {**{k: v for k, v in legacy.items() if k not in d}, **d}
 
 
@@ -153,7 +156,7 @@ _SETTING_RANGES = {"triangles": (1, MAX_TRIANGLES_FIT), "size": (1, MAX_WORKING_
                    "sigma_start_px": (1e-6, None), "sigma_end_px": (1e-6, None), "adam_eps": (1e-30, None),
                    "beta1": (0.0, 0.999999), "beta2": (0.0, 0.999999), "overgrow": (1.0, None),
                    "cull_tolerance": (1e-30, 1.0), "stop_transmittance": (1e-38, 1.0), "insert_radius": (1e-6, None),
-                   "prune_cycle_min": (1, None), "prune_stages": (1, None),
+                   "prune_cycle_min": (1, None), "prune_stages": (1, None), "prune_newcomers": (1e-6, 1e6),
                    **{k: (0.0, 1.0) for k in ("lr_final", "sigma_fraction", "coarse_fraction", "coarse_max_fraction",
                                                "respawn_alpha", "respawn_until", "growth_until", "init_alpha",
                                                "insert_alpha", "prune_until", "prune_hold")}}

@@ -40,6 +40,7 @@ class HostSnapshot(NamedTuple):
     count: int
     coarse: bool
     event_pending: bool = False
+    ids: tuple | None = None  # FitState.ids_state() then (None: the triangles are numbered afresh)
 
 
 @dataclass(frozen=True)
@@ -247,10 +248,17 @@ class FitState:
 
         return in_halves(errors, self.batch * K).reshape(self.batch, K)
 
-    def most_costly(self, n: int, transient: bool = False) -> np.ndarray:
+    def most_costly(self, n: int, transient: bool = False, weights: np.ndarray | None = None) -> np.ndarray:
         """(B, n) indices, in painting order, of each image's n triangles whose removal would
-        cost most against the full-size target (a forward and backward on the GPU)."""
+        cost most against the full-size target (a forward and backward on the GPU). ``weights``
+        (B, T) > 0, where given: each triangle ranks by its cost times its weight, or divided by
+        it where the cost is negative (its removal would help), so a weight above 1 moves a
+        triangle towards being kept whatever the cost's sign (the strategy's policy)."""
         costs = self.pruning_costs(transient)
+        if weights is not None:
+            w = np.asarray(weights, dtype=np.float64)
+            costs = costs.astype(np.float64)
+            costs = np.where(costs > 0, costs * w, costs / w)
         return np.sort(np.argsort(-costs, kind="stable", axis=1)[:, :n], axis=1)
 
     def removal_costs(self, transient: bool = False, weights: np.ndarray | None = None) -> np.ndarray:
@@ -362,7 +370,8 @@ class FitState:
         self.targets, self._half = targets, None
         self.drop_device_placement()
         self._set(raw, m, v, self.n_triangles, self.iteration)
-        self._host_snapshot = HostSnapshot(raw, m, v, self.iteration, self.n_triangles, False)  # a lost device resumes here
+        self._host_snapshot = HostSnapshot(raw, m, v, self.iteration, self.n_triangles, False,  # a lost device resumes here
+                                           ids=self.ids_state())
         self._next_event = self.strategy.next_event(self.iteration)
 
     # ------------------------------------------------------------------ mechanics
@@ -496,15 +505,37 @@ class FitState:
     def triangle_ids_all(self) -> list[np.ndarray]:
         """Each image's triangles' ids, in painting order: a triangle keeps its id while growth,
         pruning and respawn renumber it (a re-placed triangle is a new one, with a new id), so
-        a selection made a few chunks ago still names the triangles it named (render/edits.py).
-        Ids are not part of a fit's result; a fit restored from a checkpoint or a lost device
-        numbers its triangles afresh."""
+        a selection made a few chunks ago still names the triangles it named (render/edits.py),
+        and ids increase with the order triangles were placed in (the strategy's newcomers,
+        :meth:`placed_since`). A checkpoint and a host snapshot keep them."""
         ids = getattr(self, "tri_ids", None)
         if ids is None or len(ids) != self.batch or any(len(i) != self.n_triangles for i in ids):
             self._next_id = 0
             ids = [self._new_ids(self.n_triangles) for _ in range(self.batch)]
             self.tri_ids = ids
         return [i.copy() for i in ids]
+
+    def next_triangle_id(self) -> int:
+        """The id the next triangle placed will have (a mark for :meth:`placed_since`)."""
+        self.triangle_ids_all()  # (numbered, so the counter is where new ids start)
+        return int(getattr(self, "_next_id", 0))
+
+    def placed_since(self, mark: int) -> np.ndarray:
+        """(B, T) whether each triangle was placed (grown, re-placed, inserted) after
+        :meth:`next_triangle_id` returned ``mark``."""
+        return np.stack(self.triangle_ids_all()) >= mark
+
+    def ids_state(self) -> tuple[list[np.ndarray], int]:
+        """(each image's ids, the next id): what a checkpoint or a host snapshot keeps."""
+        return self.triangle_ids_all(), int(self._next_id)
+
+    def set_ids_state(self, ids: list, next_id: int) -> None:
+        """Put back :meth:`ids_state` (ValueError where they do not fit the triangles)."""
+        ids = [np.asarray(i, dtype=np.int64).reshape(-1) for i in ids]
+        if len(ids) != self.batch or any(len(i) != self.n_triangles or len(np.unique(i)) != len(i) for i in ids) \
+                or any(len(i) and (i.min() < 0 or i.max() >= next_id) for i in ids):
+            raise ValueError("triangle ids that do not fit the triangles")
+        self.tri_ids, self._next_id = ids, int(next_id)
 
     def _new_ids(self, k: int) -> np.ndarray:
         first = getattr(self, "_next_id", 0)

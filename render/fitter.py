@@ -317,7 +317,7 @@ class Fitter(FitState):
             if self._snapshot_due(self.iteration):  # (before the event: the state came with the chunk, while
                 # the event's changes would cost a round trip of their own; a recovery runs the event again)
                 self._host_snapshot = HostSnapshot(*self._state("snapshot"), self.iteration, self.n_triangles,
-                                                   self.coarse, event)
+                                                   self.coarse, event, self.ids_state())
             if event:
                 self.strategy.on_event(self.iteration)
                 self._next_event = self.strategy.next_event(self.iteration)
@@ -367,7 +367,7 @@ class Fitter(FitState):
         self.recoveries += 1
         if self.recoveries > 3 or self._host_snapshot is None:
             raise lost
-        raw, m, v, it, n, coarse, event_pending = self._host_snapshot
+        raw, m, v, it, n, coarse, event_pending, ids = self._host_snapshot
         msg = f"{lost}; recreating the device and resuming from iteration {it}"
         log.warning(msg)
         warnings.warn(msg, RuntimeWarning, stacklevel=3)
@@ -376,8 +376,11 @@ class Fitter(FitState):
         self._device_placement = None
         self.coarse = coarse
         self._relocate_locks(raw, n)
-        self.tri_ids = None  # (the snapshot's triangles: numbered afresh, see triangle_ids_all)
         self._set(raw, m, v, n, it)
+        if ids is None:
+            self.tri_ids = None  # (numbered afresh, see triangle_ids_all)
+        else:  # (the counter does not go back: an id given since the snapshot is never given again)
+            self.set_ids_state(ids[0], max(ids[1], self._next_id))
         for h in self.histories:
             h.truncate(it)
         self._next_event = self.strategy.next_event(it - 1 if event_pending else it)
@@ -550,7 +553,8 @@ class Fitter(FitState):
         snapshot now: a lost device resumes from a snapshot, and finds them there by these."""
         raw, m, v = self._state()
         self._locked_raw = [raw[b, : self.n_triangles * 10].reshape(-1, 10)[idx] for b, idx in enumerate(self.locks)]
-        self._host_snapshot = HostSnapshot(raw, m, v, self.iteration, self.n_triangles, self.coarse)
+        self._host_snapshot = HostSnapshot(raw, m, v, self.iteration, self.n_triangles, self.coarse,
+                                           ids=self.ids_state())
 
     def _relocate_locks(self, raw: np.ndarray, n: int) -> None:
         """The locked triangles' indices in a host snapshot's state ``raw`` of ``n`` triangles,

@@ -241,10 +241,14 @@ class DefaultStrategy(FixedStrategy):
         # the pruning cycles' number, held from the first pruning on (continuous_plans): a re-plan
         # then stretches each cycle rather than moving the fit to another cycle's phase
         self.cycles_held: int | None = None
+        # the fit's next triangle id where the last pruning cycle grew back: triangles placed
+        # since are newcomers, which pruning weighs by prune_newcomers (None: none yet)
+        self.newcomers_from: int | None = None
 
     def state(self) -> dict:
         return {**super().state(), "pruning": self.pruning, "probes_done": self.probes_done,
-                "sigma_scales": [float(k) for k in self.sigma_scales], "cycles_held": self.cycles_held}
+                "sigma_scales": [float(k) for k in self.sigma_scales], "cycles_held": self.cycles_held,
+                "newcomers_from": self.newcomers_from}
 
     def load_state(self, state: dict) -> None:
         super().load_state(state)
@@ -252,6 +256,8 @@ class DefaultStrategy(FixedStrategy):
         self.probes_done = int(state["probes_done"])
         held = state.get("cycles_held")
         self.cycles_held = None if held is None else max(1, int(held))
+        mark = state.get("newcomers_from")  # (a checkpoint from before newcomers were weighed: none)
+        self.newcomers_from = None if mark is None else int(mark)
         scales = np.asarray(state["sigma_scales"], dtype=np.float64)
         if scales.shape != self.sigma_scales.shape or not np.all(np.isfinite(scales)) or np.any(scales <= 0):
             raise ValueError(f"sigma_scales {state['sigma_scales']!r} do not fit this fit")
@@ -480,12 +486,14 @@ class DefaultStrategy(FixedStrategy):
             fit.to_full_size()
         change = self._count_change(iteration)
         if change is not None and change[0] == "grow":
+            if self.pruning:  # (a later cycle grows back: see newcomer_weights)
+                self.newcomers_from = fit.next_triangle_id()
             fit.add(self._place([change[1] - fit.n_triangles] * fit.batch, change[1], rows=True))
         elif change is not None:
             self.pruning = True  # from here (with one cycle) the count only falls
             if self.settings.continuous_plans and self.cycles_held is None:
                 self.cycles_held = self.prune_cycles()
-            fit.keep(fit.most_costly(change[1]))
+            fit.keep(fit.most_costly(change[1], weights=self.newcomer_weights()))
         if self._respawn_due(iteration):
             self._respawn()
         schedule = self.schedule(iteration)
@@ -499,8 +507,22 @@ class DefaultStrategy(FixedStrategy):
         if schedule != fit.schedule:
             fit.use_schedule(schedule)
 
+    def newcomer_weights(self) -> np.ndarray | None:
+        """(B, T) what pruning weighs each triangle's removal cost by: prune_newcomers for the
+        triangles placed since the pruning cycle in progress grew back (grown then, or inserted
+        since), 1 for the rest; None where that is 1 for all. A newcomer starts faint and small
+        and has had part of a cycle to find its place, so what it costs to remove now
+        understates what it will be worth; ranked as the rest, most cycles would remove what they
+        grew and revise the same places again. The first pruning, after the growth stages, ranks
+        all alike: the last stage's triangles had a stage (a sixth of the plan) to settle."""
+        w = self.settings.prune_newcomers
+        if w == 1.0 or self.newcomers_from is None:
+            return None
+        return np.where(self.fit.placed_since(self.newcomers_from), w, 1.0)
+
     def finish(self) -> None:
-        """Stopped before pruning ended: keep the count asked for, by removal cost."""
+        """Stopped before pruning ended: keep the count asked for, by removal cost (unweighted:
+        no iterations are left in which a newcomer could grow into its place)."""
         if self.fit.n_triangles > self.settings.triangles:
             self.pruning = True
             self.fit.keep(self.fit.most_costly(self.settings.triangles))

@@ -151,6 +151,9 @@ def test_an_in_memory_checkpoint_is_checked_as_a_file_is(ref_engine):
         "iteration": (dataclasses.replace(ck, state={**ck.state, "iteration": "x"}), "damaged"),
         "state json": (dataclasses.replace(ck, state={**ck.state, "wall_s": float("nan")}), "no readable state"),
         "history": (dataclasses.replace(ck, histories=[(ck.histories[0][0], ck.histories[0][1][:-1])]), "differ"),
+        "ids repeat": (dataclasses.replace(ck, state={**ck.state, "ids": [[0] * ck.n_triangles]}), "triangle ids"),
+        "ids too few": (dataclasses.replace(ck, state={**ck.state, "ids": [[0]]}), "triangle ids"),
+        "ids past the next": (dataclasses.replace(ck, state={**ck.state, "next_id": 0}), "triangle ids"),
     }
     for name, (bad, words) in cases.items():
         with pytest.raises(CheckpointError, match=words):
@@ -160,3 +163,24 @@ def test_an_in_memory_checkpoint_is_checked_as_a_file_is(ref_engine):
     assert resumed.iteration == 5
     resumed.step(1)
     assert resumed.iteration == 6
+
+
+def test_a_resumed_fit_keeps_its_triangle_ids(ref_engine):
+    # ids (what pruning's newcomers and an edit's selection are named by) survive a checkpoint; one
+    # from before they were kept resumes with its triangles numbered afresh and no newcomers
+    import dataclasses
+
+    f = Fitter(_target(32, 24), triangles=8, size=32, seed=0, engine=ref_engine, growth_stages=3, prune_cycle_min=5)
+    f.plan(60)
+    f.step(45)                                  # in a later pruning cycle, after its growth
+    ids, mark = f.triangle_ids_all(), f.strategy.newcomers_from
+    assert mark is not None and ids[0].tolist() != list(range(f.n_triangles))
+    ck = f.checkpoint()
+    resumed = Fitter.resume(_target(32, 24), ck, engine=ref_engine)
+    assert [i.tolist() for i in resumed.triangle_ids_all()] == [i.tolist() for i in ids]
+    assert resumed.strategy.newcomers_from == mark and resumed.next_triangle_id() == f.next_triangle_id()
+    state = {k: v for k, v in ck.state.items() if k not in ("ids", "next_id")}
+    state["strategy"] = {k: v for k, v in state["strategy"].items() if k != "newcomers_from"}
+    old = Fitter.resume(_target(32, 24), dataclasses.replace(ck, state=state), engine=ref_engine)
+    assert old.triangle_ids_all()[0].tolist() == list(range(f.n_triangles)) and old.strategy.newcomers_from is None
+    old.step(5)

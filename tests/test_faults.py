@@ -79,6 +79,8 @@ def test_lost_device_is_recreated_and_the_fit_resumes(gpu_ctx):
         eng = render.Engine("gpu")
         f = render.Fitter(np.random.default_rng(0).uniform(0, 1, (24, 32, 3)), triangles=6, size=32,
                           engine=eng, chunk=5, host_snapshot_every=10)
+        ids = [np.arange(f.n_triangles) * 7 + 100]
+        f.set_ids_state(ids, 1000)  # (no event from 20 to 35 changes them)
         f.step(20)
         old = eng.impl.ctx.device
         f.inject_fault("device-lost")
@@ -89,6 +91,7 @@ def test_lost_device_is_recreated_and_the_fit_resumes(gpu_ctx):
         assert any("lost" in str(x.message) for x in w), [str(x.message) for x in w]
         assert f.iteration == 35 and np.isfinite(st.loss)
         assert list(f.history.iterations) == list(range(1, 36))
+        assert f.triangle_ids_all()[0].tolist() == ids[0].tolist(), "ids not kept"  # (the snapshot's)
         print("RESUMED", f.iteration)
     """)
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)

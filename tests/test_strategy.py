@@ -281,3 +281,46 @@ def test_a_plan_made_at_the_start_has_its_progress_there(ref_engine):
     f.plan(40)                                   # a plan that ended before the fit's iteration: every
     assert f.schedule.at(44)[1] == pytest.approx(f.settings.lr_final)  # schedule at its end
     assert f.strategy.wanted(45) == 6
+
+
+@pytest.mark.parametrize("weight", [1.0, 3.0])
+def test_pruning_weighs_the_newcomers_removal_costs(ref_engine, weight):
+    # each later pruning cycle marks the triangles it grows back (on top) as newcomers; its pruning
+    # steps rank them by prune_newcomers x their removal cost (a negative cost divided by it), the
+    # rest by their cost, and keep the most costly. The first pruning (after the growth stages)
+    # ranks all alike
+    f = _cycling(ref_engine, prune_newcomers=weight)
+    f.plan(100, time_budgeted=True)              # 12 at 30, 9 at 35, 6 at 40; each later cycle 9 then 6
+    st, keep, seen = f.strategy, f.keep, {"steps": 0, "differs": 0, "newcomers": 0, "regrowths": 0}
+    add = f.add
+
+    def add_spy(new):
+        before, regrowth = f.n_triangles, st.pruning
+        if not regrowth:  # (the growth stages: no newcomers yet)
+            assert st.newcomers_from is None
+            return add(new)
+        assert st.newcomers_from == f.next_triangle_id()  # (marked as the cycle grows back)
+        add(new)
+        placed = f.placed_since(st.newcomers_from)
+        assert not placed[:, :before].any() and placed[:, before:].all()  # the grown ones, on top
+        seen["regrowths"] += 1
+
+    def keep_spy(idx):
+        costs = f.pruning_costs().astype(np.float64)
+        new = f.placed_since(st.newcomers_from) if st.newcomers_from is not None else np.zeros(costs.shape, bool)
+        ranked = np.where(new, np.where(costs > 0, costs * weight, costs / weight), costs)
+        n = idx.shape[1]
+        assert np.array_equal(idx, np.sort(np.argsort(-ranked, kind="stable", axis=1)[:, :n], axis=1))
+        plain = np.sort(np.argsort(-costs, kind="stable", axis=1)[:, :n], axis=1)
+        seen["steps"] += 1
+        seen["differs"] += not np.array_equal(idx, plain)
+        seen["newcomers"] += int(new.sum())
+        keep(idx)
+
+    f.add, f.keep = add_spy, keep_spy
+    f.step(90)
+    assert seen["steps"] == 6 and seen["regrowths"] == 4 and seen["newcomers"] > 0
+    assert (seen["differs"] > 0) == (weight != 1.0)  # (1: the plain ranking, to the byte)
+    # records from before the setting ranked newcomers as the rest
+    assert recorded_settings({"triangles": 6})["prune_newcomers"] == 1.0
+    assert recorded_settings({"triangles": 6, "prune_newcomers": 2.0})["prune_newcomers"] == 2.0

@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# The issue-#5 command (tools/cli_fits.py: fresh processes) for this tree beside the commit in .base/,
+# in one call on a lent GPU machine: for each seed, each image runs on both trees in turn (the order
+# alternating by seed) so that the two share the machine's state. Make .base/ first (`git archive
+# --prefix=.base/ COMMIT | tar -x`) and carry .whl/ and .gl/ (tools/device_env.sh), and any image
+# folder named in IMAGES. The rows land in $OUT/pairs.json ({"TREE SEED": rows}) and the lines in
+# $OUT/pairs.txt, with tools/pair_summary.py's summary at the end.
+#
+#   bash tools/device_cli_pairs.sh [IMAGES] [SEEDS] [SECONDS]   # defaults: the two samples, 0-5, 1
+set -e
+IMAGES=${1:-astronaut.png,chelsea.png}
+SEEDS=${2:-0,1,2,3,4,5}
+SECONDS_=${3:-1}
+. tools/device_env.sh  # the Vulkan loader, the wheels, trifit staged with bytecode (tools/device_env.sh)
+NEW="$PYTHONPATH"
+[ -d .base/render ] || { echo "no .base/ tree: git archive --prefix=.base/ COMMIT | tar -x" >&2; exit 2; }
+BASE="/tmp/site:$(bash .base/tools/stage_package.sh /tmp/trifit-base)"
+device_compile /tmp/trifit-base
+{ nvidia-smi --query-gpu=name,driver_version --format=csv,noheader; date -u; git log -1 --format=%H 2>/dev/null; } \
+  | tee "$OUT/env.txt"
+k=0
+rm -rf /tmp/pairs; mkdir -p /tmp/pairs
+for seed in ${SEEDS//,/ }; do
+  order="base new"; [ $((k % 2)) = 1 ] && order="new base"; k=$((k + 1))
+  for tree in $order; do
+    path=$([ "$tree" = base ] && echo "$BASE" || echo "$NEW")
+    PYTHONPATH="$path" python3 tools/cli_fits.py --images "$IMAGES" --time-limit "$SECONDS_" --runs 1 --seed "$seed" \
+      --json "/tmp/pairs/$tree $seed.json" | sed "s/^/$tree seed $seed: /"
+  done
+done 2>&1 | tee "$OUT/pairs.txt"
+python3 -c "import json, pathlib, sys
+print(json.dumps({f.stem: json.loads(f.read_text()) for f in sorted(pathlib.Path('/tmp/pairs').glob('*.json'))}))" \
+  > "$OUT/pairs.json"
+python3 tools/pair_summary.py "$OUT/pairs.json" | tee -a "$OUT/pairs.txt"
