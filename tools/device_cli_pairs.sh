@@ -16,8 +16,8 @@ NEW="$PYTHONPATH"
 [ -d .base/render ] || { echo "no .base/ tree: git archive --prefix=.base/ COMMIT | tar -x" >&2; exit 2; }
 BASE="/tmp/site:$(bash .base/tools/stage_package.sh /tmp/trifit-base)"
 device_compile /tmp/trifit-base
-{ nvidia-smi --query-gpu=name,driver_version --format=csv,noheader; date -u; git log -1 --format=%H 2>/dev/null; } \
-  | tee "$OUT/env.txt"
+# (no commit here: the lent machine's copy of .git can lag behind the tree it was sent; name the trees yourself)
+{ nvidia-smi --query-gpu=name,driver_version --format=csv,noheader; date -u; } | tee "$OUT/env.txt"
 k=0
 rm -rf /tmp/pairs; mkdir -p /tmp/pairs
 for seed in ${SEEDS//,/ }; do
