@@ -6,18 +6,29 @@
 # folder named in IMAGES. The rows land in $OUT/pairs.json ({"TREE SEED": rows}) and the lines in
 # $OUT/pairs.txt, with tools/pair_summary.py's summary at the end.
 #
+# LOCAL=1 runs it on this machine instead (its .venv's python, both trees staged under /tmp, results
+# in $OUT or ./pairs-out): lavapipe's 12 s command is `LOCAL=1 bash tools/device_cli_pairs.sh "" 0,1,2 12`.
+#
 #   bash tools/device_cli_pairs.sh [IMAGES] [SEEDS] [SECONDS]   # defaults: the two samples, 0-5, 1
 set -e
 IMAGES=${1:-astronaut.png,chelsea.png}
 SEEDS=${2:-0,1,2,3,4,5}
 SECONDS_=${3:-1}
-. tools/device_env.sh  # the Vulkan loader, the wheels, trifit staged with bytecode (tools/device_env.sh)
-NEW="$PYTHONPATH"
 [ -d .base/render ] || { echo "no .base/ tree: git archive --prefix=.base/ COMMIT | tar -x" >&2; exit 2; }
-BASE="/tmp/site:$(bash .base/tools/stage_package.sh /tmp/trifit-base)"
-device_compile /tmp/trifit-base
-# (no commit here: the lent machine's copy of .git can lag behind the tree it was sent; name the trees yourself)
-{ nvidia-smi --query-gpu=name,driver_version --format=csv,noheader; date -u; } | tee "$OUT/env.txt"
+if [ "${LOCAL:-0}" = 1 ]; then
+  OUT=${OUT:-pairs-out}; mkdir -p "$OUT"
+  PATH="$PWD/.venv/bin:$PATH"  # (python3: the venv's, with wgpu and numpy)
+  NEW=$(bash tools/stage_package.sh /tmp/trifit-new)
+  BASE=$(bash .base/tools/stage_package.sh /tmp/trifit-base)
+  { python3 -c "from trifit.gpu.device import get_context; print(get_context().describe())"; date -u; } | tee "$OUT/env.txt"
+else
+  . tools/device_env.sh  # the Vulkan loader, the wheels, trifit staged with bytecode (tools/device_env.sh)
+  NEW="$PYTHONPATH"
+  BASE="/tmp/site:$(bash .base/tools/stage_package.sh /tmp/trifit-base)"
+  device_compile /tmp/trifit-base
+  # (no commit here: the lent machine's copy of .git can lag behind the tree it was sent; name the trees yourself)
+  { nvidia-smi --query-gpu=name,driver_version --format=csv,noheader; date -u; } | tee "$OUT/env.txt"
+fi
 k=0
 rm -rf /tmp/pairs; mkdir -p /tmp/pairs
 for seed in ${SEEDS//,/ }; do
