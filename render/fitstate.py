@@ -89,6 +89,10 @@ class FitState:
     height, rngs, coarse, full_from, schedule, n_triangles, _half, _loops, _loop, _cached,
     _lr_scale, _lr_fault, _host_snapshot, _next_event and respawned."""
 
+    # each image's triangle ids and the next id to give (triangle_ids_all; None: numbered at first use)
+    tri_ids: list[np.ndarray] | None = None
+    _next_id = 0
+
     def working_targets(self) -> np.ndarray:
         return self._half if self.coarse else self.targets
 
@@ -508,7 +512,7 @@ class FitState:
         a selection made a few chunks ago still names the triangles it named (render/edits.py),
         and ids increase with the order triangles were placed in (the strategy's newcomers,
         :meth:`placed_since`). A checkpoint and a host snapshot keep them."""
-        ids = getattr(self, "tri_ids", None)
+        ids = self.tri_ids
         if ids is None or len(ids) != self.batch or any(len(i) != self.n_triangles for i in ids):
             self._next_id = 0
             ids = [self._new_ids(self.n_triangles) for _ in range(self.batch)]
@@ -518,7 +522,7 @@ class FitState:
     def next_triangle_id(self) -> int:
         """The id the next triangle placed will have (a mark for :meth:`placed_since`)."""
         self.triangle_ids_all()  # (numbered, so the counter is where new ids start)
-        return int(getattr(self, "_next_id", 0))
+        return int(self._next_id)
 
     def placed_since(self, mark: int) -> np.ndarray:
         """(B, T) whether each triangle was placed (grown, re-placed, inserted) after
@@ -538,7 +542,7 @@ class FitState:
         self.tri_ids, self._next_id = ids, int(next_id)
 
     def _new_ids(self, k: int) -> np.ndarray:
-        first = getattr(self, "_next_id", 0)
+        first = self._next_id
         self._next_id = first + int(k)
         return np.arange(first, first + int(k), dtype=np.int64)
 
