@@ -374,11 +374,16 @@ class FitState:
         self.targets, self._half = targets, None
         self.drop_device_placement()
         self._set(raw, m, v, self.n_triangles, self.iteration)
-        self._host_snapshot = HostSnapshot(raw, m, v, self.iteration, self.n_triangles, False,  # a lost device resumes here
-                                           ids=self.ids_state())
+        self._snapshot_on_host(raw, m, v, coarse=False)  # a lost device resumes here
         self._next_event = self.strategy.next_event(self.iteration)
 
     # ------------------------------------------------------------------ mechanics
+    def _snapshot_on_host(self, raw, m, v, coarse: bool, event_pending: bool = False) -> None:
+        """Keep the state ``raw, m, v`` at this iteration, with the count and triangle ids now, as
+        what a lost device resumes from."""
+        self._host_snapshot = HostSnapshot(raw, m, v, self.iteration, self.n_triangles, coarse, event_pending,
+                                           self.ids_state())
+
     def _state(self, kind: str = "state"):
         c = self._cached
         if c is not None and c[0] is self._loop and c[1] == self._loop.iter:

@@ -316,8 +316,7 @@ class Fitter(FitState):
                 h.add(start + 1, losses[:, b])
             if self._snapshot_due(self.iteration):  # (before the event: the state came with the chunk, while
                 # the event's changes would cost a round trip of their own; a recovery runs the event again)
-                self._host_snapshot = HostSnapshot(*self._state("snapshot"), self.iteration, self.n_triangles,
-                                                   self.coarse, event, self.ids_state())
+                self._snapshot_on_host(*self._state("snapshot"), self.coarse, event)
             if event:
                 self.strategy.on_event(self.iteration)
                 self._next_event = self.strategy.next_event(self.iteration)
@@ -553,8 +552,7 @@ class Fitter(FitState):
         snapshot now: a lost device resumes from a snapshot, and finds them there by these."""
         raw, m, v = self._state()
         self._locked_raw = [raw[b, : self.n_triangles * 10].reshape(-1, 10)[idx] for b, idx in enumerate(self.locks)]
-        self._host_snapshot = HostSnapshot(raw, m, v, self.iteration, self.n_triangles, self.coarse,
-                                           ids=self.ids_state())
+        self._snapshot_on_host(raw, m, v, self.coarse)
 
     def _relocate_locks(self, raw: np.ndarray, n: int) -> None:
         """The locked triangles' indices in a host snapshot's state ``raw`` of ``n`` triangles,
