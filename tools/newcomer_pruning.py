@@ -1,8 +1,8 @@
 """Pruning that weighs the newcomers (the fit's ``prune_newcomers`` setting, render/strategy.py):
-at each pruning step the triangles placed since the last growth event -- which have had at most
-a cycle to find their place, starting faint and small -- rank by F times their removal cost (a
-negative cost is divided by F, so F moves a newcomer's rank the same way either sign). This runs
-the fit at each F and counts how many newcomers the pruning steps keep.
+at each pruning step of a cycle after the first, the triangles that cycle grew back -- which have
+had part of a cycle to find their place, starting faint and small -- rank by F times their removal
+cost (a negative cost is divided by F, so F moves a newcomer's rank the same way either sign). This
+runs the fit at each F and counts how many newcomers the pruning steps keep.
 
     python tools/newcomer_pruning.py --budget 12000 --seeds 0,1,2 --factors 1,2 [--images a.png,b.png]
     python tools/newcomer_pruning.py --seconds 1 --seeds 0,1,2 --factors 1,2   # time-limited, in process
