@@ -39,8 +39,8 @@ class HostSnapshot(NamedTuple):
     iteration: int
     count: int
     coarse: bool
-    event_pending: bool = False
-    ids: tuple | None = None  # FitState.ids_state() then (None: the triangles are numbered afresh)
+    event_pending: bool
+    ids: tuple  # FitState.ids_state() then
 
 
 @dataclass(frozen=True)

@@ -376,10 +376,8 @@ class Fitter(FitState):
         self.coarse = coarse
         self._relocate_locks(raw, n)
         self._set(raw, m, v, n, it)
-        if ids is None:
-            self.tri_ids = None  # (numbered afresh, see triangle_ids_all)
-        else:  # (the counter does not go back: an id given since the snapshot is never given again)
-            self.set_ids_state(ids[0], max(ids[1], self._next_id))
+        # (the counter does not go back: an id given since the snapshot is never given again)
+        self.set_ids_state(ids[0], max(ids[1], self._next_id))
         for h in self.histories:
             h.truncate(it)
         self._next_event = self.strategy.next_event(it - 1 if event_pending else it)
