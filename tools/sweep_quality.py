@@ -3,7 +3,11 @@ samples at 176 px with 150 triangles, at fixed iteration budgets (or a time limi
 Prints one line per run.
 
     python tools/sweep_quality.py [--iters 300,1000 | --time-limit 12 | --budgeted-plan 975 [--marks 0.3,0.85]]
-                                  [--seeds 0] [--variants a,b]
+                                  [--seeds 0] [--variants a,b] [--alternate]
+
+--alternate (with --iters or --time-limit) runs each seed's fits of every variant in turn, their order
+alternating by seed, after a fit that builds the pipelines: time-limited variants then share the
+machine's state (a lent GPU's speed drifts within a call).
 
 --budgeted-plan N runs N iterations planned as a time-limited fit would plan them (the coarse share
 of a short time budget) but deterministically, so variants compare without the time limit's spread.
@@ -223,6 +227,10 @@ VARIANTS = {
     "prune until 0.9 hold 0.1": {"prune_until": 0.9, "prune_hold": 0.1},
     "respawn checks 40": {"respawn_checks": 40},  # fewer chunk ends in the growth half (each check ends one)
     "hold 0.05 respawn checks 40": {"prune_hold": 0.05, "respawn_checks": 40},
+    # every cycle at the full peak and pruned once, judged at 0.3 / 0.5 / 0.7 of it ("peak hold 0.5" above):
+    # twice the newcomers for the same events (docs/bench/h200-cycle-regrowth-peak-tried.txt)
+    "peak hold 0.3": {"prune_stages": 1, "prune_hold": 0.3},
+    "peak hold 0.7": {"prune_stages": 1, "prune_hold": 0.7},
 }
 
 
@@ -238,21 +246,29 @@ def main():
     p.add_argument("--budgeted-plan", type=int, help="N iterations planned like a time-limited fit")
     p.add_argument("--marks", help="with --budgeted-plan: fractions of the plan (e.g. 0.3,0.85) at which to print each "
                    "seed's working-size PSNR, and how its rank there predicts its final rank")
+    p.add_argument("--alternate", action="store_true", help="seed by seed, the variants in turn (their order "
+                   "alternating), after a fit that builds the pipelines")
     a = p.parse_args()
     if a.budgeted_plan:
         return budgeted(a)
     eng = Engine("gpu")
     print(f"# sweep on {eng.description}, {time.strftime('%Y-%m-%d')}", flush=True)
     budgets = [None] if a.time_limit else [int(v) for v in a.iters.split(",")]
+    names, seeds = a.variants.split(","), [int(s) for s in a.seeds.split(",")]
+    paths = [sample_path(image) if "/" not in image else image for image in a.images.split(",")]
+    if a.alternate:
+        fit_and_score(eng, paths[0], a.tris, 0, 176, StopConditions(iterations=50))  # (the pipelines)
     for iters in budgets:
         stop = StopConditions(time_limit=a.time_limit) if iters is None else StopConditions(iterations=iters)
-        for name in a.variants.split(","):
-            for image in a.images.split(","):
-                path = sample_path(image) if "/" not in image else image
-                for seed in [int(s) for s in a.seeds.split(",")]:
-                    r = fit_and_score(eng, path, a.tris, seed, 176, stop, **VARIANTS[name])
-                    print(f"{r['iterations']:5d} {name:20s} {Path(image).name:14s} s{seed} PSNR {r['psnr']:.2f} "
-                          f"{r['wall_s']:.2f}s respawned {r['respawned']}", flush=True)
+        if a.alternate:
+            runs = [(name, path, seed) for k, seed in enumerate(seeds) for path in paths
+                    for name in (names if k % 2 == 0 else names[::-1])]
+        else:
+            runs = [(name, path, seed) for name in names for path in paths for seed in seeds]
+        for name, path, seed in runs:
+            r = fit_and_score(eng, path, a.tris, seed, 176, stop, **VARIANTS[name])
+            print(f"{r['iterations']:5d} {name:20s} {Path(path).name:14s} s{seed} PSNR {r['psnr']:.3f} "
+                  f"{r['wall_s']:.2f}s respawned {r['respawned']}", flush=True)
 
 
 def budgeted(a):
