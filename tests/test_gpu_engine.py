@@ -292,6 +292,28 @@ def test_pixels_per_thread_is_checked(gpu_ctx):
         Engine("gpu", pixels_per_thread=3)
 
 
+@pytest.mark.parametrize("n, W, H, sp", [(150, 70, 50, 1.0), (600, 130, 33, 0.3), (40, 24, 30, 2.0)])
+def test_renders_through_the_forward_give_render_wgsls_bits(monkeypatch, gpu_ctx, n, W, H, sp):
+    """Where the kernels walk several pixels a thread (CPU adapters) a render walks the forward's
+    binning path without the loss; with one pixel a thread it is render.wgsl's own walk. The two
+    give the same bits: a single render and a batch of three."""
+    from trifit.gpu import workspace
+
+    used = []
+    bind = workspace.Workspace.bind_group
+    monkeypatch.setattr(workspace.Workspace, "bind_group",
+                        lambda self, kernel, *a, **kw: used.append(kernel) or bind(self, kernel, *a, **kw))
+    scenes = [_scene(n, W, H, seed=n + b, sigma_px=sp * (1 + 0.5 * b)) for b in range(3)]
+    got = {}
+    for ppt in (1, 4):
+        eng = Engine("gpu", pixels_per_thread=ppt)
+        assert workspace.Shape(1, W, H, n, eng.impl.segmented, ppt).renders_in_forward == (ppt > 1)
+        used.clear()
+        got[ppt] = (eng.render(scenes[0]).tobytes(), eng.render_many(scenes, W, H).tobytes())
+        assert ("render.wgsl" in used) == (ppt == 1) and ("forward.wgsl" in used) == (ppt > 1), sorted(set(used))
+    assert got[1] == got[4]
+
+
 def test_bit_reproducible(gpu_engine):
     scene = Scene.random(500, 64, 48, seed=9)
     target = np.random.default_rng(2).uniform(0, 1, (48, 64, 3))

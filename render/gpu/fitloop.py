@@ -62,7 +62,9 @@ def fit_kernels(shape: Shape) -> tuple[tuple[str, str], ...]:
     own = path_entries(shape)
     if not shape.fit:
         return own
-    return own + ((("forward_backward.wgsl", "fit_main"),) if shape.fuses_backward else ()) + FIT_KERNELS
+    kernels = FIT_KERNELS if not shape.renders_in_forward else \
+        tuple(k for k in FIT_KERNELS if k != ("render.wgsl", "main"))  # (its renders walk the forward: own)
+    return own + ((("forward_backward.wgsl", "fit_main"),) if shape.fuses_backward else ()) + kernels
 
 
 class GpuFitLoop:

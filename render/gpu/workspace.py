@@ -230,6 +230,14 @@ class Shape:
         return self.fit and self.bins_in_forward and (not self.segmented or self.fit_one_segment)
 
     @property
+    def renders_in_forward(self) -> bool:
+        """Render-only calls walk the forward's binning path without the loss (the same bits) rather
+        than shaders/render.wgsl: where the kernels walk several pixels a thread (CPU adapters),
+        which the forward does and render.wgsl, one pixel a thread, does not -- on lavapipe it took
+        4-5x the forward's time (docs/PERFORMANCE.md, "Render-only calls on CPU adapters")."""
+        return self.ppt > 1
+
+    @property
     def supers(self) -> tuple[int, int]:
         """Super-tiles across and down (coarse binning)."""
         k = shaders.SUPER_TILES
@@ -474,8 +482,16 @@ class Workspace:
         return ["weights"] if self.shape.weighted else []
 
     def encode_render(self, cpass) -> None:
-        """Render only: binning fused into the forward (shaders/render.wgsl), one dispatch."""
-        self._dispatch(cpass, "render.wgsl", ["frame", "scene", "image"], self.tile_groups)
+        """Render only (a frame without the loss): binning fused into the forward
+        (shaders/render.wgsl), one dispatch -- or, where Shape.renders_in_forward, the binning
+        path's dispatches (the fit's forward, its lists written and not read)."""
+        if not self.shape.renders_in_forward:
+            self._dispatch(cpass, "render.wgsl", ["frame", "scene", "image"], self.tile_groups)
+            return
+        for pl, bg, groups in self._path_dispatches(None):
+            cpass.set_pipeline(pl)
+            cpass.set_bind_group(0, bg)
+            cpass.dispatch_workgroups(*groups)
 
     def encode_naive_forward(self, cpass) -> None:
         """The baseline kernel (shaders/naive_forward.wgsl): every pixel walks every triangle."""
