@@ -2,9 +2,11 @@
 // instead of reading a list from the bin pass -- one dispatch per render, no list round trip. It
 // walks the triangles in rounds of 256 from the top: test the round against the tile
 // (touches_tile), compact the hits in order (scan.wgsl) straight into the staging area, then
-// composite them front to back with the forward's early stop. Used by render calls; the loss
-// path's forward keeps its lists for the backward (forward.wgsl and forward_fine.wgsl write them
-// as they bin, forward_listed.wgsl reads bin.wgsl's).
+// composite them front to back with the forward's early stop. Used by render calls on GPUs (CPU
+// adapters render through the forward's binning path, which walks several pixels a thread:
+// render/gpu/workspace.py Shape.renders_in_forward); the loss path's forward keeps its lists for
+// the backward (forward.wgsl and forward_fine.wgsl write them as they bin, forward_listed.wgsl
+// reads bin.wgsl's).
 // Dispatch: (tiles_x, tiles_y, batch).
 
 @group(0) @binding(0) var<uniform> frame: Frame;
