@@ -295,8 +295,9 @@ def test_pixels_per_thread_is_checked(gpu_ctx):
 @pytest.mark.parametrize("n, W, H, sp", [(150, 70, 50, 1.0), (600, 130, 33, 0.3), (40, 24, 30, 2.0)])
 def test_renders_through_the_forward_give_render_wgsls_bits(monkeypatch, gpu_ctx, n, W, H, sp):
     """Where the kernels walk several pixels a thread (CPU adapters) a render walks the forward's
-    binning path without the loss; with one pixel a thread it is render.wgsl's own walk. The two
-    give the same bits: a single render and a batch of three."""
+    binning path without the loss; with one pixel a thread it is render.wgsl's own walk. On CPU
+    adapters the two give the same bits (a single render and a batch of three); a GPU's compiler
+    may round them differently (the H200: up to ~4e-6)."""
     from trifit.gpu import workspace
 
     used = []
@@ -311,7 +312,11 @@ def test_renders_through_the_forward_give_render_wgsls_bits(monkeypatch, gpu_ctx
         used.clear()
         got[ppt] = (eng.render(scenes[0]).tobytes(), eng.render_many(scenes, W, H).tobytes())
         assert ("render.wgsl" in used) == (ppt == 1) and ("forward.wgsl" in used) == (ppt > 1), sorted(set(used))
-    assert got[1] == got[4]
+    if gpu_ctx.info.get("type") == "CPU":
+        assert got[1] == got[4]
+    else:
+        for a, b in zip(got[1], got[4]):
+            np.testing.assert_allclose(np.frombuffer(a, np.float32), np.frombuffer(b, np.float32), rtol=0, atol=1e-5)
 
 
 def test_bit_reproducible(gpu_engine):

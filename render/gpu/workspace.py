@@ -231,10 +231,11 @@ class Shape:
 
     @property
     def renders_in_forward(self) -> bool:
-        """Render-only calls walk the forward's binning path without the loss (the same bits) rather
-        than shaders/render.wgsl: where the kernels walk several pixels a thread (CPU adapters),
-        which the forward does and render.wgsl, one pixel a thread, does not -- on lavapipe it took
-        4-5x the forward's time (docs/PERFORMANCE.md, "Render-only calls on CPU adapters")."""
+        """Render-only calls walk the forward's binning path without the loss rather than
+        shaders/render.wgsl: where the kernels walk several pixels a thread (CPU adapters), which the
+        forward does and render.wgsl, one pixel a thread, does not -- on lavapipe it took 4-5x the
+        forward's time, and the two give the same bits there (a GPU's compiler may round them
+        differently: docs/PERFORMANCE.md, "Render-only calls on CPU adapters")."""
         return self.ppt > 1
 
     @property
