@@ -445,10 +445,15 @@ class Workspace:
         for name, dispatches in (("bin", bins), ("forward", [forward])):
             if dispatches:
                 with span(cpass, name, timed):
-                    for pl, bg, groups in dispatches:
-                        cpass.set_pipeline(pl)
-                        cpass.set_bind_group(0, bg)
-                        cpass.dispatch_workgroups(*groups)
+                    self._record(cpass, dispatches)
+
+    @staticmethod
+    def _record(cpass, dispatches) -> None:
+        """Record resolved (pipeline, bind group, workgroups) dispatches into ``cpass``, in order."""
+        for pl, bg, groups in dispatches:
+            cpass.set_pipeline(pl)
+            cpass.set_bind_group(0, bg)
+            cpass.dispatch_workgroups(*groups)
 
     def _path_dispatches(self, fit: dict | None) -> list[tuple]:
         """The binning path's (pipeline, bind group, workgroups), resolved once for a fit and once
@@ -486,13 +491,10 @@ class Workspace:
         """Render only (a frame without the loss): binning fused into the forward
         (shaders/render.wgsl), one dispatch -- or, where Shape.renders_in_forward, the binning
         path's dispatches (the fit's forward, its lists written and not read)."""
-        if not self.shape.renders_in_forward:
+        if self.shape.renders_in_forward:
+            self._record(cpass, self._path_dispatches(None))
+        else:
             self._dispatch(cpass, "render.wgsl", ["frame", "scene", "image"], self.tile_groups)
-            return
-        for pl, bg, groups in self._path_dispatches(None):
-            cpass.set_pipeline(pl)
-            cpass.set_bind_group(0, bg)
-            cpass.dispatch_workgroups(*groups)
 
     def encode_naive_forward(self, cpass) -> None:
         """The baseline kernel (shaders/naive_forward.wgsl): every pixel walks every triangle."""
