@@ -31,10 +31,11 @@ def main():
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--tris", type=int, default=150)
     p.add_argument("--json", help="also write the rows here")
+    p.add_argument("--fit-args", default="", help="more options for each fit, as one string (\"--replicas 3\")")
     a = p.parse_args()
     rows = []
     print(f"# {time.strftime('%Y-%m-%d %H:%M')} trifit fit IMAGE --tris {a.tris} --size 176 --seed {a.seed} "
-          f"--time-limit {a.time_limit:g}", flush=True)
+          f"--time-limit {a.time_limit:g} {a.fit_args}".rstrip(), flush=True)
     with tempfile.TemporaryDirectory() as tmp:
         for image in a.images.split(","):
             path = sample_path(image) if "/" not in image else image
@@ -42,7 +43,8 @@ def main():
             for run in range(a.runs):
                 out = Path(tmp) / f"{Path(path).stem}-{run}.json"
                 cmd = [sys.executable, "-m", "trifit.cli", "fit", path, "--tris", str(a.tris), "--size", "176",
-                       "--seed", str(a.seed), "--time-limit", f"{a.time_limit:g}", "--quiet", "-o", str(out)]
+                       "--seed", str(a.seed), "--time-limit", f"{a.time_limit:g}", "--quiet", "-o", str(out),
+                       *a.fit_args.split()]
                 subprocess.run(cmd, check=True, cwd=ROOT)
                 scene = Scene.load(out)
                 meta = scene.meta
