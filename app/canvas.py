@@ -113,6 +113,7 @@ class FitCanvas(QRenderWidget):
         self._render_texture = None
         self._display_group = None
         self._source_buffer = None      # the fitter's image buffer (GPU backend)
+        self._unpack_first = 0          # ... and where in it the image shown starts (floats)
         self._unpack_group = None
         self._unpack_pending = False    # a new frame is in the source buffer
         self.request_draw(self._draw)
@@ -175,7 +176,8 @@ class FitCanvas(QRenderWidget):
         self._render_texture = self.device.create_texture(
             label="display-render", size=(width, height, 1), format="rgba8unorm",
             usage=tex.TEXTURE_BINDING | tex.STORAGE_BINDING | tex.COPY_DST)
-        self.device.queue.write_buffer(self._unpack_uniform, 0, UNPACK_SIZE.pack(width=width, height=height))
+        self._unpack_first = 0
+        self.device.queue.write_buffer(self._unpack_uniform, 0, UNPACK_SIZE.pack(width=width, height=height, first=0))
         self._unpack_group = None
         self._rebind_display()
 
@@ -235,8 +237,9 @@ class FitCanvas(QRenderWidget):
             self._unpack_pending = False
         self.request_draw()
 
-    def set_render_buffer(self, buffer, width: int, height: int) -> None:
-        """Show the fitter's device image buffer: unpacked on the device at the next draw.
+    def set_render_buffer(self, buffer, width: int, height: int, first: int = 0) -> None:
+        """Show the fitter's device image buffer -- the image starting ``first`` floats in --
+        unpacked on the device at the next draw.
 
         Requests no draw: the caller draws with :meth:`draw_now` while the fit leaves the GPU
         idle (a scheduled draw would mostly find the next chunk running).
@@ -244,6 +247,10 @@ class FitCanvas(QRenderWidget):
         if self._target_texture is None:
             return
         self._ensure_render_texture(int(width), int(height))
+        if int(first) != self._unpack_first:
+            self._unpack_first = int(first)
+            self.device.queue.write_buffer(self._unpack_uniform, 0, UNPACK_SIZE.pack(
+                width=int(width), height=int(height), first=int(first)))
         if buffer is not self._source_buffer or self._unpack_group is None:
             self._bind_source(buffer)
         self._unpack_pending = True

@@ -39,7 +39,7 @@ class ImageCanvas(QtWidgets.QWidget):
         self._target_pixels = np.asarray(pixels, np.float32)
         self.update()
 
-    def set_render_buffer(self, buffer, width: int, height: int) -> None:
+    def set_render_buffer(self, buffer, width: int, height: int, first: int = 0) -> None:
         raise RuntimeError("ImageCanvas cannot show device buffers")
 
     def set_render_pixels(self, pixels: np.ndarray) -> None:

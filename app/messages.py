@@ -58,7 +58,7 @@ class Progress:
     losses: np.ndarray                # and their losses
     chunk: int                        # iterations in this chunk
     timings: dict | None = None       # fitter.timings(), at most every TIMINGS_EVERY_S
-    gpu_image: tuple | None = None    # (buffer, W, H) on the shared device
+    gpu_image: tuple | None = None    # (buffer, W, H, first float) on the shared device
     pixels: np.ndarray | None = None  # reference backend preview (float32 H x W x 3)
     triangles: Any = None             # edit mode: trifit.edits' view of the fit now, an EditView
 

@@ -116,7 +116,9 @@ VIEW = Struct("View", [  # display.wgsl's uniform
 MAX_OUTLINES = 1024   # selected triangles the display outlines (two vec4f each in its storage buffer)
 OUTLINE_PX = 1.5      # logical pixels
 HANDLE_PX = 3.5       # logical pixels
-UNPACK_SIZE = Struct("Size", [("width", "u32"), ("height", "u32")], "uniform")  # unpack.wgsl's uniform
+# unpack.wgsl's uniform: the image's size, and where in the buffer it starts (floats: the fit's
+# leading replica, render/replicas.py)
+UNPACK_SIZE = Struct("Size", [("width", "u32"), ("height", "u32"), ("first", "u32")], "uniform")
 _UNIFORMS = {"display.wgsl": VIEW, "unpack.wgsl": UNPACK_SIZE}
 
 

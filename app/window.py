@@ -427,8 +427,7 @@ class MainWindow(FileActions, SessionActions, WindowSettings, QtWidgets.QMainWin
     def _on_progress(self, progress: Progress) -> None:
         self._follow_engine_device()
         if progress.gpu_image is not None:
-            buffer, width, height = progress.gpu_image
-            self.canvas.set_render_buffer(buffer, width, height)
+            self.canvas.set_render_buffer(*progress.gpu_image)
             # The worker waits for this frame with the GPU idle: draw it now, then let it go on.
             self.canvas.draw_now()
             self.gpu_gate.frame_handled()

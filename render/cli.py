@@ -18,7 +18,7 @@ from pathlib import Path
 
 from . import __version__
 from .errors import TrifitError
-from .limits import MAX_TRIANGLES_FIT, MAX_WORKING_SIZE
+from .limits import MAX_REPLICAS, MAX_TRIANGLES_FIT, MAX_WORKING_SIZE
 
 _IMPORTED = time.perf_counter()  # (the start-up timeline that fit logs under --verbose counts from here)
 log = logging.getLogger("trifit.cli")
@@ -60,6 +60,13 @@ def _working_size(text: str) -> int:
     v = _positive_int(text)
     if v > MAX_WORKING_SIZE:
         raise argparse.ArgumentTypeError(f"expected a working size of at most {MAX_WORKING_SIZE} px, got {v}")
+    return v
+
+
+def _replicas(text: str) -> int:
+    v = _whole_number(text)
+    if not 0 <= v <= MAX_REPLICAS:
+        raise argparse.ArgumentTypeError(f"expected 0 (chosen for the adapter) to {MAX_REPLICAS}, got {v}")
     return v
 
 
@@ -153,6 +160,10 @@ def build_parser() -> argparse.ArgumentParser:
     f.add_argument("--strategy", choices=["default", "fixed"], default="default",
                    help="fit policy: default (coarse stage, growth, pruning, respawn, sigma probes) "
                         "or fixed (the count from the start, plain schedules)")
+    f.add_argument("--replicas", type=_replicas, default=0, metavar="R",
+                   help="fit R copies of the image side by side, each growing with its own random stream; at each "
+                        "pruning cycle's start all go on from the best (default 0: two on a GPU for small "
+                        "fits -- at most 256 tiles of 16 x 16 px and 32768 tiles x triangles --, else one)")
     f.add_argument("--resume", type=_path, metavar="SCENE.json",
                    help="start from this scene instead of a fresh one (the triangles its \"locked\" key names stay as "
                         "they are)")
@@ -356,7 +367,7 @@ def cmd_fit(args) -> int:
     marks.append(("engine imported", time.perf_counter()))
 
     settings = {"triangles": args.tris, "size": args.size, "seed": args.seed, "loss": args.loss,
-                "strategy": args.strategy}
+                "strategy": args.strategy, "replicas": args.replicas}
     from . import export
 
     out = Path(args.output) if args.output else Path(args.image).with_suffix(".trifit.json")
@@ -558,7 +569,8 @@ def _replay_settings(args) -> dict:
         raise UsageError("fit: --replay takes its settings and iterations from the scene; "
                          "drop --resume, --iters, --time-limit, --target-psnr and --plateau")
     d = FitSettings()  # (the options' defaults, and the settings this version knows)
-    defaults = {"tris": d.triangles, "size": d.size, "seed": d.seed, "loss": d.loss, "strategy": d.strategy}
+    defaults = {"tris": d.triangles, "size": d.size, "seed": d.seed, "loss": d.loss, "strategy": d.strategy,
+                "replicas": d.replicas}
     given = [f"--{k}" for k, v in defaults.items() if getattr(args, k) != v]
     if given:
         raise UsageError(f"fit: --replay takes its settings from the scene; drop {', '.join(given)}")

@@ -17,7 +17,7 @@ import numpy as np
 
 from . import reference
 from .errors import NumericalFault, SettingsError
-from .limits import MAX_TRIANGLES_FIT, MAX_WORKING_SIZE
+from .limits import MAX_REPLICAS, MAX_TRIANGLES_FIT, MAX_WORKING_SIZE
 from .scene import Scene
 
 #: logits are clamped here when made from values, so 0 and 1 map to finite parameters (events.wgsl
@@ -126,6 +126,12 @@ class FitSettings:
                                   # engine's passes keep render/gpu/workspace.py CULL_TOLERANCE (docs/PERFORMANCE.md)
     stop_transmittance: float = EXACT_STOP_TRANSMITTANCE  # ... and stop a pixel's walk once its transmittance is
                                        # below this; 1e-6, where renders stop, is measured in docs/QUALITY.md ("not mattering")
+    replicas: int = 0             # each image fitted as this many replicas side by side, each growing with its own
+                                  # random stream; at each later pruning cycle's start every replica takes the
+                                  # state of the one with the lowest loss, and the scene is the lowest's at the end
+                                  # (render/fitstate.py select_replicas). 0: chosen at the fit's start from the
+                                  # adapter's type and the working size (render/replicas.py); a scene records
+                                  # the number chosen
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -141,7 +147,8 @@ def recorded_settings(d: dict) -> dict:
     ``cull_tolerance`` culled its iterations as renders do, and so on for each setting below that
     a record may lack; each replays or resumes as it ran."""
     legacy = {"placement": "host", "cull_tolerance": LEGACY_CULL_TOLERANCE, "respawn_checks": 0, "probes_overdue": "run",
-              "growth_waits": False, "continuous_plans": False, "prune_until": 0.85, "prune_newcomers": 1.0}
+              "growth_waits": False, "continuous_plans": False, "prune_until": 0.85, "prune_newcomers": 1.0,
+              "replicas": 1}
     return {**{k: v for k, v in legacy.items() if k not in d}, **d}
 
 
@@ -157,6 +164,7 @@ _SETTING_RANGES = {"triangles": (1, MAX_TRIANGLES_FIT), "size": (1, MAX_WORKING_
                    "beta1": (0.0, 0.999999), "beta2": (0.0, 0.999999), "overgrow": (1.0, None),
                    "cull_tolerance": (1e-30, 1.0), "stop_transmittance": (1e-38, 1.0), "insert_radius": (1e-6, None),
                    "prune_cycle_min": (1, None), "prune_stages": (1, None), "prune_newcomers": (1e-6, 1e6),
+                   "replicas": (0, MAX_REPLICAS),
                    **{k: (0.0, 1.0) for k in ("lr_final", "sigma_fraction", "coarse_fraction", "coarse_max_fraction",
                                                "respawn_alpha", "respawn_until", "growth_until", "init_alpha",
                                                "insert_alpha", "prune_until", "prune_hold")}}

@@ -20,6 +20,7 @@ from .errors import AdapterError, DeviceLostError, TrifitError
 from .fitloop import FRESH_ROW, LR_VERTEX_SIZE, FitSettings, raw_triangles, sigmoid, values_from_raw
 from .history import release_loop
 from .imageio import as_target
+from .replicas import winners
 
 #: fit loops kept by (triangle count, working size): pruning cycles revisit a few counts, and a
 #: new loop's buffers and bind groups cost milliseconds; a count set by hand keeps none but its own
@@ -87,7 +88,11 @@ def in_halves(call, n: int) -> np.ndarray:
 class FitState:
     """State and operations; the subclass sets engine, settings, strategy, targets, batch, width,
     height, rngs, coarse, full_from, schedule, n_triangles, _half, _loops, _loop, _cached,
-    _lr_scale, _lr_fault, _host_snapshot, _next_event and respawned."""
+    _lr_scale, _lr_fault, _host_snapshot, _next_event and respawned. ``batch`` counts slots: each
+    of ``images`` images is ``replicas`` slots, image-major (render/replicas.py); what the
+    operations do, they do per slot."""
+
+    images = replicas = 1  # (the subclass sets both)
 
     # each image's triangle ids and the next id to give (triangle_ids_all; None: numbered at first use)
     tri_ids: list[np.ndarray] | None = None
@@ -336,6 +341,37 @@ class FitState:
         self.tri_ids = ids
         self._join(out, self.n_triangles, images=[b for b, d in enumerate(dead) if len(d)])
 
+    def select_replicas(self) -> np.ndarray | None:
+        """Every replica of each image takes the state of the image's replica with the lowest
+        latest loss (render/replicas.py): parameters, Adam moments and scene records (copied on
+        the device where the loop can), triangle ids, locks, loss history, and the strategy's
+        per-replica state (``Strategy.took_replicas``). Each keeps its own random stream.
+        Returns the source of each slot, or None where nothing moved (one replica, or the
+        lowest already everywhere)."""
+        if self.replicas == 1:
+            return None
+        source = winners(self.slot_losses(), self.replicas)
+        if np.all(source == np.arange(self.batch)):
+            return None
+        if hasattr(self._loop, "copy_images"):
+            self._loop.copy_images(source)
+            self._cached = None
+        else:
+            raw, m, v = self._state()
+            self._set(raw[source], m[source], v[source], self.n_triangles, self.iteration)
+        ids = self.triangle_ids_all()
+        self.tri_ids = [ids[s].copy() for s in source]
+        self.locks = [self.locks[s].copy() for s in source]
+        self._lock_values = [self._lock_values[s].copy() for s in source]
+        if self._locked_raw:
+            self._locked_raw = [self._locked_raw[s].copy() for s in source]
+        self._lock_loop(self._loop)
+        self.histories = [h if s == b else self.histories[s].copy() for b, (s, h) in
+                          enumerate(zip(source, self.histories))]
+        self.strategy.took_replicas(source)
+        self.use_schedule(self.strategy.schedule(self.iteration))
+        return source
+
     def use_schedule(self, schedule) -> None:
         self.schedule = schedule
         self._loop.set_schedule(schedule)
@@ -360,10 +396,10 @@ class FitState:
         iteration and the schedule are kept, so the triangles move from where they are. A
         half-size stage ends; the fit loops hold their targets, so every kept loop is released
         and the current state goes on in a new one."""
-        targets = np.stack([as_target(t, self.settings.size) for t in images])
+        targets = np.repeat(np.stack([as_target(t, self.settings.size) for t in images]), self.replicas, axis=0)
         if targets.shape != self.targets.shape:
-            raise TrifitError(f"new targets of shape {targets.shape[1:]} (x{len(targets)}) for a fit of "
-                              f"{self.targets.shape[1:]} (x{self.batch}): a fit's images keep their working size")
+            raise TrifitError(f"new targets of shape {targets.shape[1:]} (x{len(images)}) for a fit of "
+                              f"{self.targets.shape[1:]} (x{self.images}): a fit's images keep their working size")
         raw, m, v = self._state()
         for loop in self._loops.values():
             release_loop(loop)

@@ -33,6 +33,7 @@ from .history import History, StepStats, loop_timings, psnr_from_mse, release_lo
 from .imageio import as_target
 from .limits import MAX_TRIANGLES_FIT, MAX_WORKING_SIZE, is_whole
 from .placement import PLACEMENTS, initial_raw
+from .replicas import auto_replicas, winners
 from .scene import Scene, locked_indices
 from .strategy import STRATEGIES, make_strategy
 
@@ -110,9 +111,9 @@ class Fitter(FitState):
             raise TypeError(f"resume takes a Checkpoint (Fitter.checkpoint(), load_checkpoint), got "
                             f"{type(checkpoint).__name__}")
         checkpoint = check_checkpoint(checkpoint)  # (one made or changed in memory: a file's rules)
-        if cls is not Fitter or checkpoint.state["batch"] != 1:
-            raise TrifitError("Fitter.resume continues a one-image fit")
         initial, now = settings_of(checkpoint)
+        if cls is not Fitter or checkpoint.state["batch"] != initial.replicas:
+            raise TrifitError("Fitter.resume continues a one-image fit")
         rest = {k: v for k, v in initial.as_dict().items() if k not in ("triangles", "size", "seed")}
         fit = cls.__new__(cls)
         fit._setup([target_image], [initial.seed], [source], None, initial.triangles, initial.size, engine, rest,
@@ -158,12 +159,7 @@ class Fitter(FitState):
         targets = [as_target(t, s.size) for t in images]
         if len({t.shape for t in targets}) != 1:
             raise TrifitError(f"a batched fit needs images of one working size, got {sorted({t.shape for t in targets})}")
-        self.targets = np.stack(targets)
-        self.targets.flags.writeable = False  # (the fit's own, never changed in place: a GPU pass keeps its upload)
-        self.batch, self.height, self.width = self.targets.shape[:3]
-        self.seeds, self.sources = [int(v) for v in seeds], list(sources)
-        self.rngs = [np.random.default_rng(v) for v in self.seeds]
-        self.histories = [History() for _ in range(self.batch)]
+        self.images = len(targets)
         self.changes: list[list] = []  # [iteration, kind, value]: plans and live changes, in order
         self.wall_s = 0.0
         self.respawned = 0   # triangles re-placed by the respawn rule so far
@@ -175,38 +171,74 @@ class Fitter(FitState):
         self._loops: dict = {}      # fit loops by (count, working size), least recently used first
         self._loop = None
         self._device_placement = None  # placement's buffers on the device, made at its first event
-        self._half = half_size(self.targets, s) if init_scene is None else None
-        self._use_focus(weights)
-        self.lock([np.zeros(0, np.int64)] * self.batch, [np.zeros((0, 10))] * self.batch)
-        self._locked_raw: list[np.ndarray] = []  # the locked triangles' raw parameters, per image
         if resume is not None:
-            self.settings = s = resume[1]  # as the fit had them: planned length, live changes
-        self.strategy = make_strategy(s.strategy, self) if strategy is None else strategy(self)
+            self.settings = resume[1]  # as the fit had them: planned length, live changes
+        slots = (targets, seeds, sources, weights, init_scene, strategy, s)
+        self._slots(*slots, s.replicas or 1)  # (0: chosen below, once the first triangles are placed)
+        if resume is not None:
+            restore_checkpoint(self, resume[0])
+            return
+        raw = self._first_raw(init_scene)
+        if s.replicas == 0:  # the adapter's type decides, so a deferred engine's backend is made
+            # here, after the host's work above (render/replicas.py auto_replicas)
+            R = auto_replicas(self.engine.adapter.get("type", ""), self.width, self.height, s.triangles, s.strategy)
+            s.replicas = self._initial_settings["replicas"] = R  # (recorded as chosen: a replay runs as many)
+            if R > 1:
+                first = self.rngs  # (replica 0's streams go on from where its first triangles left them)
+                self._slots(*slots, R, first)
+                raw = np.stack([raw[b // R] if b % R == 0 else row
+                                for b, row in enumerate(self._first_raw(init_scene, skip=R))])
+        self._set(raw, None, None, self.n_triangles, 0)
+        if init_scene is not None and init_scene.locked:
+            self._lock_scene(init_scene)
+        self._next_event = self.strategy.next_event(0)
+
+    def _slots(self, targets, seeds, sources, weights, init_scene, strategy, initial: FitSettings, R: int,
+               first_rngs=None) -> None:
+        """Each image as ``R`` slots of the batch, image-major (render/replicas.py), and what the
+        fit keeps per slot; replica 0 draws from the image's seed (``first_rngs``: those streams, one an image,
+        already drawn from), the others from (seed, r). Then the policy (:meth:`_policy`)."""
+        self.replicas = R
+        self.targets = np.repeat(np.stack(targets), R, axis=0)
+        self.targets.flags.writeable = False  # (the fit's own, never changed in place: a GPU pass keeps its upload)
+        self.batch, self.height, self.width = self.targets.shape[:3]
+        self.seeds, self.sources = [int(v) for v in seeds for _ in range(R)], [v for v in sources for _ in range(R)]
+        self.rngs = [first_rngs[i] if r == 0 and first_rngs is not None else
+                     np.random.default_rng(int(v) if r == 0 else [int(v), r]) for i, v in enumerate(seeds) for r in range(R)]
+        self.histories = [History() for _ in range(self.batch)]
+        self._half = half_size(self.targets, initial) if init_scene is None else None
+        self._use_focus(None if weights is None else [w for w in weights for _ in range(R)])
+        self.lock([np.zeros(0, np.int64)] * self.batch, [np.zeros((0, 10))] * self.batch)
+        self._locked_raw: list[np.ndarray] = []  # the locked triangles' raw parameters, per slot
+        self._policy(init_scene, strategy)
+
+    def _policy(self, init_scene, strategy) -> None:
+        """The strategy (``strategy(fit)``, or the settings' by name) and what it decides at the start."""
+        self.strategy = make_strategy(self.settings.strategy, self) if strategy is None else strategy(self)
         if not self.strategy.uses_coarse_stage:
             self._half = None
         self.coarse = self._half is not None  # the loop works at half size
         self.full_from = 0                    # the iteration the full-size stage began
-        if resume is not None:
-            restore_checkpoint(self, resume[0])
-            return
         if init_scene is not None:
             if init_scene.n_triangles < 1:
                 raise TrifitError("the scene to refine has no triangles")
             self.strategy.refine()
         self.schedule = self.strategy.schedule(0)
+
+    def _first_raw(self, init_scene, skip: int = 0) -> np.ndarray:
+        """(slots, params): the first triangles' raw parameters -- the scene refined, or placed
+        in each slot's target with its stream (``skip``: none for every skip-th slot, replica 0,
+        whose row is left zero) -- and their count into ``n_triangles``."""
         if init_scene is not None:
-            n, first = init_scene.n_triangles, init_scene.copy()
+            self.n_triangles, first = init_scene.n_triangles, init_scene.copy()
             first.sigma = self.schedule.sigma_start
-            raw = np.stack([raw_from_scene(first)] * self.batch)
-        else:
-            n = self.strategy.initial_count()
-            raw = np.stack([initial_raw(t, n, rng, s, self.schedule.sigma_start, w)
-                            for t, rng, w in zip(self.targets, self.rngs, self._focus_per_image())])
-        self.n_triangles = n
-        self._set(raw, None, None, n, 0)
-        if init_scene is not None and init_scene.locked:
-            self._lock_scene(init_scene)
-        self._next_event = self.strategy.next_event(0)
+            return np.stack([raw_from_scene(first)] * self.batch)
+        n = self.n_triangles = self.strategy.initial_count()
+        rows = [None if skip and b % skip == 0 else
+                initial_raw(t, n, rng, self.settings, self.schedule.sigma_start, w)
+                for b, (t, rng, w) in enumerate(zip(self.targets, self.rngs, self._focus_per_image()))]
+        size = next(len(r) for r in rows if r is not None)
+        return np.stack([np.zeros(size) if r is None else r for r in rows])
 
     # ------------------------------------------------------------------ what the strategy reads
     @property
@@ -237,7 +269,8 @@ class Fitter(FitState):
 
     @property
     def history(self) -> History:
-        return self.histories[0]
+        """The first image's loss history (its leading replica's: :meth:`leaders`)."""
+        return self.histories[self.leaders()[0]]
 
     @property
     def source(self) -> str | None:
@@ -336,9 +369,25 @@ class Fitter(FitState):
             h.forget_before(iteration)
         self.changes = [c for c in self.changes if c[0] >= iteration]
 
-    def last_losses(self) -> np.ndarray:
-        """(B,) each image's loss at the latest iteration (NaN before the first)."""
+    def slot_losses(self) -> np.ndarray:
+        """Each slot's loss at the latest iteration (NaN before the first): every replica of
+        every image (image-major, render/replicas.py)."""
         return np.array([h.losses[-1] if len(h) else float("nan") for h in self.histories])
+
+    def leaders(self) -> list[int]:
+        """Each image's slot whose replica has the lowest latest loss: the one its scene, loss
+        history and triangles are reported from (replica 0 before the first iteration)."""
+        return [int(b) for b in winners(self.slot_losses(), self.replicas)[:: self.replicas]]
+
+    def last_losses(self) -> np.ndarray:
+        """(images,) each image's loss at the latest iteration, its leading replica's (NaN before the first)."""
+        return self.slot_losses()[self.leaders()]
+
+    def losses_since(self, first: int) -> np.ndarray:
+        """(iterations, images): each image's loss at every iteration from history index ``first``
+        on, the lowest of its replicas' at each."""
+        per_slot = np.stack([np.asarray(h.losses[first:]) for h in self.histories], axis=1)
+        return per_slot.reshape(len(per_slot), self.images, self.replicas).min(axis=2)
 
     def finish(self) -> None:
         """The run ended: let the strategy settle (an over-grown fit prunes to its count)."""
@@ -452,7 +501,9 @@ class Fitter(FitState):
         (render/edits.py: the payloads, by index or by id). Parameters and Adam moments stay
         consistent (an edited triangle's moments start again from zero) and so do the locks;
         recorded as a live change ``"edit"`` in its index form, so a replay does the same. An
-        id-form ``lock`` is a :meth:`set_locked`. A request whose triangles are all gone does nothing."""
+        id-form ``lock`` is a :meth:`set_locked`. A request whose triangles are all gone does nothing.
+        Replicas first all take their best's state: an edit names the triangles the user sees."""
+        self.select_replicas()
         change = edits.resolve(self, request)
         if change is None:
             return
@@ -484,14 +535,15 @@ class Fitter(FitState):
         order (over-grown: all of them), locked ones at their values --, the sigma in force
         (frame units) and their ids (edits by id, render/edits.py)."""
         tris, _, sigmas = self.values()
-        return tris[0], float(sigmas[0]), [int(i) for i in self.triangle_ids_all()[0]]
+        b = self.leaders()[0]
+        return tris[b], float(sigmas[b]), [int(i) for i in self.triangle_ids_all()[b]]
 
     # ------------------------------------------------------------------ locks and focus (issue 20)
     @property
     def locked(self) -> list[int]:
         """The locked triangles (of the first image): their indices in the current painting
         order, which growth, respawn and pruning renumber as they go."""
-        return [int(i) for i in self.locks[0]]
+        return [int(i) for i in self.locks[self.leaders()[0]]]
 
     @_while_open
     def set_locked(self, indices) -> None:
@@ -505,6 +557,7 @@ class Fitter(FitState):
         if len(idx) > self.settings.triangles:
             raise ValueError(f"{len(idx)} triangles to lock, more than the {self.settings.triangles} the fit keeps")
         self._record("locked", [int(i) for i in idx])
+        self.select_replicas()  # (the indices are the leading replica's: every replica takes its state)
         tris = self.with_locked_values(self._loop_values()[0])  # what the device renders; locked ones as given
         self.lock([idx] * self.batch, [t[idx] for t in tris])
         self._remember_locked_raw()
@@ -588,7 +641,7 @@ class Fitter(FitState):
         if kept is not None:
             tris = np.take_along_axis(tris, kept[:, :, None], axis=1)
         out = []
-        for b in range(self.batch):
+        for b in self.leaders():
             meta = {
                 "software": f"trifit {__version__}", "seed": self.seeds[b], "source": self.sources[b],
                 "iterations": self.iteration, "backend": self.engine.backend,
@@ -597,7 +650,7 @@ class Fitter(FitState):
                 "changes": [list(c) for c in self.changes],
             }
             if isinstance(self, BatchFitter):
-                meta["batched"] = self.batch
+                meta["batched"] = self.images
             out.append(Scene(self.width, self.height, float(sigmas[b]), np.clip(bg[b], 0, 1), tris[b].copy(),
                              {"meta": meta, **self._scene_extra(b, kept, meta)}))
         return out
@@ -608,10 +661,15 @@ class Fitter(FitState):
 
     @_while_open
     def gpu_image(self):
-        """(wgpu buffer, width, height) of the last forward's image for the GPU backend, else None.
-        During the coarse stage it is the half-size image; float32 rgb, row-major (image 0 first).
+        """(wgpu buffer, width, height, first) of the last forward's image for the GPU backend, else
+        None: float32 rgb, row-major, the first image's leading replica's (render/replicas.py) from
+        float ``first`` on. During the coarse stage it is the half-size image.
         Written by the fitting thread's submissions: draw it on the same device, never map it."""
-        return self._loop.gpu_image()
+        got = self._loop.gpu_image()
+        if got is None:
+            return None
+        buffer, width, height = got
+        return buffer, width, height, self.leaders()[0] * width * height * 3
 
     def timings(self, recent: int | None = None) -> dict:
         """Median per-pass GPU ms (sampled iterations), host phases, counters and pool use;
@@ -651,7 +709,7 @@ class BatchFitter(Fitter):
         self._setup(targets, seeds, sources, None, triangles, size, engine, settings)
 
     def __len__(self) -> int:
-        return self.batch
+        return self.images
 
     @property
     def scenes(self) -> list[Scene]:
@@ -659,8 +717,8 @@ class BatchFitter(Fitter):
 
     def member(self, b: int, scene: Scene | None = None) -> BatchMember:
         """A Fitter-like view of image ``b`` (for trifit.report.build_report)."""
-        if not is_whole(b) or not 0 <= b < self.batch:
-            raise IndexError(f"image {b!r:.20} of a batch of {self.batch}")
+        if not is_whole(b) or not 0 <= b < self.images:
+            raise IndexError(f"image {b!r:.20} of a batch of {self.images}")
         return BatchMember(self, b, scene)
 
 
@@ -669,10 +727,11 @@ class BatchMember:
 
     def __init__(self, batch: BatchFitter, b: int, scene: Scene | None = None):
         self.batch, self.b = batch, b
-        self.engine, self.target = batch.engine, batch.targets[b]
+        slot = batch.leaders()[b]
+        self.engine, self.target = batch.engine, batch.targets[slot]
         self.width, self.height = batch.width, batch.height
-        self.settings = dc_replace(batch.settings, seed=batch.seeds[b])
-        self.source, self.history = batch.sources[b], batch.histories[b]
+        self.settings = dc_replace(batch.settings, seed=batch.seeds[slot])
+        self.source, self.history = batch.sources[slot], batch.histories[slot]
         self.n_triangles, self.iteration = batch.n_triangles, batch.iteration
         self.wall_s = batch.wall_s  # the batch's time: the images ran together
         self.coarse_until, self.respawned = batch.coarse_until, batch.respawned

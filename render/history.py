@@ -45,6 +45,9 @@ class History:
         del self.iterations[:keep]
         del self.losses[:keep]
 
+    def copy(self) -> History:
+        return History(array("q", self.iterations), array("d", self.losses))
+
     def __len__(self) -> int:
         return len(self.losses)
 

@@ -4,6 +4,8 @@ when they run. And what the API takes as a whole number (counts, seeds, indices,
 
 #: Triangles a fit may hold.
 MAX_TRIANGLES_FIT = 20000
+#: Replicas of one image a fit may run side by side (FitSettings.replicas).
+MAX_REPLICAS = 8
 #: Working sizes beyond this are refused (the fit and the GUI would be unusable anyway).
 MAX_WORKING_SIZE = 4096
 

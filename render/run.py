@@ -335,7 +335,7 @@ class FitRun:
 
     def _track(self, its: np.ndarray, first: int) -> None:
         """The best loss so far, iteration by iteration (a batch: the mean over its images)."""
-        losses = np.mean([np.asarray(h.losses[first:]) for h in self.fit.histories], axis=0)
+        losses = self.fit.losses_since(first).mean(axis=1)
         for it, loss in zip(its, losses):
             if loss < self._best * (1 - 1e-3):
                 self._best, self._best_at = float(loss), int(it)

@@ -175,6 +175,10 @@ class FixedStrategy:
     def finish(self) -> None:
         """The run ended (a stop condition held)."""
 
+    def took_replicas(self, source: np.ndarray) -> None:
+        """Each slot of the fit's batch took slot ``source[b]``'s state (FitState.select_replicas):
+        what this strategy keeps per slot follows."""
+
     # ------------------------------------------------------------------ live changes
     def refine(self) -> None:
         """The fit starts from a saved scene: keep its triangles (no coarse stage, no over-growth)."""
@@ -249,6 +253,9 @@ class DefaultStrategy(FixedStrategy):
         return {**super().state(), "pruning": self.pruning, "probes_done": self.probes_done,
                 "sigma_scales": [float(k) for k in self.sigma_scales], "cycles_held": self.cycles_held,
                 "newcomers_from": self.newcomers_from}
+
+    def took_replicas(self, source: np.ndarray) -> None:
+        self.sigma_scales = self.sigma_scales[source]
 
     def load_state(self, state: dict) -> None:
         super().load_state(state)
@@ -487,6 +494,7 @@ class DefaultStrategy(FixedStrategy):
         change = self._count_change(iteration)
         if change is not None and change[0] == "grow":
             if self.pruning:  # (a later cycle grows back: see newcomer_weights)
+                fit.select_replicas()  # (each image's replicas go on from its best: render/replicas.py)
                 self.newcomers_from = fit.next_triangle_id()
             fit.add(self._place([change[1] - fit.n_triangles] * fit.batch, change[1], rows=True))
         elif change is not None:

@@ -201,6 +201,9 @@ class ClipFit:
             raise TrifitError("a clip's fit needs at least one iteration per frame")
         self.first_iters, self.frame_iters = int(first_iters), int(frame_iters)
         self.policy = policy or FramePolicy()
+        if settings.get("replicas", 1) not in (0, 1):
+            raise TrifitError("a clip is fitted as one replica (a frame starts from the scene the frame before ended with)")
+        settings["replicas"] = 1
         self._make = dict(triangles=triangles, size=size, seed=seed, engine=engine, source=source, **settings)
         self.fitter: Fitter | None = None
         self.frames = 0        # frames finished

@@ -246,6 +246,26 @@ def test_canvas_shows_both_pictures_and_the_render_changes(qtbot, window):
     assert overlay.std() > 20
 
 
+def test_the_render_pane_shows_the_image_the_fit_names_in_its_buffer(qtbot, window):
+    # a fit of replicas names where its leading replica's image starts (Fitter.gpu_image): a
+    # buffer of two images, the first black and the second white, shown from the second's start
+    import wgpu
+
+    win = window
+    win.open_image(sample_path("astronaut.png"))
+    wait_loaded(qtbot, win)
+    w, h = win.fit_info.width, win.fit_info.height
+    images = np.concatenate([np.zeros(w * h * 3, np.float32), np.ones(w * h * 3, np.float32)])
+    buffer = win.canvas.device.create_buffer_with_data(data=images, usage=wgpu.BufferUsage.STORAGE)
+    shown = []
+    for first in (w * h * 3, 0):
+        win.canvas.set_render_buffer(buffer, w, h, first)
+        win.canvas.draw_now()
+        qtbot.wait(100)
+        shown.append(panes(win, canvas_pixels(win))[1].mean())
+    assert shown[0] > 240 and shown[1] < 15, shown
+
+
 def test_unreadable_image_and_scene_leave_the_fit_alone(qtbot, window, tmp_path):
     win = window
     source = sample_path("astronaut.png")

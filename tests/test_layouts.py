@@ -68,7 +68,7 @@ def test_app_uniforms():
                              outline_px=1.5, handle_px=3.5, surface=(640, 480))
     assert packed == struct.pack("<4f4f2fIfIf2f4fIIff2f8x", 1, 2, 3, 4, 5, 6, 7, 8, 48, 36, 2, 0.25, 5, 2.5, 0, 0,
                                  9, 10, 11, 12, 3, 2, 1.5, 3.5, 640, 480)
-    assert panes.UNPACK_SIZE.pack(width=640, height=480) == struct.pack("<2I8x", 640, 480)
+    assert panes.UNPACK_SIZE.pack(width=640, height=480, first=921600) == struct.pack("<3I4x", 640, 480, 921600)
     for name, s in (("display.wgsl", panes.VIEW), ("unpack.wgsl", panes.UNPACK_SIZE)):
         text = (ROOT / "app" / name).read_text()
         assert s.name not in layouts.declared_structs(text), f"app/{name} spells struct {s.name}"

@@ -391,7 +391,8 @@ def test_a_deferred_engine_makes_its_backend_after_the_fitters_host_work(gpu_ctx
     deferred = Engine("gpu", deferred=True)
     assert deferred._impl is None and order == []
     a = Fitter(image, triangles=12, size=40, seed=3, engine=deferred)
-    assert order == ["placed", "backend"] and deferred._impl is not None
+    # (then, where the adapter's type asks for replicas, their first triangles: render/replicas.py)
+    assert order[:2] == ["placed", "backend"] and set(order[2:]) <= {"placed"} and deferred._impl is not None
     b = Fitter(image, triangles=12, size=40, seed=3, engine=Engine("gpu"))
     for f in (a, b):
         f.plan(60)

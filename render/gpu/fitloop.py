@@ -571,6 +571,49 @@ class GpuFitLoop:
         old = (other.extra["params"], other.extra["moments"], other.ws.buffers["scene"])
         self._gather(old, other.n_tris, source, fresh, snapshot=True)
 
+    def copy_images(self, source) -> None:
+        """Image b takes image ``source[b]``'s state on the device: parameters, Adam moments, scene
+        records and the last forward's image (a replica selection, render/fitstate.py
+        ``select_replicas``). What the last chunk brought back for the event after it -- error
+        sums with the image they are of, respawn flags, removal costs -- is taken along, so the
+        event sees each image as a copy of its source, as a render of it would. The rollback
+        snapshot is taken of the result. Nothing comes back."""
+        source = np.asarray(source, dtype=np.int64).reshape(self.batch)
+        moved = [b for b in range(self.batch) if source[b] != b]
+        if not moved:
+            return
+        n, image = self.n_tris * 10 + 3, self.ws.buffers["image"]
+        bufs = [(self.extra["params"], n * 4), (self.extra["moments"], n * 8),
+                (self.ws.buffers["scene"], self.shape.scene_stride * 4)]
+        sums = self._read_sums if self._read_sums is not None and self._read_sums[0] == self.iter else None
+        if self._image_iter == self.iter:
+            bufs.append((image, self.shape.width * self.shape.height * 12))
+        if sums is not None and sums[3] is not image:  # (a half-size loop's full-size render of its records)
+            bufs.append((sums[3], sums[1].width * sums[1].height * 12))
+        pool, enc = self.backend.pool, self.device.create_command_encoder()
+        scratch = []
+        for buf, per in bufs:  # (a buffer cannot be copied into itself: whole, through a pooled one)
+            tmp = pool.acquire(COPY_DST | COPY_SRC, self.batch * per, "replica-copy")
+            scratch.append(tmp)
+            enc.copy_buffer_to_buffer(buf, 0, tmp, 0, self.batch * per)
+            for b in moved:
+                enc.copy_buffer_to_buffer(tmp, int(source[b]) * per, buf, b * per, per)
+        self._encode_snapshot(enc, 1)
+        self.snap_iter, self.snap_turn = [self.iter, self.iter], 0
+        self.device.queue.submit([enc.finish()])
+        self.backend.counters.submissions += 1
+        for tmp in scratch:
+            pool.release(tmp)
+        self._read_state = None
+        if self._read_image is not None:
+            self._read_image = (self._read_image[0], self._read_image[1][source])
+        if sums is not None:
+            self._read_sums = (*sums[:2], sums[2][source], sums[3])
+        if self._read_flags is not None:
+            self._read_flags = (*self._read_flags[:2], self._read_flags[2][source])
+        if self._read_costs is not None:
+            self._read_costs = (*self._read_costs[:3], self._read_costs[3][source])
+
     def _gather_buffers(self) -> tuple:
         """(source indices, fresh rows, old count; permute's copies of parameters, moments and
         records): made at the first gather and kept with the loop -- a count change is a gather,

@@ -274,7 +274,7 @@ _USAGES = {
     "frame": UNIFORM | COPY_DST,
     "state": STORAGE | COPY_DST | COPY_SRC,
     "scene": STORAGE | COPY_DST | COPY_SRC,
-    "image": STORAGE | COPY_SRC,
+    "image": STORAGE | COPY_SRC | COPY_DST,  # (COPY_DST: a replica selection copies images, GpuFitLoop.copy_images)
     "target": STORAGE | COPY_DST,
     "weights": STORAGE | COPY_DST,
     "grad": STORAGE | COPY_SRC,
