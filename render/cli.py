@@ -213,6 +213,7 @@ def build_parser() -> argparse.ArgumentParser:
     bt.add_argument("--loss", choices=["mse", "l1"], default="mse")
     bt.add_argument("--backend", choices=["auto", "gpu", "reference"], default="auto")
     bt.add_argument("--strategy", choices=["default", "fixed"], default="default", help="fit policy (see fit)")
+    bt.add_argument("--replicas", type=_replicas, default=0, metavar="R", help="replicas of each image (see fit)")
     bt.add_argument("--png", action="store_true",
                     help="also write a picture of each scene (NAME.trifit.png) at its source image's size")
     bt.add_argument("--scale", type=_positive_float, default=None, metavar="K",
@@ -709,8 +710,9 @@ def cmd_batch(args) -> int:
     if not stop.any():
         stop.iterations = 600
     common = dict(triangles=args.tris, size=args.size, stop=stop, seed=args.seed, loss=args.loss,
-                  strategy=args.strategy, backend=args.backend, render=(args.scale or True) if args.png else False,
-                  reports=args.reports, force=args.force, progress=not args.quiet)
+                  strategy=args.strategy, replicas=args.replicas, backend=args.backend,
+                  render=(args.scale or True) if args.png else False, reports=args.reports, force=args.force,
+                  progress=not args.quiet)
     if args.dask is not None:
         from .cluster import run_cluster_batch
 

@@ -245,3 +245,20 @@ def test_the_command_line_takes_and_records_replicas(tmp_path, capsys, gpu_engin
     assert main(["fit", str(img), "--replicas", "9"]) == 2
     err = capsys.readouterr().err
     assert "--replicas" in err and len(err.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("sequential", [True, False], ids=["one-by-one", "batched"])
+def test_a_batch_fits_replicas_on_both_paths(tmp_path, gpu_engine, sequential):
+    from PIL import Image
+
+    from trifit.batch import run_batch
+    from trifit.run import StopConditions as Stop
+
+    for name, seed in (("a", 3), ("b", 4)):
+        Image.fromarray((_target(seed=seed) * 255).astype(np.uint8)).save(tmp_path / f"{name}.png")
+    out = tmp_path / "out"
+    result = run_batch([str(tmp_path / "*.png")], out, triangles=8, size=32, stop=Stop(iterations=60), replicas=2,
+                       engine=gpu_engine, progress=False, sequential=sequential)
+    assert result.done == 2 and not result.failed
+    for name in ("a", "b"):
+        assert Scene.load(out / f"{name}.trifit.json").meta["settings"]["replicas"] == 2
