@@ -365,7 +365,8 @@ class FitState:
         self._lock_values = [self._lock_values[s].copy() for s in source]
         if self._locked_raw:
             self._locked_raw = [self._locked_raw[s].copy() for s in source]
-        self._lock_loop(self._loop)
+        if any(len(i) for i in self.locks):  # (the loop's flags follow; with none, what the chunk
+            self._lock_loop(self._loop)     # brought back for the event stays, as copy_images left it)
         self.histories = [h if s == b else self.histories[s].copy() for b, (s, h) in
                           enumerate(zip(source, self.histories))]
         self.strategy.took_replicas(source)

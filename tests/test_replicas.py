@@ -146,6 +146,26 @@ def test_a_selection_leaves_every_slot_the_best_ones_to_the_bit(gpu_engine, monk
     f.close()
 
 
+def test_what_a_chunk_brought_for_the_event_follows_the_copies(gpu_engine, monkeypatch):
+    # a selection permutes the error sums (and flags, costs) the chunk brought back and computes
+    # the per-pixel errors again: the regrowth then places exactly as it would after reading
+    # everything back afresh
+    from trifit.gpu.fitloop import GpuFitLoop
+
+    kept = _stepped(gpu_engine, finish=True)
+    copy = GpuFitLoop.copy_images
+
+    def copy_and_forget(loop, source):
+        copy(loop, source)
+        loop._drop_brought()
+
+    monkeypatch.setattr(GpuFitLoop, "copy_images", copy_and_forget)
+    fresh = _stepped(gpu_engine, finish=True)
+    assert _bytes(kept.scene) == _bytes(fresh.scene)
+    kept.close()
+    fresh.close()
+
+
 def test_replicas_keep_a_fits_bytes_whatever_the_chunks(gpu_engine):
     scenes = []
     for chunk in (None, 7, 64):

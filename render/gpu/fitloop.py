@@ -576,8 +576,9 @@ class GpuFitLoop:
         records and the last forward's image (a replica selection, render/fitstate.py
         ``select_replicas``). What the last chunk brought back for the event after it -- error
         sums with the image they are of, respawn flags, removal costs -- is taken along, so the
-        event sees each image as a copy of its source, as a render of it would. The rollback
-        snapshot is taken of the result. Nothing comes back."""
+        event sees each image as a copy of its source, as a render of it would (the placement's
+        per-pixel errors, which stay on the device, are computed again from the copied image).
+        The rollback snapshot is taken of the result. Nothing comes back."""
         source = np.asarray(source, dtype=np.int64).reshape(self.batch)
         moved = [b for b in range(self.batch) if source[b] != b]
         if not moved:
@@ -598,6 +599,8 @@ class GpuFitLoop:
             enc.copy_buffer_to_buffer(buf, 0, tmp, 0, self.batch * per)
             for b in moved:
                 enc.copy_buffer_to_buffer(tmp, int(source[b]) * per, buf, b * per, per)
+        if sums is not None:
+            sums[1].encode_error_tiles(enc, sums[3])
         self._encode_snapshot(enc, 1)
         self.snap_iter, self.snap_turn = [self.iter, self.iter], 0
         self.device.queue.submit([enc.finish()])
