@@ -266,6 +266,25 @@ def test_the_render_pane_shows_the_image_the_fit_names_in_its_buffer(qtbot, wind
     assert shown[0] > 240 and shown[1] < 15, shown
 
 
+def test_a_fit_of_replicas_runs_shows_and_saves_in_the_window(qtbot, window, tmp_path, monkeypatch):
+    # a CPU adapter runs one replica; as a GPU with room would, this fit runs two (render/replicas.py)
+    from trifit import fitter as fitter_module
+
+    monkeypatch.setattr(fitter_module, "auto_replicas", lambda *a: 2)
+    win = window
+    win.open_image(sample_path("astronaut.png"), start=True)
+    wait_loaded(qtbot, win)
+    wait_iterations(qtbot, win, 40)
+    qtbot.wait(100)
+    _, rendered = panes(win, canvas_pixels(win))
+    assert rendered.std() > 5, "the render pane is uniform"
+    path = tmp_path / "fit.json"
+    win.save_scene(path)
+    qtbot.waitUntil(lambda: path.exists() and "Saved" in win.last_message, timeout=WAIT_MS)
+    scene = trifit.Scene.load(path)
+    assert scene.meta["settings"]["replicas"] == 2 and scene.n_triangles >= 1
+
+
 def test_unreadable_image_and_scene_leave_the_fit_alone(qtbot, window, tmp_path):
     win = window
     source = sample_path("astronaut.png")
