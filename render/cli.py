@@ -163,7 +163,7 @@ def build_parser() -> argparse.ArgumentParser:
     f.add_argument("--replicas", type=_replicas, default=0, metavar="R",
                    help="fit R copies of the image side by side, each growing with its own random stream; at each "
                         "pruning cycle's start all go on from the best (default 0: two on a GPU for small "
-                        "fits -- at most 256 tiles of 16 x 16 px and 32768 tiles x triangles --, else one)")
+                        "fits -- at most 256 tiles of 16 x 16 px and 20000 tiles x triangles --, else one)")
     f.add_argument("--resume", type=_path, metavar="SCENE.json",
                    help="start from this scene instead of a fresh one (the triangles its \"locked\" key names stay as "
                         "they are)")

@@ -25,9 +25,11 @@ import numpy as np
 #: batch of two such images is at most 512 tile workgroups, which a discrete GPU runs side by side
 AUTO_MAX_TILES = 256
 #: ... and tiles x triangles asked for up to this (a bound on the tile lists' entries, which the
-#: backward's workgroups walk): 176 px with 150 triangles is 18,150-24,750, where two replicas
-#: gained at a 1 s fit; with 500 (60,500-82,500) the second replica's work cost more than it found
-AUTO_MAX_TILE_TRIANGLES = 32768
+#: backward's workgroups walk). At a 1 s fit at 176 px two replicas gained with 100 triangles
+#: (chelsea's 88 tiles, astronaut's 121: 8,800 and 12,100) and on astronaut with 150 (18,150); they
+#: gained nothing on astronaut with 200 (24,200) and lost with 500 (60,500): the second replica's
+#: work then costs more iterations than its search finds (docs/QUALITY.md, "Replicas, built in")
+AUTO_MAX_TILE_TRIANGLES = 20000
 
 
 def auto_replicas(adapter_type: str, width: int, height: int, triangles: int, strategy: str) -> int:

@@ -79,15 +79,16 @@ def test_winners_take_each_images_lowest_loss():
 
 def test_auto_replicas_only_where_a_gpu_has_room():
     assert auto_replicas("DiscreteGPU", 176, 176, 150, "default") == 2  # (the issue-#5 command: 121 tiles)
-    assert auto_replicas("DiscreteGPU", 176, 234, 150, "default") == 2  # (chelsea: 165)
-    assert auto_replicas("IntegratedGPU", 256, 256, 128, "default") == 2
-    assert auto_replicas("DiscreteGPU", 256, 256, 129, "default") == 1  # (past the tile-triangle bound)
+    assert auto_replicas("DiscreteGPU", 176, 117, 200, "default") == 2  # (chelsea: 88)
+    assert auto_replicas("DiscreteGPU", 176, 176, 200, "default") == 1  # (past the tile-triangle bound)
+    assert auto_replicas("IntegratedGPU", 256, 256, 78, "default") == 2
+    assert auto_replicas("DiscreteGPU", 256, 256, 79, "default") == 1
     assert auto_replicas("DiscreteGPU", 176, 176, 500, "default") == 1
     assert auto_replicas("DiscreteGPU", 257, 256, 10, "default") == 1  # (17 x 16 tiles)
     assert auto_replicas("DiscreteGPU", 512, 384, 1000, "default") == 1
     assert auto_replicas("CPU", 64, 64, 50, "default") == 1  # (lavapipe: a batch of two at half the speed)
     assert auto_replicas("DiscreteGPU", 64, 64, 50, "fixed") == 1  # (no cycles to select at)
-    assert (AUTO_MAX_TILES, AUTO_MAX_TILE_TRIANGLES) == (256, 32768)
+    assert (AUTO_MAX_TILES, AUTO_MAX_TILE_TRIANGLES) == (256, 20000)
 
 
 def test_the_number_chosen_is_recorded(gpu_engine):
