@@ -186,8 +186,7 @@ class Fitter(FitState):
             if R > 1:
                 first = self.rngs  # (replica 0's streams go on from where its first triangles left them)
                 self._slots(*slots, R, first)
-                raw = np.stack([raw[b // R] if b % R == 0 else row
-                                for b, row in enumerate(self._first_raw(init_scene, skip=R))])
+                raw = self._first_raw(init_scene, placed=raw)
         self._set(raw, None, None, self.n_triangles, 0)
         if init_scene is not None and init_scene.locked:
             self._lock_scene(init_scene)
@@ -225,20 +224,19 @@ class Fitter(FitState):
             self.strategy.refine()
         self.schedule = self.strategy.schedule(0)
 
-    def _first_raw(self, init_scene, skip: int = 0) -> np.ndarray:
+    def _first_raw(self, init_scene, placed: np.ndarray | None = None) -> np.ndarray:
         """(slots, params): the first triangles' raw parameters -- the scene refined, or placed
-        in each slot's target with its stream (``skip``: none for every skip-th slot, replica 0,
-        whose row is left zero) -- and their count into ``n_triangles``."""
+        in each slot's target with its stream (``placed``: replica 0's rows, one an image, placed
+        before the number of replicas was chosen, kept) -- and their count into ``n_triangles``."""
         if init_scene is not None:
             self.n_triangles, first = init_scene.n_triangles, init_scene.copy()
             first.sigma = self.schedule.sigma_start
             return np.stack([raw_from_scene(first)] * self.batch)
         n = self.n_triangles = self.strategy.initial_count()
-        rows = [None if skip and b % skip == 0 else
-                initial_raw(t, n, rng, self.settings, self.schedule.sigma_start, w)
-                for b, (t, rng, w) in enumerate(zip(self.targets, self.rngs, self._focus_per_image()))]
-        size = next(len(r) for r in rows if r is not None)
-        return np.stack([np.zeros(size) if r is None else r for r in rows])
+        R = self.replicas
+        return np.stack([placed[b // R] if placed is not None and b % R == 0 else
+                         initial_raw(t, n, rng, self.settings, self.schedule.sigma_start, w)
+                         for b, (t, rng, w) in enumerate(zip(self.targets, self.rngs, self._focus_per_image()))])
 
     # ------------------------------------------------------------------ what the strategy reads
     @property
