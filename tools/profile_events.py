@@ -2,7 +2,7 @@
 ``on_event``, and this thread's CPU inside each of the event operations (FitState's count
 changes, placement, respawn, probes). The fit as ``profile_time_to_quality.py long`` runs it.
 
-    python tools/profile_events.py [--seconds 20 | --iters N] [--size 512] [--tris 1000] [--top 45]
+    python tools/profile_events.py [--seconds 20 | --iters N] [--size 512] [--tris 1000] [--replicas R] [--top 45]
 
 ``--iters N``: a fixed plan of N iterations instead of a time limit, so that two trees run the
 same events (their CPU comparable on any adapter; ``--top 0`` prints only the operations).
@@ -35,6 +35,7 @@ def main():
     p.add_argument("--tris", type=int, default=1000)
     p.add_argument("--image", default="astronaut.png")
     p.add_argument("--iters", type=int, default=None, help="a fixed plan of this many iterations")
+    p.add_argument("--replicas", type=int, default=0, help="replicas an image (0: the fit's own choice)")
     p.add_argument("--top", type=int, default=45)
     p.add_argument("--wgpu", action="store_true", help="time wgpu-py's methods inside events (no cProfile)")
     a = p.parse_args()
@@ -92,7 +93,7 @@ def main():
     eng = Engine("gpu")
     target = load_image(sample_path(a.image), a.size)
     Fitter(target, triangles=a.tris, size=a.size, engine=eng).close()  # pipelines first
-    f = Fitter(target, triangles=a.tris, size=a.size, seed=0, engine=eng)
+    f = Fitter(target, triangles=a.tris, size=a.size, seed=0, engine=eng, replicas=a.replicas)
     t = time.thread_time()
     f.run(StopConditions(iterations=a.iters) if a.iters else StopConditions(time_limit=a.seconds))
     print(f"# {eng.description}: {f.iteration} iterations; the fit thread's CPU {time.thread_time() - t:.3f} s")

@@ -231,6 +231,10 @@ VARIANTS = {
     # twice the newcomers for the same events (docs/bench/h200-cycle-regrowth-peak-tried.txt)
     "peak hold 0.3": {"prune_stages": 1, "prune_hold": 0.3},
     "peak hold 0.7": {"prune_stages": 1, "prune_hold": 0.7},
+    # replicas at equal iterations (the default chooses 2 on a GPU at 176 px / 150: render/replicas.py)
+    "replicas 1": {"replicas": 1},
+    "replicas 3": {"replicas": 3},
+    "replicas 4": {"replicas": 4},
 }
 
 
