@@ -280,6 +280,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="--quality: seconds per fit (default 12 when --iters is not given)")
     b.add_argument("--images", nargs="*", default=None, help="--quality: images instead of the samples")
     b.add_argument("--out", type=_path, default=None, metavar="DIR", help="--quality: keep the fitted scenes here")
+    b.add_argument("--replicas", type=_replicas, default=None, metavar="R",
+                   help="--quality: replicas of each image (see fit; default 0: chosen for the adapter)")
 
     g = sub.add_parser("gui", help="open the desktop application (the default)")
     g.add_argument("image", nargs="?", default=None)
@@ -797,7 +799,8 @@ def cmd_video(args) -> int:
 # ---------------------------------------------------------------------- bench / gui
 def cmd_bench(args) -> int:
     quality_only = {"--tris": args.tris, "--images": args.images, "--out": args.out, "--iters": args.iters,
-                    "--time-limit": args.time_limit, "--seeds": args.seeds, "--size": args.size}
+                    "--time-limit": args.time_limit, "--seeds": args.seeds, "--size": args.size,
+                    "--replicas": args.replicas}
     given = [name for name, value in quality_only.items() if value is not None]
     if given and not args.quality:
         raise UsageError(f"bench: {', '.join(given)} {'is' if len(given) == 1 else 'are'} for --quality")

@@ -55,8 +55,8 @@ def fit_and_score(engine: Engine, image_path: str, tris: int, seed: int, size: i
     scene = f.scene
     if out_dir is not None:
         scene.save(out_dir / f"{Path(image_path).stem}-{tris}-s{seed}.json")
-    row = {"image": Path(image_path).name, "triangles": tris, "seed": seed, "iterations": f.iteration,
-           "wall_s": wall, "respawned": f.respawned, **score_as_saved(scene, target)}
+    row = {"image": Path(image_path).name, "triangles": tris, "seed": seed, "replicas": f.replicas,
+           "iterations": f.iteration, "wall_s": wall, "respawned": f.respawned, **score_as_saved(scene, target)}
     f.close()
     return row
 
@@ -74,6 +74,7 @@ def summarise(rows: list[dict]) -> list[dict]:
     for r in rows:
         groups.setdefault((r["image"], r["triangles"]), []).append(r)
     return [{"image": image, "triangles": tris, "seeds": len(rs),
+             "replicas": sorted({r["replicas"] for r in rs if "replicas" in r}),
              **{key: _stat(rs, key) for key in ("psnr", "ssim", "wall_s", "iterations")}}
             for (image, tris), rs in groups.items()]
 
@@ -84,6 +85,8 @@ def run_quality(args) -> int:
     engine = Engine(args.backend)
     tris_list = list(args.tris) if getattr(args, "tris", None) else [50, 150, 500]  # (the CLI's _count_list)
     seeds = list(range(args.seeds))
+    replicas = getattr(args, "replicas", None)
+    settings = {} if replicas is None else {"replicas": replicas}
     stop = StopConditions(iterations=args.iters, time_limit=args.time_limit)
     if not stop.any():
         stop.time_limit = 12.0
@@ -97,17 +100,17 @@ def run_quality(args) -> int:
     for image in images:
         for tris in tris_list:
             for seed in seeds:
-                r = fit_and_score(engine, image, tris, seed, args.size, stop, out_dir)
+                r = fit_and_score(engine, image, tris, seed, args.size, stop, out_dir, **settings)
                 rows.append(r)
                 ss = f"{r['ssim']:.4f}" if r["ssim"] is not None else "n/a"
                 print(f"  {r['image']:14s} {tris:4d} tris seed {seed}: PSNR {r['psnr']:.2f} dB  SSIM {ss}  "
-                      f"{r['iterations']} it  {r['wall_s']:.2f} s", flush=True)
+                      f"{r['iterations']} it  {r['wall_s']:.2f} s  replicas {r['replicas']}", flush=True)
     summary = summarise(rows)
-    print("\nimage           tris  PSNR mean (min-max)      SSIM mean   wall s mean")
+    print("\nimage           tris  PSNR mean (min-max)      SSIM mean   wall s mean  replicas")
     for s in summary:
         ss = f"{s['ssim']['mean']:.4f}" if s["ssim"] else "   n/a"
         print(f"{s['image']:14s} {s['triangles']:5d}  {s['psnr']['mean']:6.2f} ({s['psnr']['min']:.2f}-{s['psnr']['max']:.2f})"
-              f"      {ss}    {s['wall_s']['mean']:.2f}")
+              f"      {ss}    {s['wall_s']['mean']:.2f}         {','.join(map(str, s['replicas']))}")
     if args.json:
         from .fileutil import atomic_write_bytes
 

@@ -51,3 +51,15 @@ def test_bench_quality_scores_the_saved_scene(tmp_path, gpu_ctx):
     s = d["summary"][0]
     assert s["psnr"]["min"] <= s["psnr"]["mean"] <= s["psnr"]["max"] and s["seeds"] == 2
     assert len(list((tmp_path / "scenes").glob("*.json"))) == 2
+    # the replicas each fit ran are reported: by default what the adapter's rule chooses, else as asked
+    from trifit import Engine, load_image
+    from trifit.replicas import auto_replicas
+
+    h, w = load_image(sample_path("chelsea.png"), 24).shape[:2]
+    chosen = auto_replicas(Engine("gpu").adapter.get("type", ""), w, h, 4, "default")
+    assert {r["replicas"] for r in d["rows"]} == {chosen} and s["replicas"] == [chosen]
+    out2 = tmp_path / "q2.json"
+    assert main(["bench", "--quality", "--tris", "4", "--seeds", "1", "--iters", "6", "--size", "24",
+                 "--images", sample_path("chelsea.png"), "--replicas", "2", "--json", str(out2)]) == 0
+    d2 = json.loads(out2.read_text())
+    assert d2["rows"][0]["replicas"] == 2 and d2["summary"][0]["replicas"] == [2]

@@ -154,6 +154,8 @@ def test_render_and_bench_refuse_before_any_work(recorded, png, tmp_path, capsys
     _refused(["bench", "--quality", "--tris", "1,99999"], capsys, "at most 20000")
     _refused(["bench", "--size", "32"], capsys, "--size is for --quality")
     _refused(["bench", "--seeds", "2"], capsys, "--seeds is for --quality")
+    _refused(["bench", "--replicas", "2"], capsys, "--replicas is for --quality")
+    _refused(["bench", "--quality", "--replicas", "9"], capsys, "expected 0 (chosen for the adapter) to 8")
     _refused(["fit", str(png), "--size", "5000"], capsys, "at most 4096")
     assert Image.open(png).size == (32, 24)
     assert sorted(q.name for q in tmp_path.iterdir()) == ["base.json", "in.png", "scene.png"]
