@@ -235,6 +235,10 @@ VARIANTS = {
     "replicas 1": {"replicas": 1},
     "replicas 3": {"replicas": 3},
     "replicas 4": {"replicas": 4},
+    # new triangles' size (insert_radius 0.6): larger, after a second replica placing at 1.4x gained astronaut
+    # (docs/bench/h200-replica-radius-tried.txt; its variants there ran with the patch inside)
+    "insert radius 0.84": {"insert_radius": 0.84},
+    "insert radius 1.0": {"insert_radius": 1.0},
 }
 
 
