@@ -15,6 +15,7 @@ from PySide6 import QtCore, QtGui, QtWidgets
 from trifit import StopConditions
 from trifit.fitter import MAX_TRIANGLES_FIT
 from trifit.imageio import MAX_WORKING_SIZE
+from trifit.limits import MAX_REPLICAS
 
 from .worker import FitParams, VideoParams
 
@@ -81,6 +82,7 @@ class ControlsPanel(QtWidgets.QWidget):
         self.lr = _dspin(0.01, 20.0, 1.0, step=0.1, suffix=" ×")
         self.seed = _spin(0, 2**31 - 1, 0)
         self.size = _spin(16, MAX_WORKING_SIZE, 176, step=16, suffix=" px")
+        self.replicas = _spin(0, MAX_REPLICAS, 0, off_text="auto")
         self.stop_iterations = _spin(0, 10_000_000, 0, step=100, off_text="off")
         self.stop_time = _dspin(0.0, 86_400.0, 0.0, step=10.0, decimals=0, suffix=" s", off_text="off")
         self.stop_psnr = _dspin(0.0, 99.0, 0.0, step=0.5, decimals=1, suffix=" dB", off_text="off")
@@ -97,6 +99,10 @@ class ControlsPanel(QtWidgets.QWidget):
         self.lr.setToolTip("Scales every learning rate of the running fit.")
         self.size.setToolTip("Longer side of the working image; applies on Reset or a new image.")
         self.seed.setToolTip("Random seed of the initial triangles; applies on Reset or a new image.")
+        self.replicas.setToolTip("Copies of the image fitted side by side, each placing new triangles its own way; "
+                                 "each pruning cycle goes on from the best, and the picture shown is the best's "
+                                 "(trifit fit --replicas). 'auto' runs two where the GPU has room for them, one "
+                                 "otherwise; applies on Reset or a new image (a clip runs one).")
         stop_tip = "Counted from the moment Start is pressed; 'off' disables the rule."
         for box in (self.stop_iterations, self.stop_time, self.stop_psnr, self.stop_plateau):
             box.setToolTip(stop_tip)
@@ -118,6 +124,7 @@ class ControlsPanel(QtWidgets.QWidget):
         form = QtWidgets.QFormLayout(fresh)
         form.addRow("Seed", self.seed)
         form.addRow("Working size", self.size)
+        form.addRow("Replicas", self.replicas)
 
         self.video_group = QtWidgets.QGroupBox("Video (Reset)")
         form = QtWidgets.QFormLayout(self.video_group)
@@ -166,18 +173,19 @@ class ControlsPanel(QtWidgets.QWidget):
 
     def params(self) -> FitParams:
         return FitParams(triangles=self.triangles.value(), size=self.size.value(), seed=self.seed.value(),
-                         sigma_px=self.sigma_px(), lr_scale=self.lr.value())
+                         sigma_px=self.sigma_px(), lr_scale=self.lr.value(), replicas=self.replicas.value())
 
     def set_params(self, p: FitParams) -> None:
         """Show ``p`` without emitting change signals (it is what the fit already uses)."""
         with QtCore.QSignalBlocker(self.triangles), QtCore.QSignalBlocker(self.sigma), \
                 QtCore.QSignalBlocker(self.lr), QtCore.QSignalBlocker(self.seed), \
-                QtCore.QSignalBlocker(self.size):
+                QtCore.QSignalBlocker(self.size), QtCore.QSignalBlocker(self.replicas):
             self.triangles.setValue(p.triangles)
             self.sigma.setValue(p.sigma_px or 0.0)
             self.lr.setValue(p.lr_scale)
             self.seed.setValue(p.seed)
             self.size.setValue(p.size)
+            self.replicas.setValue(p.replicas)
 
     def video_params(self) -> VideoParams:
         return VideoParams(iters_per_frame=self.iters_per_frame.value(),

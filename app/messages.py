@@ -22,6 +22,8 @@ class FitParams:
     seed: int = 0
     sigma_px: float | None = None   # None: the fitter's annealing schedule
     lr_scale: float = 1.0
+    replicas: int = 0               # the image's replicas side by side (a new fit's; 0: the fit's own
+                                    # choice, render/replicas.py auto_replicas)
 
 
 @dataclass

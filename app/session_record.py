@@ -21,6 +21,7 @@ from trifit import StopConditions
 from trifit.checkpoint import CheckpointError, load_checkpoint
 from trifit.fitter import MAX_TRIANGLES_FIT
 from trifit.imageio import MAX_WORKING_SIZE
+from trifit.limits import MAX_REPLICAS
 
 from .messages import AUTOSAVE_EVERY_S, FitParams
 
@@ -144,6 +145,7 @@ def params_from_record(record: dict) -> tuple[FitParams, StopConditions]:
         seed=_number(p.get("seed", 0), "params.seed", integer=True, low=0),
         sigma_px=_number(p.get("sigma_px"), "params.sigma_px", low=1e-6, high=1000, optional=True),
         lr_scale=_number(p.get("lr_scale", 1.0), "params.lr_scale", low=1e-6, high=100),
+        replicas=_number(p.get("replicas", 0), "params.replicas", integer=True, low=0, high=MAX_REPLICAS),
     )
     s = record.get("stop") or {}
     if not isinstance(s, dict):

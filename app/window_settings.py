@@ -6,6 +6,7 @@ from __future__ import annotations
 from PySide6 import QtCore
 
 from trifit import StopConditions
+from trifit.limits import MAX_REPLICAS
 
 from .panes import ViewMode
 from .worker import FitParams, VideoParams
@@ -29,6 +30,7 @@ class WindowSettings:
             seed=s.value("params/seed", 0, type=int),
             sigma_px=s.value("params/sigma_px", 0.0, type=float) or None,
             lr_scale=s.value("params/lr_scale", 1.0, type=float),
+            replicas=min(max(s.value("params/replicas", 0, type=int), 0), MAX_REPLICAS),
         ))
         video = VideoParams()
         self.controls.set_video_params(VideoParams(
@@ -60,6 +62,7 @@ class WindowSettings:
         s.setValue("params/seed", p.seed)
         s.setValue("params/sigma_px", p.sigma_px or 0.0)
         s.setValue("params/lr_scale", p.lr_scale)
+        s.setValue("params/replicas", p.replicas)
         video = self.controls.video_params()
         s.setValue("video/iters_per_frame", video.iters_per_frame)
         s.setValue("video/first_frame_iters", video.first_frame_iters)

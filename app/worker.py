@@ -415,7 +415,7 @@ class FitWorker:
             if fitter is None:
                 fitter = trifit.Fitter(cmd.image, triangles=p.triangles, size=p.size, seed=p.seed,
                                        engine=self.engine, init_scene=cmd.init_scene, source=cmd.source,
-                                       weights=weights_from_mask(cmd.focus))
+                                       weights=weights_from_mask(cmd.focus), replicas=p.replicas)
                 if p.sigma_px is not None:
                     fitter.set_sigma(p.sigma_px)
                 if p.lr_scale != 1.0:

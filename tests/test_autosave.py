@@ -155,6 +155,7 @@ def test_kill_9_mid_fit_then_restore(qtbot, engine, settings, tmp_path):
     assert record["source"] == str(REPO / image)
     assert record["iteration"] >= seen[-1] > seen[0] > 0
     assert record["params"]["size"] == SIZE and record["params"]["triangles"] == TRIANGLES
+    assert record["params"]["replicas"] == 0  # (the Replicas box's "auto")
     assert (saved.width, saved.height) == (record["width"], record["height"]) and saved.width == SIZE
     assert 1 <= saved.n_triangles <= TRIANGLES
     assert saved.meta["source"] == record["source"]
@@ -376,3 +377,14 @@ def test_unusable_checkpoint_restores_from_the_scene(qtbot, engine, settings, tm
         assert iteration == 0 and scene.n_triangles == 7  # from the scene, as a refit
     finally:
         win.close()
+
+
+def test_a_session_records_replicas_and_older_records_read_as_auto():
+    from trifit.app.session_record import SessionDamaged, params_from_record
+
+    params, _ = params_from_record({"params": {"triangles": 10, "size": 64, "replicas": 3}})
+    assert params.replicas == 3
+    params, _ = params_from_record({"params": {"triangles": 10, "size": 64}})  # (a record from before the box)
+    assert params.replicas == 0
+    with pytest.raises(SessionDamaged, match="params.replicas is out of range"):
+        params_from_record({"params": {"triangles": 10, "size": 64, "replicas": 9}})

@@ -398,6 +398,32 @@ def test_reset_applies_size_and_seed(qtbot, window):
     assert win.canvas.state.image_size == (32, 32)
 
 
+def test_reset_applies_the_replicas_box(qtbot, window):
+    # "auto" (0) is the fit's own choice; a number is the next fit's (Reset), as `fit --replicas` takes it
+    from trifit.replicas import auto_replicas
+
+    win = window
+    assert win.controls.replicas.value() == 0 and win.controls.replicas.text() == "auto"
+    win.open_image(sample_path("astronaut.png"))
+    wait_loaded(qtbot, win)
+
+    def replicas_now():
+        got = []
+        win.worker.submit(lambda f: (f.replicas, f.settings.replicas), on_done=got.append)
+        qtbot.waitUntil(lambda: bool(got), timeout=WAIT_MS)
+        return got[0]
+
+    auto = auto_replicas(win.worker.engine.adapter.get("type", ""), win.fit_info.width, win.fit_info.height,
+                         win.controls.triangles.value(), "default")
+    assert replicas_now() == (auto, auto)
+    win.controls.replicas.setValue(3)
+    assert win.controls.params().replicas == 3
+    win.reset_fit()
+    qtbot.waitUntil(lambda: replicas_now() == (3, 3), timeout=WAIT_MS)
+    win._save_settings()  # (the next session's window starts with it)
+    assert win.settings.value("params/replicas", type=int) == 3
+
+
 def test_status_says_when_an_overgrown_fit_prunes_back(qtbot, window):
     from trifit.app.worker import Progress
     from trifit.fitter import StepStats
