@@ -113,7 +113,7 @@ class FitCanvas(QRenderWidget):
         self._render_texture = None
         self._display_group = None
         self._source_buffer = None      # the fitter's image buffer (GPU backend)
-        self._unpack_first = 0          # ... and where in it the image shown starts (floats)
+        self._unpack_size = None        # (width, height, first float) the unpack uniform holds
         self._unpack_group = None
         self._unpack_pending = False    # a new frame is in the source buffer
         self.request_draw(self._draw)
@@ -176,8 +176,6 @@ class FitCanvas(QRenderWidget):
         self._render_texture = self.device.create_texture(
             label="display-render", size=(width, height, 1), format="rgba8unorm",
             usage=tex.TEXTURE_BINDING | tex.STORAGE_BINDING | tex.COPY_DST)
-        self._unpack_first = 0
-        self.device.queue.write_buffer(self._unpack_uniform, 0, UNPACK_SIZE.pack(width=width, height=height, first=0))
         self._unpack_group = None
         self._rebind_display()
 
@@ -247,10 +245,11 @@ class FitCanvas(QRenderWidget):
         if self._target_texture is None:
             return
         self._ensure_render_texture(int(width), int(height))
-        if int(first) != self._unpack_first:
-            self._unpack_first = int(first)
+        size = (int(width), int(height), int(first))
+        if size != self._unpack_size:
+            self._unpack_size = size
             self.device.queue.write_buffer(self._unpack_uniform, 0, UNPACK_SIZE.pack(
-                width=int(width), height=int(height), first=int(first)))
+                width=size[0], height=size[1], first=size[2]))
         if buffer is not self._source_buffer or self._unpack_group is None:
             self._bind_source(buffer)
         self._unpack_pending = True
