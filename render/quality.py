@@ -74,7 +74,7 @@ def summarise(rows: list[dict]) -> list[dict]:
     for r in rows:
         groups.setdefault((r["image"], r["triangles"]), []).append(r)
     return [{"image": image, "triangles": tris, "seeds": len(rs),
-             "replicas": sorted({r["replicas"] for r in rs if "replicas" in r}),
+             "replicas": sorted({r["replicas"] for r in rs}),
              **{key: _stat(rs, key) for key in ("psnr", "ssim", "wall_s", "iterations")}}
             for (image, tris), rs in groups.items()]
 

@@ -7,14 +7,14 @@ replica with its own random stream; at the start of each later cycle (its regrow
 replica takes the state of the replica with the lowest loss there -- parameters, Adam moments,
 scene records, triangle ids, locks, loss history, final-sigma factor --, so the cycles revise
 the best scene found so far R ways at once. The scene a fit reports is its lowest-loss
-replica's (:func:`leaders`). Replica 0 draws from the image's own seed, so until the first
+replica's (``Fitter.leaders``). Replica 0 draws from the image's own seed, so until the first
 selection it is the fit a single replica makes.
 
 Replicas cost GPU work per iteration; they pay where the GPU has room for them: a small image on
 a GPU leaves most of its compute units idle. The number is chosen when the fit starts, from
 inputs a scene may depend on (the adapter's type, the working size, the strategy), never from a
 measured speed (:func:`auto_replicas`); a scene records the number chosen. docs/QUALITY.md
-("Replicas") has the measurements.
+("Replicas, built in") has the measurements.
 """
 
 from __future__ import annotations
