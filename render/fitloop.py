@@ -102,6 +102,12 @@ class FitSettings:
     prune_until: float = 0.9      # ... in prune_stages equal steps between growth_until and this fraction of the plan
     prune_stages: int = 2         # (until 0.9, not 0.85: more cycles and a shorter polish after the last gained on
                                   # photographs not tuned on as on the samples, docs/QUALITY.md)
+    prune_in_coarse: bool = True  # ... and on a CPU adapter pruning may begin on a plan made during the half-size
+                                  # stage (the working size's cost then a guess, a good one there) where that
+                                  # stage lasts past the pruning's start: a short time-limited plan spends up to
+                                  # coarse_max_fraction at half size, and waiting for the working size's speed
+                                  # left its cycles to the plan's last part, where a budgeted plan of its length
+                                  # prunes from growth_until (False: records from before this setting waited)
     overgrow_cycles: int = 150    # ... in cycles (each after the first grows back, then prunes): as many as fit,
                                   # so a longer plan revises its scene more often, up to this many (0: no cap);
                                   # past it, revising more often is worth less than training each cycle longer
@@ -148,7 +154,7 @@ def recorded_settings(d: dict) -> dict:
     a record may lack; each replays or resumes as it ran."""
     legacy = {"placement": "host", "cull_tolerance": LEGACY_CULL_TOLERANCE, "respawn_checks": 0, "probes_overdue": "run",
               "growth_waits": False, "continuous_plans": False, "prune_until": 0.85, "prune_newcomers": 1.0,
-              "replicas": 1}
+              "replicas": 1, "prune_in_coarse": False}
     return {**{k: v for k, v in legacy.items() if k not in d}, **d}
 
 

@@ -440,14 +440,28 @@ class DefaultStrategy(FixedStrategy):
             return "grow", want
         if self.peak() > s.triangles and max(want, s.triangles) < n:
             if s.growth_waits and not self.pruning and n <= self.peak() and \
-                    (self.plan_guessed or iteration + 1e-6 < self.cycles()[0]):
+                    ((self.plan_guessed and not self._prunes_at_half_size()) or iteration + 1e-6 < self.cycles()[0]):
                 # pruning, once begun, ends the growth for good: not on a guessed plan (a time
                 # limit's before the working size's speed is measured: the guess can be several
-                # times short, and the cycles would begin a fraction of the way into the fit), nor
+                # times short, and the cycles would begin a fraction of the way into the fit) --
+                # unless the half-size stage itself lasts past the pruning's start, where the
+                # working size cannot be measured before it and waiting would leave the cycles
+                # to the plan's last part (prune_in_coarse) --, nor
                 # where a longer plan moved the growth's steps later (the count waits for them)
                 return None
             return "prune", max(want, s.triangles)
         return None
+
+    def _prunes_at_half_size(self) -> bool:
+        """The fit is at half size and, as planned, stays there past the pruning cycles' start (a
+        short time-limited plan on a slow adapter), so the working size's speed cannot be measured
+        before the pruning is due -- on a CPU adapter, where the plan made at half size is the
+        measured one's equal (run.COARSE_COST_GUESS is what the two sizes cost there; on a
+        launch-bound GPU the guess is 2-5x short: docs/QUALITY.md, "Time-limited plans")
+        (prune_in_coarse)."""
+        fit = self.fit
+        return self.settings.prune_in_coarse and fit.coarse and fit.engine.adapter.get("type") == "CPU" \
+            and self.coarse_until() > self.cycles()[0]
 
     def respawn_period(self) -> int:
         """Iterations between respawn checks (0: none): respawn_every, or longer where the plan

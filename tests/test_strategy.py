@@ -188,6 +188,46 @@ def test_pruning_does_not_begin_on_a_guessed_plan(ref_engine):
     assert replay.scene.to_json() == f.scene.to_json()
 
 
+def test_a_short_plan_at_half_size_prunes_on_its_guess(ref_engine, monkeypatch):
+    # a short time-limited plan (a slow adapter) spends most of it at half size, past the
+    # pruning's start: the working size's speed cannot be measured before the pruning is due, so
+    # on a CPU adapter (the reference's type), where the guess is good, the cycles begin on the
+    # plan made at half size, where a budgeted plan of its length prunes; records from before
+    # prune_in_coarse waited for the measurement, and replay so
+    kw = dict(triangles=6, size=24, seed=0, engine=ref_engine, growth_stages=1, growth_until=0.5, prune_until=0.8,
+              overgrow=2.0, prune_stages=2, respawn_every=0, coarse_fraction=0.3, coarse_min_size=8, sigma_probes=0)
+    f = Fitter(_target(), **kw)
+    f.plan(20, time_budgeted=True, guessed=True)   # a short plan: half size until 0.85 of it (17)
+    st = f.strategy
+    assert f.coarse and st.coarse_until() == 17 and st.cycles()[0] == 10
+    f.step(9)
+    assert f.n_triangles == 12 and st.plan_guessed and not st.pruning
+    assert st._count_change(10) == ("prune", 9) and st.next_event(9) == 10
+    f.step(1)
+    assert f.coarse and st.pruning and st.plan_guessed and f.n_triangles == 9
+    f.step(9)
+    f.finish()
+    replay = Fitter(_target(), engine=ref_engine, **f.scene.meta["settings"])  # (the plan's record repeats it)
+    replay_run(replay, f.scene.meta).run()
+    assert replay.scene.to_json() == f.scene.to_json()
+    old = Fitter(_target(), **kw, prune_in_coarse=False)
+    old.plan(20, time_budgeted=True, guessed=True)
+    old.step(11)
+    assert old.coarse and not old.strategy.pruning and old.n_triangles == 12
+    assert old.strategy._count_change(11) is None
+    assert recorded_settings({"triangles": 6})["prune_in_coarse"] is False
+    # a longer plan's half-size stage ends before its cycles begin: its guess still waits
+    g = Fitter(_target(), **kw)
+    g.plan(4000, time_budgeted=True, guessed=True)
+    assert g.strategy.coarse_until() < g.strategy.cycles()[0] and not g.strategy._prunes_at_half_size()
+    # on a GPU the guess can be several times short: the short plan's pruning waits there
+    monkeypatch.setitem(ref_engine.impl.adapter, "type", "DiscreteGPU")
+    gpu = Fitter(_target(), **kw)
+    gpu.plan(20, time_budgeted=True, guessed=True)
+    gpu.step(11)
+    assert gpu.coarse and not gpu.strategy.pruning and gpu.n_triangles == 12
+
+
 def test_a_shorter_plan_prunes_at_the_next_iteration(ref_engine):
     # a time limit re-plans between chunks: when the new plan wants fewer triangles than the fit
     # has, the next iteration is an event (not the new plan's next step). (A plan that keeps its

@@ -239,6 +239,8 @@ VARIANTS = {
     # (docs/bench/h200-replica-radius-tried.txt; its variants there ran with the patch inside)
     "insert radius 0.84": {"insert_radius": 0.84},
     "insert radius 1.0": {"insert_radius": 1.0},
+    # a short time-limited plan's pruning waiting for the working size's measured speed, as before prune_in_coarse
+    "prune waits": {"prune_in_coarse": False},
 }
 
 
