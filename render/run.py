@@ -230,6 +230,10 @@ class FitRun:
             if reason is None:
                 most = min(cap, self._next_cut() - f.iteration)
                 n = min(self.chunk or self.sizer.next(), most)
+                if self.planner is not None and last is None:
+                    # (the plan is a blind guess until a chunk is timed: a fixed chunk -- a
+                    # timelapse's frames -- runs no further into it than a sized first chunk)
+                    n = min(n, self.sizer.first)
                 if self.chunk is None:
                     n = self._end_at_event(n, min(most, self.sizer.cap))
                 t = self.clock()

@@ -14,7 +14,7 @@ import pytest
 from trifit import FitRun, Fitter, Scene, StopConditions, reference as R, replay_run
 from trifit.cli import main
 from trifit.fitter import BatchFitter
-from trifit.run import CHECK_EVERY, ChunkSizer
+from trifit.run import CHECK_EVERY, FIRST_STEP, ChunkSizer
 
 pytestmark = pytest.mark.gpu
 
@@ -166,6 +166,20 @@ def test_a_time_limited_fit_replays_from_its_scene(gpu_engine, tmp_path):
     a, b = Scene.load(first), Scene.load(again)
     assert _bytes(a) == _bytes(b) and a.meta["changes"] == b.meta["changes"]
     assert main(["fit", str(image), "--replay", str(first), "--iters", "5", "-o", str(again)]) == 2
+
+
+def test_a_time_limits_first_chunk_is_short_whatever_the_chunk(gpu_engine):
+    # until a chunk has been timed a time limit's plan is a blind guess (a hundred iterations,
+    # whose growth and pruning steps come early): a fixed chunk (a timelapse's frames) runs no
+    # further into it than a sized first chunk, and then as asked
+    f = Fitter(_target(), triangles=8, size=64, seed=0, engine=gpu_engine)
+    run = FitRun(f, StopConditions(time_limit=60), chunk=64)
+    steps = iter(run)
+    first, second = next(steps), next(steps)
+    assert (first.chunk, second.chunk) == (FIRST_STEP, 64) and f.iteration == FIRST_STEP + 64
+    assert not f.coarse and f.strategy.plan_guessed is False  # (re-planned from the first chunk's speed)
+    run.cancel()
+    f.close()
 
 
 def test_batched_fits_score_as_sequential_ones(gpu_engine):
