@@ -215,6 +215,7 @@ VARIANTS = {
     "growth until 0.4 prune until 0.9": {"growth_until": 0.4, "prune_until": 0.9},
     "sigma over 0.5": {"sigma_fraction": 0.5},
     "coarse 0.15": {"coarse_fraction": 0.15},  # a shorter half-size stage (h200-coarse-share-8b1ed02.txt)
+    "coarse 0.4": {"coarse_fraction": 0.4},  # a longer one (h200-coarse-1s-replicas.txt: none and 0.15 lost astronaut)
     "hold 0.05": {"prune_hold": 0.05},  # later cycles regrow to the full peak (h200-regrow-peak-tried.txt)
     "hold 0.2": {"prune_hold": 0.2},
     # with the second set of photographs not tuned on (docs/bench/h200-photo-set-2.txt), against pruning until
