@@ -1,4 +1,4 @@
-"""Paired summary of tools/device_cli_pairs.sh's (or device_cli_variants.sh's) rows: per image, each
+"""Paired summary of tools/device_cli_pairs.sh's rows: per image, each
 tree's median PSNR (min-max) over the seeds and the mean paired difference tree - base with its
 standard error; then the mean
 over images of each image's mean difference, and how many images gained.
