@@ -78,8 +78,10 @@ class FitSettings:
                                   # them back to back (records from before this setting did; with no
                                   # iterations between them each measures the same scene, and their steps compound)
     coarse_fraction: float = 0.3  # the first fraction of the plan runs at half the working size;
-    coarse_max_fraction: float = 0.85  # time-limited fits whose plan is short (a slow adapter) spend
-                                       # up to this much there: 4x cheaper iterations buy more of them
+    coarse_max_fraction: float = 0.7  # time-limited fits whose plan is short (a slow adapter) spend
+                                      # up to this much there: 4x cheaper iterations buy more of them
+                                      # (0.85 while such a plan's pruning waited for the stage's end:
+                                      # prune_in_coarse; now more of its cycles run at the working size)
     coarse_min_size: int = 64     # ... when the half size is at least this
     respawn_every: int = 50       # every this many iterations, triangles that stopped contributing
     respawn_alpha: float = 0.02   # (opacity below this, or under 1 px^2 on the frame) are re-placed

@@ -632,7 +632,7 @@ def test_time_limited_short_plans_spend_more_at_half_size(ref_engine):
     f.plan(400)
     assert f.coarse_until == int(0.3 * 400)          # fixed iteration count: the default share
     f.strategy.time_budgeted = True                    # what a time limit's plans set
-    assert f.coarse_until == int(0.85 * 400)         # short time-limited plan: up to 0.85
+    assert f.coarse_until == int(0.7 * 400)          # short time-limited plan: up to coarse_max_fraction
     f.plan(3000)
     assert f.coarse_until == int(0.3 * 3000)         # long plans keep the default
 

@@ -197,9 +197,9 @@ def test_a_short_plan_at_half_size_prunes_on_its_guess(ref_engine, monkeypatch):
     kw = dict(triangles=6, size=24, seed=0, engine=ref_engine, growth_stages=1, growth_until=0.5, prune_until=0.8,
               overgrow=2.0, prune_stages=2, respawn_every=0, coarse_fraction=0.3, coarse_min_size=8, sigma_probes=0)
     f = Fitter(_target(), **kw)
-    f.plan(20, time_budgeted=True, guessed=True)   # a short plan: half size until 0.85 of it (17)
+    f.plan(20, time_budgeted=True, guessed=True)   # a short plan: half size until 0.7 of it (14)
     st = f.strategy
-    assert f.coarse and st.coarse_until() == 17 and st.cycles()[0] == 10
+    assert f.coarse and st.coarse_until() == 14 and st.cycles()[0] == 10
     f.step(9)
     assert f.n_triangles == 12 and st.plan_guessed and not st.pruning
     assert st._count_change(10) == ("prune", 9) and st.next_event(9) == 10
