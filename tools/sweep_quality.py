@@ -55,6 +55,7 @@ VARIANTS = {
     "coarse max 0.7": {"coarse_max_fraction": 0.7},
     "coarse max 0.6": {"coarse_max_fraction": 0.6},
     "coarse max 0.5": {"coarse_max_fraction": 0.5},
+    "coarse max 0.85": {"coarse_max_fraction": 0.85},  # the default before short plans pruned in the stage
     "sigma end 0.4": {"sigma_end_px": 0.4},
     "sigma end 0.6": {"sigma_end_px": 0.6},
     "growth until 0.35": {"growth_until": 0.35},
