@@ -6,7 +6,6 @@ from __future__ import annotations
 from PySide6 import QtCore
 
 from trifit import StopConditions
-from trifit.limits import MAX_REPLICAS
 
 from .panes import ViewMode
 from .worker import FitParams, VideoParams
@@ -30,7 +29,7 @@ class WindowSettings:
             seed=s.value("params/seed", 0, type=int),
             sigma_px=s.value("params/sigma_px", 0.0, type=float) or None,
             lr_scale=s.value("params/lr_scale", 1.0, type=float),
-            replicas=min(max(s.value("params/replicas", 0, type=int), 0), MAX_REPLICAS),
+            replicas=s.value("params/replicas", 0, type=int),  # (the box keeps it within its range)
         ))
         video = VideoParams()
         self.controls.set_video_params(VideoParams(

@@ -124,7 +124,7 @@ def bench_cell(engine: Engine, kind: str, batch: int, side: int, tris: int, repe
 
 def run_bench(args) -> int:
     engine = Engine(args.backend)
-    on_cpu = engine.backend != "gpu" or engine.adapter.get("type") == "CPU"
+    on_cpu = engine.on_cpu
     cells = QUICK_CELLS if args.quick else FULL_CELLS + ([] if on_cpu else BIG_CELLS)
     repeats = args.repeats or (3 if args.quick else 7)
     calls = 5 if args.quick else 25

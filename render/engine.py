@@ -203,6 +203,11 @@ class Engine:
         return dict(self.impl.adapter)
 
     @property
+    def on_cpu(self) -> bool:
+        """Whether it computes on a CPU: the reference backend, or a CPU adapter (lavapipe)."""
+        return self.impl.adapter.get("type") == "CPU"
+
+    @property
     def description(self) -> str:
         a = self.impl.adapter
         return f"{a['name']} ({a['backend']}, {a['type']})"

@@ -460,8 +460,7 @@ class DefaultStrategy(FixedStrategy):
         launch-bound GPU the guess is 2-5x short: docs/QUALITY.md, "Time-limited plans")
         (prune_in_coarse)."""
         fit = self.fit
-        return self.settings.prune_in_coarse and fit.coarse and fit.engine.adapter.get("type") == "CPU" \
-            and self.coarse_until() > self.cycles()[0]
+        return self.settings.prune_in_coarse and fit.coarse and fit.engine.on_cpu and self.coarse_until() > self.cycles()[0]
 
     def respawn_period(self) -> int:
         """Iterations between respawn checks (0: none): respawn_every, or longer where the plan
