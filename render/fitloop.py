@@ -54,6 +54,11 @@ class FitSettings:
     sigma_end_px: float = 0.5     # ... annealed geometrically to this
     lr_vertex: float = 0.006      # per-group Adam learning rates (vertices in frame units at a working size of
                                   # LR_VERTEX_SIZE px; the fit scales it to the working size, render/fitstate.py)
+    small_triangle_px: float = 6.0  # a triangle smaller than this (the square root of its area, in px of the size it
+                                  # is fitted at) moves its vertices at lr_vertex x its size / this, down to a
+                                  # quarter: a step is then a like share of each triangle's size, where one rate
+                                  # for all made small triangles' steps large against them (0: every triangle at
+                                  # lr_vertex, as records from before this setting ran)
     lr_colour: float = 0.05
     lr_alpha: float = 0.05
     lr_background: float = 0.05
@@ -156,7 +161,7 @@ def recorded_settings(d: dict) -> dict:
     a record may lack; each replays or resumes as it ran."""
     legacy = {"placement": "host", "cull_tolerance": LEGACY_CULL_TOLERANCE, "respawn_checks": 0, "probes_overdue": "run",
               "growth_waits": False, "continuous_plans": False, "prune_until": 0.85, "prune_newcomers": 1.0,
-              "replicas": 1, "prune_in_coarse": False}
+              "replicas": 1, "prune_in_coarse": False, "small_triangle_px": 0.0}
     return {**{k: v for k, v in legacy.items() if k not in d}, **d}
 
 
@@ -281,6 +286,25 @@ def values_from_raw(raw: np.ndarray, n_tris: int) -> tuple[np.ndarray, np.ndarra
 def lr_vector(settings: FitSettings, n_tris: int) -> np.ndarray:
     per_tri = np.array([settings.lr_vertex] * 6 + [settings.lr_colour] * 3 + [settings.lr_alpha])
     return np.concatenate([np.tile(per_tri, n_tris), [settings.lr_background] * 3])
+
+
+#: the least of a small triangle's vertex rate factor (adam.wgsl SMALL_RATE_MIN)
+SMALL_RATE_MIN = 0.25
+
+
+def small_triangle_rates(raw: np.ndarray, n_tris: int, width: int, height: int, small_px: float) -> np.ndarray:
+    """(n_params,) factors of each raw parameter's rate (FitSettings.small_triangle_px): a
+    triangle's vertices its size (the square root of its area in pixels of a width x height
+    frame) over ``small_px``, within [SMALL_RATE_MIN, 1]; everything else 1 (adam.wgsl small_rate)."""
+    out = np.ones(len(raw))
+    if small_px <= 0 or n_tris == 0:
+        return out
+    v = raw[: n_tris * 10].reshape(n_tris, 10)[:, :6].astype(np.float64) * np.array([width, height] * 3)
+    e1, e2 = v[:, 2:4] - v[:, 0:2], v[:, 4:6] - v[:, 0:2]
+    area = 0.5 * np.abs(e1[:, 0] * e2[:, 1] - e1[:, 1] * e2[:, 0])
+    rate = np.clip(np.sqrt(area) / small_px, SMALL_RATE_MIN, 1.0)
+    out[: n_tris * 10].reshape(n_tris, 10)[:, :6] = rate[:, None]
+    return out
 
 
 class ReferenceFitLoop:
@@ -431,7 +455,8 @@ class ReferenceFitLoop:
                 self.v[b] = s.beta2 * self.v[b] + (1 - s.beta2) * g * g
                 mhat = self.m[b] / (1 - s.beta1 ** self.iter)
                 vhat = self.v[b] / (1 - s.beta2 ** self.iter)
-                self.raw[b] = self.raw[b] - lr * lr_scale * mhat / (np.sqrt(vhat) + s.adam_eps)
+                rate = lr * small_triangle_rates(before[0], self.n_tris, W, H, s.small_triangle_px)
+                self.raw[b] = self.raw[b] - rate * lr_scale * mhat / (np.sqrt(vhat) + s.adam_eps)
                 self._hold_locked(b, before)
                 # as the GPU forward (forward_walk.wgsl): a non-finite parameter of the scene this
                 # iteration renders is reported as a NaN loss (a NaN vertex is otherwise silently

@@ -17,6 +17,8 @@
 // An anchor (anchor[b, triangle, k] = (value, weight); render/gpu/fitloop.py set_anchor) adds the
 // gradient of weight * (value now - anchored value)^2 to the loss's, on the value before the chain
 // rule through the sigmoid (reference.anchor_penalty); a zero weight leaves the arithmetic as it is.
+// A triangle smaller than opt.small_px moves its vertices at a rate in proportion to its size
+// (small_rate; FitSettings.small_triangle_px).
 // Dispatch: (1 + reduce_groups(n_tris) in render/gpu/workspace.py, batch); the reduction is reduce_param.wgsl's.
 // (struct Optim: render/gpu/layouts.py OPTIM, generated.)
 
@@ -36,6 +38,20 @@
 @group(0) @binding(13) var<storage, read> anchor: array<vec2f>;  // [b, triangle, k]: (value, weight)
 @group(0) @binding(14) var<storage, read> tri_tiles: array<vec2u>;  // binning's tile ranges
 
+// A triangle's vertex rate factor (FitSettings.small_triangle_px): its size s, the square root of
+// its area in pixels of this frame, over opt.small_px, within [1/4, 1] (render/fitloop.py
+// small_triangle_rates, the host's). `o`: its first raw parameter.
+fn small_rate(o: u32) -> f32 {
+    let wh = vec2f(f32(frame.width), f32(frame.height));
+    let a = vec2f(params[o], params[o + 1u]) * wh;
+    let e1 = vec2f(params[o + 2u], params[o + 3u]) * wh - a;
+    let e2 = vec2f(params[o + 4u], params[o + 5u]) * wh - a;
+    let area = 0.5 * abs(e1.x * e2.y - e1.y * e2.x);
+    return clamp(sqrt(area) / opt.small_px, SMALL_RATE_MIN, 1.0);
+}
+
+const SMALL_RATE_MIN: f32 = 0.25;
+
 @compute @workgroup_size(256)
 fn main(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_index) li: u32) {
     let b = wid.y;
@@ -47,12 +63,20 @@ fn main(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_index) li: 
     let n_params = frame.n_tris * 10u + 3u;
     let slot = param_slot(wid.x - 1u, li);
     var g = reduce_param(b, slot, li);
-    if (slot.lane != 0u || !slot.valid) { return; }
     let j = slot.j;
     let tri = j / 10u;  // == n_tris for the background
     let k = j % 10u;
+    let is_vertex = slot.valid && tri < frame.n_tris && k < 6u;
+    var size_rate = 1.0;
+    if (is_vertex && slot.lane == 0u && opt.small_px > 0.0) {
+        size_rate = small_rate(b * n_params + tri * 10u);
+    }
+    // (uniform) every read of a vertex above comes before any write of one below: a workgroup's
+    // parameters are whole triangles (PARAMS_PER_GROUP, a multiple of 10), so no other workgroup
+    // writes them, and the rates are those of the parameters as the iteration began.
+    storageBarrier();
+    if (slot.lane != 0u || !slot.valid) { return; }
     if (tri < frame.n_tris && locked[b * frame.n_tris + tri] != 0u) { return; }
-    let is_vertex = tri < frame.n_tris && k < 6u;
     let pi = b * n_params + j;
     var raw = params[pi];
     if (tri < frame.n_tris) {
@@ -63,7 +87,7 @@ fn main(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_index) li: 
             g += 2.0 * pull.y * (now - pull.x);
         }
     }
-    var lr = opt.lr_vertex;
+    var lr = opt.lr_vertex * size_rate;
     if (!is_vertex) {
         let s = sigmoid(raw);
         g = g * s * (1.0 - s);

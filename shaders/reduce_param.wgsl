@@ -1,5 +1,5 @@
-// Fixed-order reduction of per-tile partial gradients. The triangles' workgroups cover 32
-// parameters x 8 tile lanes: a triangle's parameter sums the tiles of its range (tri_tiles,
+// Fixed-order reduction of per-tile partial gradients. The triangles' workgroups cover 30
+// parameters (three triangles) x 8 tile lanes: a triangle's parameter sums the tiles of its range (tri_tiles,
 // written by binning: the tiles its bounding box can touch, row-major), lane r taking the range's
 // tiles r, r + 8, r + 16, ... in order (skipping tiles whose list does not hold the triangle). The
 // background's three values sum every tile of the frame, so they get a workgroup of their own,
@@ -10,8 +10,10 @@
 // partial, tile_mask and tri_tiles. Dispatch: (reduce_groups(n_tris) in render/gpu/workspace.py,
 // batch).
 
-// PARAMS_PER_GROUP (triangle parameters a workgroup) is prepended by render/gpu/shaders.py, which
-// the dispatch's size comes from too (render/gpu/workspace.py reduce_groups).
+// PARAMS_PER_GROUP (triangle parameters a workgroup, whole triangles: adam.wgsl reads a
+// triangle's vertices in the workgroup that writes them) is prepended by render/gpu/shaders.py,
+// which the dispatch's size comes from too (render/gpu/workspace.py reduce_groups). Threads past
+// TILE_LANES x PARAMS_PER_GROUP have no slot.
 const TILE_LANES: u32 = 256u / PARAMS_PER_GROUP;
 const BG_LANES: u32 = 64u;          // the background's workgroup: 4 columns (3 used) x 64 lanes
 var<workgroup> lane_sum: array<f32, 256>;
@@ -45,7 +47,7 @@ fn param_slot(wx: u32, li: u32) -> ParamSlot {
         s.col = li % PARAMS_PER_GROUP;
         s.lane = li / PARAMS_PER_GROUP;
         s.j = wx * PARAMS_PER_GROUP + s.col;
-        s.valid = s.j < tri_params;
+        s.valid = s.j < tri_params && s.lane < TILE_LANES;
     }
     return s;
 }

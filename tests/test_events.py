@@ -12,7 +12,7 @@ from trifit.fitloop import FitSettings
 from trifit.strategy import probe_errors
 
 EVENTFUL = dict(coarse_min_size=16, growth_until=0.3, prune_cycle_min=12, respawn_every=7,
-                sigma_probes=3, host_snapshot_every=40)
+                respawn_alpha=0.3, sigma_probes=3, host_snapshot_every=40)  # (an alpha that respawns some)
 
 
 def _target(W=64, H=48, seed=3):

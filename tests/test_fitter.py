@@ -38,6 +38,32 @@ def test_gpu_loop_follows_the_reference_loop(gpu_engine, ref_engine):
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("backend", ["gpu", "reference"])
+def test_a_small_triangle_steps_in_proportion_to_its_size(backend, gpu_engine, ref_engine):
+    # Adam's first step moves each vertex by its rate (the moments' bias corrected), so the steps
+    # with and without the size rule differ by the rule's factor, triangle by triangle
+    from trifit.fitloop import FitSettings, small_triangle_rates
+
+    engine = gpu_engine if backend == "gpu" else ref_engine
+    t = _target()
+    steps = {}
+    for px in (0.0, 8.0):
+        f = Fitter(t, triangles=10, size=40, seed=3, engine=engine, strategy="fixed", small_triangle_px=px)
+        before = f.scene.triangles.copy()
+        f.step(1)
+        steps[px] = np.abs(f.scene.triangles[:, :6] - before[:, :6])
+        f.close()
+    rates = small_triangle_rates(np.concatenate([before.ravel(), np.zeros(3)]), 10, 40, 30, 8.0)
+    rates = rates[:100].reshape(10, 10)[:, :6]
+    assert rates.min() < 0.9 and rates.max() == 1.0  # (small triangles and large: the test can tell)
+    moved = steps[0.0] > 1e-5
+    assert moved.sum() > 30
+    np.testing.assert_allclose(steps[8.0][moved], steps[0.0][moved] * rates[moved], rtol=2e-3)
+    # records from before the rule replay without it
+    assert recorded_settings({})["small_triangle_px"] == 0.0 < FitSettings().small_triangle_px
+
+
+@pytest.mark.gpu
 def test_fit_reduces_loss_and_is_deterministic(gpu_engine, tmp_path):
     t = _target(48, 36, seed=1)
     flat = float(np.mean((t - t.mean(axis=(0, 1))) ** 2))  # the loss of the mean colour alone
@@ -569,7 +595,10 @@ def test_gpu_loop_follows_the_reference_loop_through_a_new_schedule(gpu_engine, 
     # a schedule set between runs (a probe, a cycle's restart, the GUI's slider) must replace it
     from trifit.fitloop import FitSettings, Schedule
     t = _target()
-    settings = FitSettings(triangles=6, size=40)
+    # (the size rule off: a vertex's rate then follows its triangle's size, so the float32 loop's
+    # last bits feed back into its steps; the rule against the reference is
+    # test_a_small_triangle_steps_in_proportion_to_its_size and the fit above)
+    settings = FitSettings(triangles=6, size=40, small_triangle_px=0.0)
     raw = fitter_mod.raw_from_scene(Scene.random(6, 40, 30, seed=4, sigma_px=1.0))
     first = Schedule(0.05, 0.02, 10, 20, 0.1)
     later = Schedule(0.01, 0.004, 10, 20, 0.1, lr_offset=3, lr_start=2.0)  # sigma 5x smaller at once

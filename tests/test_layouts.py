@@ -37,7 +37,7 @@ def test_kernel_struct_offsets_and_sizes():
     assert _offsets(SCHEDULE) == {n: 4 * i for i, n in enumerate(
         ["sigma_start", "sigma_end", "sigma_iters", "lr_decay_iters", "lr_final", "iter_offset", "lr_offset",
          "lr_start"])} and SCHEDULE.size == 32
-    assert list(_offsets(OPTIM).values()) == [0, 4, 8, 12, 16, 20, 24] and OPTIM.size == 32  # 28 -> 32
+    assert list(_offsets(OPTIM).values()) == [0, 4, 8, 12, 16, 20, 24, 28] and OPTIM.size == 32
 
 
 def test_alignment_rules_by_hand():

@@ -329,7 +329,8 @@ def test_pruning_weighs_the_newcomers_removal_costs(ref_engine, weight):
     # steps rank them by prune_newcomers x their removal cost (a negative cost divided by it), the
     # rest by their cost, and keep the most costly. The first pruning (after the growth stages)
     # ranks all alike
-    f = _cycling(ref_engine, prune_newcomers=weight)
+    # (small_triangle_px 0: a fit whose later cycles the weight reorders)
+    f = _cycling(ref_engine, prune_newcomers=weight, small_triangle_px=0.0)
     f.plan(100, time_budgeted=True)              # 12 at 30, 9 at 35, 6 at 40; each later cycle 9 then 6
     st, keep, seen = f.strategy, f.keep, {"steps": 0, "differs": 0, "newcomers": 0, "regrowths": 0}
     add = f.add

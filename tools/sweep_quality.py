@@ -243,6 +243,10 @@ VARIANTS = {
     "insert radius 1.0": {"insert_radius": 1.0},
     # a short time-limited plan's pruning waiting for the working size's measured speed, as before prune_in_coarse
     "prune waits": {"prune_in_coarse": False},
+    # every triangle's vertices at one rate, as before small_triangle_px; and the rule at other sizes
+    "small triangles off": {"small_triangle_px": 0.0},
+    "small triangles 8": {"small_triangle_px": 8.0},
+    "small triangles 11": {"small_triangle_px": 11.0},
 }
 
 

@@ -234,7 +234,7 @@ class GpuFitLoop:
         self.settings = settings
         rates = dict(lr_vertex=settings.lr_vertex, lr_colour=settings.lr_colour, lr_alpha=settings.lr_alpha,
                      lr_background=settings.lr_background, beta1=settings.beta1, beta2=settings.beta2,
-                     eps=settings.adam_eps)
+                     eps=settings.adam_eps, small_px=settings.small_triangle_px)
         packed = self._packed_once("opt", tuple(rates.values()), lambda: OPTIM.pack(rates))
         self.backend.counters.upload_bytes += self._write_extra("opt", packed)
 

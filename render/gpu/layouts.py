@@ -318,6 +318,7 @@ OPTIM = Struct("Optim", [  # Adam's constants (adam.wgsl), from render/fitloop.p
     ("beta1", "f32"),
     ("beta2", "f32"),
     ("eps", "f32"),
+    ("small_px", "f32", "FitSettings.small_triangle_px: smaller triangles' vertices step in proportion (0: off)"),
 ], "uniform")
 
 PLACE = Struct("Place", [  # placement on the device (events.wgsl, render/gpu/events.py)

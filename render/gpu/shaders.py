@@ -26,7 +26,8 @@ _PPT_KERNELS = ("bin.wgsl", "forward.wgsl", "forward_listed.wgsl", "forward_fine
                 "forward_backward.wgsl")
 _pipelines: dict[tuple, object] = {}
 SUPER_TILES = 4         # binning in two passes (bin.wgsl coarse_main): super-tiles of 4 x 4 tiles
-PARAMS_PER_GROUP = 32   # the gradient reduction's triangle parameters a workgroup (reduce_param.wgsl)
+PARAMS_PER_GROUP = 30   # the gradient reduction's triangle parameters a workgroup (reduce_param.wgsl): whole
+                        # triangles, so adam.wgsl's size rates read vertices no other workgroup writes
 FINE_MASK_WORDS = 512   # ... and a tile's mask in workgroup memory there: up to 16,384 triangles
 
 
