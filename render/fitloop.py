@@ -54,8 +54,8 @@ class FitSettings:
     sigma_end_px: float = 0.5     # ... annealed geometrically to this
     lr_vertex: float = 0.006      # per-group Adam learning rates (vertices in frame units at a working size of
                                   # LR_VERTEX_SIZE px; the fit scales it to the working size, render/fitstate.py)
-    small_triangle_px: float = 6.0  # a triangle smaller than this (the square root of its area, in px of the size it
-                                  # is fitted at) moves its vertices at lr_vertex x its size / this, down to a
+    small_triangle_px: float = 6.0  # a triangle smaller than this (the square root of its area, in px of the working
+                                  # size, as lr_vertex is) moves its vertices at lr_vertex x its size / this, down to a
                                   # quarter: a step is then a like share of each triangle's size, where one rate
                                   # for all made small triangles' steps large against them (0: every triangle at
                                   # lr_vertex, as records from before this setting ran)

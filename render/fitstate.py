@@ -523,10 +523,14 @@ class FitState:
     def _optim(self) -> FitSettings:
         """The settings with the learning rates in force: as set x the live scale x fault halvings,
         the vertices' in pixels (fitloop.LR_VERTEX_SIZE): a step moves a vertex as many pixels at
-        any working size, where the same step in frame units would be 3x as many at 512 px as at 176."""
+        any working size, where the same step in frame units would be 3x as many at 512 px as at 176.
+        The size under which a triangle steps slower (``small_triangle_px``, in pixels of the working
+        size, as the vertex rate is) in pixels of the frame the loop fits: half of it at half size."""
         f = self._lr_scale * self._lr_fault
         rates = {k: getattr(self.settings, k) * f for k in _LR_NAMES}
         rates["lr_vertex"] *= LR_VERTEX_SIZE / max(self.width, self.height)
+        frame = self.working_targets().shape[-3:-1]
+        rates["small_triangle_px"] = self.settings.small_triangle_px * max(frame) / max(self.width, self.height)
         return dc_replace(self.settings, **rates)
 
     def learning_rates(self) -> dict[str, float]:

@@ -39,7 +39,8 @@
 @group(0) @binding(14) var<storage, read> tri_tiles: array<vec2u>;  // binning's tile ranges
 
 // A triangle's vertex rate factor (FitSettings.small_triangle_px): its size s, the square root of
-// its area in pixels of this frame, over opt.small_px, within [1/4, 1] (render/fitloop.py
+// its area in pixels of this frame, over opt.small_px (the setting in this frame's pixels: half of
+// it at half size, render/fitstate.py _optim), within [1/4, 1] (render/fitloop.py
 // small_triangle_rates, the host's). `o`: its first raw parameter.
 fn small_rate(o: u32) -> f32 {
     let wh = vec2f(f32(frame.width), f32(frame.height));

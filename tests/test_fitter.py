@@ -63,6 +63,18 @@ def test_a_small_triangle_steps_in_proportion_to_its_size(backend, gpu_engine, r
     assert recorded_settings({})["small_triangle_px"] == 0.0 < FitSettings().small_triangle_px
 
 
+def test_the_small_triangle_size_is_in_pixels_of_the_working_size(ref_engine):
+    # as the vertex rate is: the half-size stage's loop gets half the size in its own pixels, so
+    # a triangle steps at one rate whichever stage fits it
+    f = Fitter(_target(80, 60), triangles=4, size=80, engine=ref_engine, coarse_min_size=32)
+    f.plan(40)
+    assert f.coarse and f._loop.settings.small_triangle_px == pytest.approx(3.0)
+    f.step(20)
+    assert not f.coarse and f._loop.settings.small_triangle_px == pytest.approx(6.0)
+    assert f.settings.small_triangle_px == 6.0  # (what the scene records)
+    f.close()
+
+
 @pytest.mark.gpu
 def test_fit_reduces_loss_and_is_deterministic(gpu_engine, tmp_path):
     t = _target(48, 36, seed=1)
