@@ -12,7 +12,8 @@ from trifit.fitloop import FitSettings
 from trifit.strategy import probe_errors
 
 EVENTFUL = dict(coarse_min_size=16, growth_until=0.3, prune_cycle_min=12, respawn_every=7,
-                respawn_alpha=0.3, sigma_probes=3, host_snapshot_every=40)  # (an alpha that respawns some)
+                sigma_probes=3, host_snapshot_every=40)
+RESPAWNING = dict(EVENTFUL, respawn_alpha=0.3)  # (a threshold that flags some: every kind of event happens)
 
 
 def _target(W=64, H=48, seed=3):
@@ -184,7 +185,8 @@ def test_rows_placed_on_the_device_are_the_hosts_rows(gpu_engine):
 def test_growth_and_respawn_on_the_device_read_back_no_triangles(gpu_engine):
     # placed on the device, the new triangles go to the gather as rows there: each placement
     # reads back only the tiles' error sums, which come with the chunk before it
-    f = _eventful_fitter(gpu_engine, placement="device", sigma_probes=0, host_snapshot_every=0)
+    f = _eventful_fitter(gpu_engine, **{**RESPAWNING, "placement": "device", "sigma_probes": 0,
+                                        "host_snapshot_every": 0})
     reads = []
     dp_cls = type(f.device_placement())
     real = dp_cls._submit_read
@@ -244,7 +246,7 @@ def test_probe_errors_on_the_device_are_the_references(gpu_engine, ref_engine, w
 @pytest.mark.parametrize("placement", ["host", "device"])
 def test_what_an_eventful_fit_reads_back(gpu_engine, placement):
     before = gpu_engine.counters()
-    f = Fitter(_target(), triangles=24, size=64, seed=5, engine=gpu_engine, placement=placement, **EVENTFUL)
+    f = Fitter(_target(), triangles=24, size=64, seed=5, engine=gpu_engine, placement=placement, **RESPAWNING)
     f.plan(150)
     f.step(150)
     got = {k: v - before[k] for k, v in gpu_engine.counters().items()}

@@ -173,6 +173,7 @@ def test_reduction_variant_and_shared_pieces():
     for kernel in ("adam.wgsl", "reduce.wgsl"):  # the dispatch and the kernels share one constant
         assert f"const PARAMS_PER_GROUP: u32 = {shaders.PARAMS_PER_GROUP}u;" in shaders.kernel_source(kernel, False)
     per = shaders.PARAMS_PER_GROUP  # the triangles' workgroups, then the background's
+    assert per % 10 == 0  # whole triangles: adam.wgsl's size rates read vertices only their workgroup writes
     assert [reduce_groups(n) for n in (0, 1, per // 10 + 1, 1000)] == [1, 2, 3, -(-10_000 // per) + 1]
     adam = shaders.kernel_source("adam.wgsl", subgroups=False)
     assert "fn reduce_param(" in adam and "fn reduce_grad(" not in adam  # the function, not the other kernel
