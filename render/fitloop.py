@@ -288,7 +288,7 @@ def lr_vector(settings: FitSettings, n_tris: int) -> np.ndarray:
     return np.concatenate([np.tile(per_tri, n_tris), [settings.lr_background] * 3])
 
 
-#: the least of a small triangle's vertex rate factor (adam.wgsl SMALL_RATE_MIN)
+#: the least of a small triangle's vertex rate factor (adam.wgsl's too: render/gpu/shaders.py constants)
 SMALL_RATE_MIN = 0.25
 
 

@@ -40,7 +40,7 @@
 
 // A triangle's vertex rate factor (FitSettings.small_triangle_px): its size s, the square root of
 // its area in pixels of this frame, over opt.small_px (the setting in this frame's pixels: half of
-// it at half size, render/fitstate.py _optim), within [1/4, 1] (render/fitloop.py
+// it at half size, render/fitstate.py _optim), within [SMALL_RATE_MIN, 1] (render/fitloop.py
 // small_triangle_rates, the host's). `o`: its first raw parameter.
 fn small_rate(o: u32) -> f32 {
     let wh = vec2f(f32(frame.width), f32(frame.height));
@@ -48,10 +48,8 @@ fn small_rate(o: u32) -> f32 {
     let e1 = vec2f(params[o + 2u], params[o + 3u]) * wh - a;
     let e2 = vec2f(params[o + 4u], params[o + 5u]) * wh - a;
     let area = 0.5 * abs(e1.x * e2.y - e1.y * e2.x);
-    return clamp(sqrt(area) / opt.small_px, SMALL_RATE_MIN, 1.0);
+    return clamp(sqrt(area) / opt.small_px, SMALL_RATE_MIN, 1.0);  // (SMALL_RATE_MIN: render/gpu/shaders.py)
 }
-
-const SMALL_RATE_MIN: f32 = 0.25;
 
 @compute @workgroup_size(256)
 fn main(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_index) li: u32) {

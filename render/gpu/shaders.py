@@ -130,6 +130,10 @@ def constants(name: str, kb: int = 1, subgroup_size: int = 0, ppt: int = 1) -> s
     lines = []
     if "reduce_param.wgsl" in PIECES.get(name, ()):
         lines.append(f"const PARAMS_PER_GROUP: u32 = {PARAMS_PER_GROUP}u;  // triangle parameters a workgroup")
+    if name == "adam.wgsl":  # the reference loop's, so the two cannot drift apart
+        from ..fitloop import SMALL_RATE_MIN
+
+        lines.append(f"const SMALL_RATE_MIN: f32 = {SMALL_RATE_MIN!r};  // render/fitloop.py")
     if name == "events.wgsl":  # the host's placement constants, so the two cannot drift apart
         from .. import placement
         from ..fitloop import LOGIT_EPS
