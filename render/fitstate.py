@@ -514,6 +514,16 @@ class FitState:
             out += [(B * probes, H, W, n, False)] if probes else []
         return out
 
+    def _encode_kept_ahead(self) -> None:
+        """While the current loop's chunk runs: the next first part of the kept loop of this
+        working size used most recently without one (GpuFitLoop.encode_ahead), so that a count
+        change back to it starts with only a submission. One a call: each costs the host about
+        what encoding eight iterations does."""
+        shape = self.working_targets().shape
+        for (_, size), loop in reversed(self._loops.items()):
+            if loop is not self._loop and size == shape and hasattr(loop, "encode_ahead") and loop.encode_ahead():
+                return
+
     def _make_current(self, key, loop) -> None:
         self._loops[key] = loop
         while len(self._loops) > MAX_CACHED_LOOPS:  # the current loop is the newest: never evicted

@@ -333,7 +333,9 @@ class Fitter(FitState):
                                         and self.strategy.may_place(start + k) else None,
                                         # (what pruning ranks by: removal_costs)
                                         costs=(self.targets, self.focus) if event and on_device
-                                        and self.strategy.prunes(start + k) else None)
+                                        and self.strategy.prunes(start + k) else None,
+                                        ahead=not event or self.strategy.keeps_loop(start + k),
+                                        idle=self._encode_kept_ahead)
             except NumericalFault as fault:
                 consecutive += 1
                 self._on_numerical_fault(fault, consecutive)

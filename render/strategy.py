@@ -169,6 +169,12 @@ class FixedStrategy:
         a round trip, never a different fit), or None."""
         return None
 
+    def keeps_loop(self, iteration: int) -> bool:
+        """Whether the event at ``iteration`` leaves the fit at its count and working size, so
+        that the next chunk runs on the same loop (its first part is then encoded while this
+        chunk runs; a wrong answer costs host time, never a different fit)."""
+        return True
+
     def on_event(self, iteration: int) -> None:
         pass
 
@@ -494,6 +500,9 @@ class DefaultStrategy(FixedStrategy):
                 or (fit.coarse and iteration >= self.coarse_until()):
             return None  # (no check, or one after the count or the size changed: another loop)
         return self.settings.respawn_alpha
+
+    def keeps_loop(self, iteration: int) -> bool:
+        return self._count_change(iteration) is None and not (self.fit.coarse and iteration >= self.coarse_until())
 
     def needs_state(self, iteration: int) -> bool:
         """With events on the device no event reads the state: respawns, count changes (growth,

@@ -91,6 +91,40 @@ def test_chunk_sizes_and_load_leave_the_scene_alone(gpu_engine, segmented_engine
         assert _bytes(_fit(engine, stop, placement=placement)) == _bytes(reference)
 
 
+def test_chunks_begun_from_parts_encoded_ahead_leave_the_scene_alone(gpu_engine, monkeypatch):
+    """The next chunk's first part, encoded while the GPU runs a chunk's last, is what the chunk
+    would encode after the host's turn (render/gpu/fitloop.py ``_encode_ahead``): the same bytes
+    with it as without, through the strategy's events -- count changes, respawns, probes --
+    and chunks that end between them."""
+    from trifit.gpu import fitloop
+
+    taken = []
+    take = fitloop.GpuFitLoop._take_ready
+
+    def counted(self, *args):
+        got = take(self, *args)
+        taken.append(got is not None)
+        return got
+
+    monkeypatch.setattr(fitloop.GpuFitLoop, "_take_ready", counted)
+    settings = dict(coarse_min_size=16, sigma_probes=3, host_snapshot_every=400)  # (the default's events)
+
+    def fit(ahead: bool):
+        monkeypatch.setattr(fitloop, "ENCODE_AHEAD", ahead)
+        taken.clear()
+        f = Fitter(_target(), triangles=24, size=64, seed=5, engine=gpu_engine, **settings)
+        FitRun(f, StopConditions(iterations=900), chunk=64).run()
+        out = _bytes(f.scene), sum(taken)
+        f.close()
+        return out
+
+    with_ahead, begun_ahead = fit(True)
+    without, none = fit(False)
+    assert none == 0
+    assert begun_ahead >= 3  # (else the comparison says little)
+    assert with_ahead == without
+
+
 class _FixedSizer(ChunkSizer):
     def __init__(self, n):
         super().__init__(0.1)

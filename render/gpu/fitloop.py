@@ -39,6 +39,9 @@ from .layouts import OPTIM, SCENE, SCHEDULE, STATE
 from .readback import read_ranges
 from .workspace import COPY_DST, COPY_SRC, MAP_READ, STORAGE, UNIFORM, Shape, Workspace, path_entries, reduce_groups
 
+#: encode the next chunk's first part while the GPU runs a chunk's last (:meth:`GpuFitLoop._encode_ahead`)
+ENCODE_AHEAD = True
+
 RING = 256  # loss ring entries; a submission never encodes more iterations than this
 
 
@@ -114,6 +117,8 @@ class GpuFitLoop:
                           "sums": 0,  # (sized at the first run that brings sums: the placement's frame)
                           "costs": B * n_tris * 4}
         self._out = None
+        self._ready = None  # the next chunk's first part, encoded ahead: _encode_ahead
+        self.ready_taken = 0  # chunks that began with it
         self._lay_out()
         self._dispatches = None
         self._gpu_ms_per_it = self._host_ms_per_it = 0.0  # (measured by each chunk: _part_growth)
@@ -178,7 +183,7 @@ class GpuFitLoop:
         # submission, so a NaN can be rolled back without any per-iteration readback: the newest
         # one whose chunk began with a finite loss is good. Slot 1 starts as this state.
         self.snap_iter = [iteration, iteration]
-        self.snap_turn = 0
+        self.snap_turn = 0  # (a first part encoded ahead from slot 0 stays good: encode_ahead)
         if raw is None and self._anchored is not None:
             return  # (take() snapshots the state it gathers: no submission here)
         enc = self.device.create_command_encoder()
@@ -256,6 +261,7 @@ class GpuFitLoop:
         self.ws.write("state", data, offset=at)
         self.set_state(raw, m, v)  # re-materialises the scene the next forward reads
         self.snap_turn = good ^ 1  # keep the good snapshot, overwrite the other
+        self._ready = None
         return self.iter
 
     def inject_fault(self) -> None:
@@ -516,6 +522,7 @@ class GpuFitLoop:
             self._out_at[name], end = end, end + (size + 7) // 8 * 8
         if self._out is not None:
             self.backend.pool.release(self._out)
+        self._ready = None  # (it copies its timestamps into the buffer this replaces)
         self._out = self.backend.pool.acquire(MAP_READ | COPY_DST, end, "read:chunk")
 
     def _encode_sums(self, enc, placement):
@@ -697,6 +704,7 @@ class GpuFitLoop:
         return dict(self.backend.timer.samples)
 
     def release(self) -> None:
+        self._ready = None
         self.ws.release()
         held = list(self.extra.values()) + [b for snap in self.snaps for b in snap.values()] + [self._out]
         for buf in held + (self._flags_pass[:2] if self._flags_pass else []) + list(self._gather_bufs or ()):
@@ -707,6 +715,60 @@ class GpuFitLoop:
         self.snaps = []
 
     # ------------------------------------------------------------------ the loop
+    def _encode_first(self, enc, slot: int, its: int, fast: Repeats) -> int:
+        """A chunk's first part into ``enc``: the snapshot into ``slot``, the timed iteration and
+        ``its - 1`` more; returns the bytes of timestamps it brings back."""
+        self._encode_snapshot(enc, slot)
+        cpass = enc.begin_compute_pass()
+        self._encode_iteration(cpass, timed=True)
+        fast.encode(cpass, its - 1)
+        cpass.end()
+        return self.backend.timer.resolve(enc, self._out, self._out_at["timestamps"])
+
+    def _encode_ahead(self, slot: int, its: int, fast: Repeats) -> None:
+        """Encode and finish the next chunk's first part (``its`` iterations, its snapshot into
+        ``slot``) while the GPU runs this chunk's last: after a chunk the GPU idles until the next
+        one is submitted, and encoding this part is one of the host's steps in that turn that
+        needs nothing from it. Its commands are what the next chunk would encode -- the buffers and bind
+        groups are the loop's for its life; what the host writes between chunks lands before it
+        runs, as it is submitted after -- so it changes no result (tests/test_run.py). The next
+        chunk of this loop takes it when it starts from ``slot`` with at least ``its`` iterations
+        (:meth:`_take_ready`); a rollback or a new readback layout drops it. Its timestamps are a
+        set of their own until then (GpuTimer.detach)."""
+        timer = self.backend.timer
+        held = timer.detach()  # (the running chunk's: collected after its readback)
+        try:
+            enc = self.device.create_command_encoder()
+            ts_bytes = self._encode_first(enc, slot, its, fast)
+            self._ready = (enc.finish(), its, slot, self._out, ts_bytes, timer.detach())
+        finally:
+            timer.attach(held)
+
+    def encode_ahead(self) -> bool:
+        """For a loop the fit has left and may return to (pruning cycles revisit a few counts):
+        its next first part encoded now, while another loop's chunk runs, from snapshot slot 0,
+        where every return starts (:meth:`reset`, :meth:`take`). Returns whether it encoded one."""
+        first = self.settings.first_submission
+        ready = self._ready
+        if not ENCODE_AHEAD or first <= 0 or (ready is not None and ready[1:4] == (first, 0, self._out)):
+            return False
+        self._encode_ahead(0, first, self._iteration_dispatches())  # (one from another slot would go unused)
+        return True
+
+    def _take_ready(self, k: int, slot: int, first: int):
+        """(command buffer, timestamp bytes) of the first part encoded ahead, where this chunk of
+        ``k`` iterations starting from snapshot ``slot``, its first part ``first`` iterations, can
+        begin with it; else None (dropped)."""
+        ready, self._ready = self._ready, None
+        if ready is None:
+            return None
+        command, its, at, out, ts_bytes, spans = ready
+        if its != first or k < its or at != slot or out is not self._out:
+            return None
+        self.ready_taken += 1
+        self.backend.timer.attach(spans)
+        return command, ts_bytes
+
     def _part_growth(self) -> float:
         """How much longer each submission of a chunk may be than the one before: the GPU's time
         for an iteration (its timed passes) over the host's (encoding and finishing), as last
@@ -740,7 +802,8 @@ class GpuFitLoop:
                              (reduce_groups(self.n_tris) + 1, B, 1), self.extra)  # (+ the iteration's end)
 
     def run(self, n: int, read_state: bool = False, read_image: bool = False, state_kind: str = "state",
-            flags: tuple[float, int, int] | None = None, sums=None, costs=None) -> np.ndarray:
+            flags: tuple[float, int, int] | None = None, sums=None, costs=None, ahead: bool = True,
+            idle=None) -> np.ndarray:
         """Run ``n`` iterations; returns their losses, (n,) or (n, B) for a stack (read from the
         ring once per submission). ``read_state``: the last submission also copies the parameters
         and moments back, so a ``get_state`` right after costs no round trip of its own (the
@@ -757,15 +820,20 @@ class GpuFitLoop:
         against them, of the records after these iterations, comes back too (:meth:`removal_costs`).
 
         A non-finite loss rolls the device back to the last good parameters and raises
-        NumericalFault; a lost device raises DeviceLostError."""
+        NumericalFault; a lost device raises DeviceLostError. ``ahead``: whether the next chunk
+        may run on this loop (its first part is then encoded while the last part runs:
+        :meth:`_encode_ahead`); ``idle``: called with no arguments there too, before the readback
+        (the host's turn would otherwise only wait: the fitter encodes its kept loops' first
+        parts ahead)."""
         try:
-            return self._run(n, read_state, read_image, state_kind, flags, sums, costs)
+            return self._run(n, read_state, read_image, state_kind, flags, sums, costs, ahead, idle)
         except wgpu.GPUError as exc:
             if "lost" in str(exc).lower():
                 raise DeviceLostError(f"the GPU device was lost: {str(exc).splitlines()[-1].strip()}") from None
             raise
 
-    def _run(self, n: int, read_state: bool, read_image: bool, state_kind: str, flags, sums, costs) -> np.ndarray:
+    def _run(self, n: int, read_state: bool, read_image: bool, state_kind: str, flags, sums, costs,
+             ahead: bool, idle) -> np.ndarray:
         if sums is not None and self._out_size["sums"] != sums.sums_bytes:
             self._out_size["sums"] = sums.sums_bytes  # (before the chunk's copies into the buffer are encoded)
             self._lay_out()
@@ -778,21 +846,25 @@ class GpuFitLoop:
         while done < n:
             k = min(self.settings.chunk, n - done, RING)
             slot = self.snap_turn
-            parts = submission_sizes(k, self.settings.first_submission, self._part_growth())
+            first = self.settings.first_submission
+            parts = submission_sizes(k, first, self._part_growth())
             fast = self._iteration_dispatches()
             host_s, host_its = 0.0, 0  # the host's encoding and finishing of the parts after the first
-            with host.phase("encode"):
-                enc = self.device.create_command_encoder()
-                self._encode_snapshot(enc, slot)
-                cpass = enc.begin_compute_pass()
-                self._encode_iteration(cpass, timed=True)
-                fast.encode(cpass, parts[0] - 1)
-                cpass.end()
-                ts_bytes = self.backend.timer.resolve(enc, self._out, self._out_at["timestamps"])
+            ready = self._take_ready(k, slot, first)
+            if ready is not None:  # (encoded while the last chunk ran: only its submission is left)
+                command, ts_bytes = ready
+                if len(parts) == 1:  # (a short chunk, else one submission: the ready part, then the rest)
+                    parts = [first, k - first]
+            else:
+                command = None
+                with host.phase("encode"):
+                    enc = self.device.create_command_encoder()
+                    ts_bytes = self._encode_first(enc, slot, parts[0], fast)
             for i, part in enumerate(parts[1:]):  # the GPU runs what was submitted while the next part is encoded
                 with host.phase("submit"):
                     t0 = time.perf_counter()
-                    command = enc.finish()
+                    if not (i == 0 and command is not None):
+                        command = enc.finish()
                     if i:
                         host_s += time.perf_counter() - t0
                     self.device.queue.submit([command])
@@ -828,6 +900,13 @@ class GpuFitLoop:
                     self._host_ms_per_it = (host_s + time.perf_counter() - t0) * 1e3 / host_its
                 self.device.queue.submit([command])
                 self.backend.counters.submissions += 1
+            if ENCODE_AHEAD and first > 0 and parts[-1] >= 2 * first:
+                with host.phase("encode"):  # (while the GPU runs that part: the host would only wait)
+                    final = done + k >= n
+                    if ahead or not final:
+                        self._encode_ahead(slot ^ 1, first, fast)
+                    if idle is not None and final:
+                        idle()
             with host.phase("readback"):
                 try:
                     got = self._read_out(wanted, ts_bytes, self.batch * k * 4, state_kind)

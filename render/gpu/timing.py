@@ -86,6 +86,16 @@ class GpuTimer:
     def reset(self) -> None:
         self._names = []
 
+    def detach(self) -> list[str]:
+        """The spans encoded since the last collect, taken out: the next span starts a new set
+        (a command buffer encoded ahead of its turn times its own passes; :meth:`attach` puts
+        a set back before the ``collect`` of the submission that holds it)."""
+        names, self._names = self._names, []
+        return names
+
+    def attach(self, names: list[str]) -> None:
+        self._names = list(names)
+
     @contextmanager
     def span(self, cpass, name: str, active: bool = True):
         """Write a timestamp before and after the dispatches encoded in the block."""
