@@ -292,6 +292,12 @@ def lr_vector(settings: FitSettings, n_tris: int) -> np.ndarray:
 SMALL_RATE_MIN = 0.25
 
 
+def triangle_areas(v: np.ndarray) -> np.ndarray:
+    """(T,) areas of triangles given by their corners ``v`` (T, 3, 2)."""
+    e1, e2 = v[:, 1] - v[:, 0], v[:, 2] - v[:, 0]
+    return 0.5 * np.abs(e1[:, 0] * e2[:, 1] - e1[:, 1] * e2[:, 0])
+
+
 def small_triangle_rates(raw: np.ndarray, n_tris: int, width: int, height: int, small_px: float) -> np.ndarray:
     """(n_params,) factors of each raw parameter's rate (FitSettings.small_triangle_px): a
     triangle's vertices its size (the square root of its area in pixels of a width x height
@@ -299,10 +305,8 @@ def small_triangle_rates(raw: np.ndarray, n_tris: int, width: int, height: int, 
     out = np.ones(len(raw))
     if small_px <= 0 or n_tris == 0:
         return out
-    v = raw[: n_tris * 10].reshape(n_tris, 10)[:, :6].astype(np.float64) * np.array([width, height] * 3)
-    e1, e2 = v[:, 2:4] - v[:, 0:2], v[:, 4:6] - v[:, 0:2]
-    area = 0.5 * np.abs(e1[:, 0] * e2[:, 1] - e1[:, 1] * e2[:, 0])
-    rate = np.clip(np.sqrt(area) / small_px, SMALL_RATE_MIN, 1.0)
+    v = raw[: n_tris * 10].reshape(n_tris, 10)[:, :6].astype(np.float64).reshape(n_tris, 3, 2) * [width, height]
+    rate = np.clip(np.sqrt(triangle_areas(v)) / small_px, SMALL_RATE_MIN, 1.0)
     out[: n_tris * 10].reshape(n_tris, 10)[:, :6] = rate[:, None]
     return out
 

@@ -35,7 +35,7 @@ import math
 
 import numpy as np
 
-from .fitloop import FitSettings, Schedule
+from .fitloop import FitSettings, Schedule, triangle_areas
 from .placement import new_triangles
 
 #: the sigma probes' steps in log sigma, in units of sigma_probe_eps: a parabola through three points
@@ -582,8 +582,7 @@ class DefaultStrategy(FixedStrategy):
         """Opacity x on-frame area (in pixels) of each triangle: how much it can matter."""
         fit = self.fit
         v = np.clip(tris[:, :6].reshape(-1, 3, 2), 0.0, 1.0) * [fit.width, fit.height]
-        e1, e2 = v[:, 1] - v[:, 0], v[:, 2] - v[:, 0]
-        return tris[:, 9] * 0.5 * np.abs(e1[:, 0] * e2[:, 1] - e1[:, 1] * e2[:, 0])
+        return tris[:, 9] * triangle_areas(v)
 
     def _probe_sigma(self) -> None:
         """One Newton step on log(sigma) per image: render at sigma x e^(-eps, 0, +eps), fit a

@@ -749,8 +749,7 @@ class GpuFitLoop:
         its next first part encoded now, while another loop's chunk runs, from snapshot slot 0,
         where every return starts (:meth:`reset`, :meth:`take`). Returns whether it encoded one."""
         first = self.settings.first_submission
-        ready = self._ready
-        if not ENCODE_AHEAD or first <= 0 or (ready is not None and ready[1:4] == (first, 0, self._out)):
+        if not ENCODE_AHEAD or first <= 0 or self._ready_fits(0, first):
             return False
         self._encode_ahead(0, first, self._iteration_dispatches())  # (one from another slot would go unused)
         return True
@@ -759,15 +758,19 @@ class GpuFitLoop:
         """(command buffer, timestamp bytes) of the first part encoded ahead, where this chunk of
         ``k`` iterations starting from snapshot ``slot``, its first part ``first`` iterations, can
         begin with it; else None (dropped)."""
+        fits = self._ready_fits(slot, first) and k >= first
         ready, self._ready = self._ready, None
-        if ready is None:
+        if not fits:
             return None
-        command, its, at, out, ts_bytes, spans = ready
-        if its != first or k < its or at != slot or out is not self._out:
-            return None
+        command, _, _, _, ts_bytes, spans = ready
         self.ready_taken += 1
         self.backend.timer.attach(spans)
         return command, ts_bytes
+
+    def _ready_fits(self, slot: int, first: int) -> bool:
+        """Whether the part encoded ahead is a first part of ``first`` iterations from snapshot
+        ``slot`` that copies its timestamps into the current readback buffer."""
+        return self._ready is not None and self._ready[1:4] == (first, slot, self._out)
 
     def _part_growth(self) -> float:
         """How much longer each submission of a chunk may be than the one before: the GPU's time
@@ -851,23 +854,23 @@ class GpuFitLoop:
             fast = self._iteration_dispatches()
             host_s, host_its = 0.0, 0  # the host's encoding and finishing of the parts after the first
             ready = self._take_ready(k, slot, first)
+            command = None  # (a finished part not yet submitted)
             if ready is not None:  # (encoded while the last chunk ran: only its submission is left)
                 command, ts_bytes = ready
                 if len(parts) == 1:  # (a short chunk, else one submission: the ready part, then the rest)
                     parts = [first, k - first]
             else:
-                command = None
                 with host.phase("encode"):
                     enc = self.device.create_command_encoder()
                     ts_bytes = self._encode_first(enc, slot, parts[0], fast)
             for i, part in enumerate(parts[1:]):  # the GPU runs what was submitted while the next part is encoded
                 with host.phase("submit"):
                     t0 = time.perf_counter()
-                    if not (i == 0 and command is not None):
-                        command = enc.finish()
+                    command = enc.finish() if command is None else command
                     if i:
                         host_s += time.perf_counter() - t0
                     self.device.queue.submit([command])
+                    command = None
                     self.backend.counters.submissions += 1
                 with host.phase("encode"):
                     t0 = time.perf_counter()
