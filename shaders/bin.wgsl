@@ -14,7 +14,7 @@
 // the forward walks the lists (forward_listed.wgsl).
 
 @group(0) @binding(0) var<uniform> frame: Frame;
-@group(0) @binding(1) var<storage, read> scene: array<f32>;  // scene records (scene_access.wgsl)
+// (binding 1, the scene records: the scene piece, scene_storage.wgsl / scene_uniform.wgsl)
 @group(0) @binding(2) var<storage, read_write> tile_count: array<u32>;
 @group(0) @binding(3) var<storage, read_write> tile_list: array<u32>;
 @group(0) @binding(4) var<storage, read_write> tile_mask: array<u32>;

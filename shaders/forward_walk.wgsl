@@ -19,7 +19,7 @@
 // where it walks lists made before it, writable where it bins its tile itself.
 
 @group(0) @binding(0) var<uniform> frame: Frame;
-@group(0) @binding(1) var<storage, read> scene: array<f32>;  // scene records (scene_access.wgsl)
+// (binding 1, the scene records: the scene piece, scene_storage.wgsl / scene_uniform.wgsl)
 @group(0) @binding(4) var<storage, read_write> image: array<f32>;
 @group(0) @binding(5) var<storage, read> target_img: array<f32>;
 @group(0) @binding(6) var<storage, read_write> dldc: array<f32>;
@@ -279,7 +279,7 @@ fn walk_tile(wid: vec3u, li: u32, count: u32) {
         let tile = wid.y * frame.tiles_x + wid.x;
         let last = min((tile + 1u) * share, frame.scene_stride);
         for (var i = tile * share + li; i < last; i += THREADS) {
-            if (!(abs(scene[b * frame.scene_stride + i]) <= 3.0e38)) { contrib = bitcast<f32>(0x7fc00000u); }  // false for NaN and inf
+            if (!(abs(scene_at(b * frame.scene_stride + i)) <= 3.0e38)) { contrib = bitcast<f32>(0x7fc00000u); }  // false for NaN and inf
         }
         loss_red[li] = contrib;
         workgroupBarrier();

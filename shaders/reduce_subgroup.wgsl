@@ -147,8 +147,8 @@ fn stash10(g: Grad10, li: u32, sg: SgIn, j: u32, live: bool, place: u32) {
 // (shared_any). GPUs read the record as it is.
 fn load_tri_shared(base: u32, sg: SgIn) -> TriPx {
     if (PPT == 1u || SG_SIZE < 8u) { return load_tri(base, frame); }
-    let lo = scene[base + min(sg.lane, 7u)];
-    let hi = scene[base + 8u + (sg.lane & 1u)];
+    let lo = scene_at(base + min(sg.lane, 7u));
+    let hi = scene_at(base + 8u + (sg.lane & 1u));
     return tri_record(vec4f(subgroupBroadcast(lo, 0u), subgroupBroadcast(lo, 1u), subgroupBroadcast(lo, 2u),
                             subgroupBroadcast(lo, 3u)),
                       vec4f(subgroupBroadcast(lo, 4u), subgroupBroadcast(lo, 5u), subgroupBroadcast(lo, 6u),

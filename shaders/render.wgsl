@@ -10,7 +10,7 @@
 // Dispatch: (tiles_x, tiles_y, batch).
 
 @group(0) @binding(0) var<uniform> frame: Frame;
-@group(0) @binding(1) var<storage, read> scene: array<f32>;  // scene records (scene_access.wgsl)
+// (binding 1, the scene records: the scene piece, scene_storage.wgsl / scene_uniform.wgsl)
 @group(0) @binding(2) var<storage, read_write> image: array<f32>;
 
 var<workgroup> staged: array<TriPx, 256>;

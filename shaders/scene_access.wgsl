@@ -1,12 +1,12 @@
 // Read access to the scene buffer for the rasterising kernels (bin, forward, backward, render,
-// naive_forward), which declare `scene` (group 0, binding 1). The record's layout: render/gpu/
-// layouts.py SceneRecord, whose generated record_* functions give the indices.
-// (naga does not allow storage pointers as function arguments, so these read the global.)
+// naive_forward), whose scene piece binds it (group 0, binding 1) and reads a float with scene_at
+// (scene_storage.wgsl, scene_uniform.wgsl). The record's layout: render/gpu/layouts.py SceneRecord,
+// whose generated record_* functions give the indices.
 
 fn load_tri(base: u32, frame: Frame) -> TriPx {
-    return tri_record(vec4f(scene[base], scene[base + 1u], scene[base + 2u], scene[base + 3u]),
-                      vec4f(scene[base + 4u], scene[base + 5u], scene[base + 6u], scene[base + 7u]),
-                      vec2f(scene[base + 8u], scene[base + 9u]), frame);
+    return tri_record(vec4f(scene_at(base), scene_at(base + 1u), scene_at(base + 2u), scene_at(base + 3u)),
+                      vec4f(scene_at(base + 4u), scene_at(base + 5u), scene_at(base + 6u), scene_at(base + 7u)),
+                      vec2f(scene_at(base + 8u), scene_at(base + 9u)), frame);
 }
 
 // A triangle from its record's ten floats (x0, y0, x1, y1), (x2, y2, r, g), (b, a).
@@ -25,12 +25,12 @@ fn tri_record(a: vec4f, b: vec4f, c: vec2f, frame: Frame) -> TriPx {
 }
 
 fn sigma_px(b: u32, frame: Frame) -> f32 {
-    let s = scene[record_sigma(b, frame)];
+    let s = scene_at(record_sigma(b, frame));
     return s * f32(min(frame.width, frame.height));
 }
 
 fn background(b: u32, frame: Frame) -> vec3f {
     let o = record_background(b, frame);
-    return vec3f(scene[o], scene[o + 1u], scene[o + 2u]);
+    return vec3f(scene_at(o), scene_at(o + 1u), scene_at(o + 2u));
 }
 

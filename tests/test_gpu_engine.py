@@ -319,6 +319,42 @@ def test_renders_through_the_forward_give_render_wgsls_bits(monkeypatch, gpu_ctx
             np.testing.assert_allclose(np.frombuffer(a, np.float32), np.frombuffer(b, np.float32), rtol=0, atol=1e-5)
 
 
+def test_scene_records_from_a_uniform_binding_give_the_storage_bindings_bits(monkeypatch, gpu_ctx):
+    """Several pixels a thread (CPU adapters) read the scene records from a uniform binding where the
+    batch's records fit one (Shape.scene_uniform), else from the storage buffer: the same floats,
+    so on a CPU adapter the same bits -- a render, a batch of renders, a loss and gradient, and
+    removal costs. A GPU's compiler may round the two programs differently."""
+    from trifit.gpu import shaders, workspace
+
+    limit = shaders.SCENE_UNIFORM_BYTES
+    assert workspace.Shape(1, 70, 50, 150, False, 4).scene_uniform  # 150 triangles: ~6 KB of records
+    assert not workspace.Shape(1, 70, 50, 150, True, 1).scene_uniform  # one pixel a thread: GPUs
+    big = workspace.Shape(1, 70, 50, 2000, False, 4)  # 2000 triangles: ~80 KB, more than a binding holds
+    assert big.batch * big.scene_stride * 4 > limit and not big.scene_uniform
+    W, H = 70, 50
+    scenes = [_scene(150, W, H, seed=7 + b, sigma_px=0.6 * (1 + b)) for b in range(3)]
+    target = np.random.default_rng(5).uniform(0, 1, (H, W, 3))
+    got, seen = {}, []
+    bind = workspace.Workspace.bind_group
+    monkeypatch.setattr(workspace.Workspace, "bind_group",
+                        lambda self, *a, **kw: seen.append(self.scene_uniform) or bind(self, *a, **kw))
+    for uniform in (True, False):
+        monkeypatch.setattr(shaders, "SCENE_UNIFORM_BYTES", limit if uniform else 0)
+        eng = Engine("gpu", pixels_per_thread=4)
+        seen.clear()
+        loss, grad = eng.loss_and_grad(scenes[0], target)
+        costs = eng.removal_costs(scenes[1], target)
+        got[uniform] = (eng.render(scenes[0]).tobytes(), eng.render_many(scenes, W, H).tobytes(), loss,
+                        grad.triangles.tobytes(), grad.background.tobytes(), np.asarray(costs).tobytes())
+        assert seen and set(seen) == {uniform}
+    if gpu_ctx.info.get("type") == "CPU":
+        assert got[True] == got[False]
+    else:
+        for a, b in zip(got[True], got[False]):
+            np.testing.assert_allclose(np.frombuffer(a, np.float32) if isinstance(a, bytes) else a,
+                                       np.frombuffer(b, np.float32) if isinstance(b, bytes) else b, rtol=1e-5, atol=1e-5)
+
+
 def test_bit_reproducible(gpu_engine):
     scene = Scene.random(500, 64, 48, seed=9)
     target = np.random.default_rng(2).uniform(0, 1, (48, 64, 3))

@@ -160,7 +160,9 @@ def test_kernels_are_composed_from_files(name):
     order += [src.index(f"// ---- shaders/{p}") for p in shaders.PIECES[name] if p not in shaders.PLACEHOLDERS]
     order.append(src.index(f"// ---- shaders/{name}"))
     assert order == sorted(order)
-    assert src.count("var<storage, read> scene: array<f32>") <= 1  # bindings come from the kernel file only
+    # the scene records' binding comes from the scene piece only, in either form
+    reads = src.count("var<storage, read> scene: array<f32>") + src.count("var<uniform> scene_u:")
+    assert reads == 1 if shaders.SCENE in shaders.PIECES[name] else reads <= 1 and "scene_u" not in src
 
 
 def test_reduction_variant_and_shared_pieces():
@@ -194,6 +196,24 @@ def test_staging_variant_follows_pixels_per_thread():
             assert f"// ---- shaders/{piece}" in src and f"// ---- shaders/{other}" not in src
             assert (f"const STAGE: u32 = {stage}u;" in src) == ("const STAGE:" in src) == (stage is not None)
             assert (f"const BSTAGE: u32 = {bstage}u;" in src) == (bstage is not None)
+
+
+def test_scene_piece_binds_the_records_as_storage_or_uniform():
+    readers = [k for k, pieces in shaders.PIECES.items() if "scene_access.wgsl" in pieces]
+    assert readers and all(shaders.SCENE in shaders.PIECES[k] for k in readers)
+    for kernel in readers:
+        storage = shaders.kernel_source(kernel, subgroups=True, subgroup_size=8, ppt=8)
+        uniform = shaders.kernel_source(kernel, subgroups=True, subgroup_size=8, ppt=8, scene_uniform=True)
+        assert "// ---- shaders/scene_storage.wgsl" in storage and "// ---- shaders/scene_uniform.wgsl" not in storage
+        assert "// ---- shaders/scene_uniform.wgsl" in uniform and "// ---- shaders/scene_storage.wgsl" not in uniform
+        assert f"const SCENE_VEC4S: u32 = {shaders.SCENE_UNIFORM_BYTES // 16}u;" in uniform
+        body = uniform.split("// ---- shaders/scene_uniform.wgsl")[1]
+        assert "scene[" not in body.replace("scene_u[", "")  # every read goes through scene_at
+    # a pipeline is a variant of it only where the kernel reads the records
+    assert shaders._variant(None, "forward.wgsl", "main", True, 16384, 8, 8, False, True)[0] != \
+        shaders._variant(None, "forward.wgsl", "main", True, 16384, 8, 8, False, False)[0]
+    assert shaders._variant(None, "adam.wgsl", "main", True, 16384, 8, 8, False, True)[0] == \
+        shaders._variant(None, "adam.wgsl", "main", True, 16384, 8, 8, False, False)[0]
 
 
 def test_cpu_walks_share_reads_over_subgroups_of_eight_and_count_their_stop_once_a_round():

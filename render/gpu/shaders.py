@@ -72,8 +72,12 @@ FOCUS = "<focus>"
 #: pixel a thread, set up once per tile as they are staged; stage_tri.wgsl / stage_tri_shared.wgsl:
 #: several, each thread sets up the staged record for its pixels)
 STAGING = "<staging>"
+#: stands for how the rasterising kernels bind and read the scene records: scene_storage.wgsl (a storage
+#: buffer) or scene_uniform.wgsl (a uniform one: CPU adapters, where it fits; Shape.scene_uniform)
+SCENE = "<scene>"
 #: the pieces a variant chooses
-PLACEHOLDERS = (REDUCTION, FOCUS, STAGING)
+PLACEHOLDERS = (REDUCTION, FOCUS, STAGING, SCENE)
+SCENE_UNIFORM_BYTES = 65536  # the uniform scene binding: WebGPU's least max-uniform-buffer-binding-size
 
 
 @dataclass(frozen=True)
@@ -104,16 +108,16 @@ def shares_reads(subgroups: bool, subgroup_size: int) -> bool:
 
 #: the shared pieces of each kernel, in order, between the constants and the kernel file
 PIECES: dict[str, tuple[str, ...]] = {
-    "bin.wgsl": ("scene_access.wgsl", "scan.wgsl", "schedule.wgsl", "tile_bin.wgsl", "fine_bin.wgsl"),
-    "forward.wgsl": ("scene_access.wgsl", "scan.wgsl", "schedule.wgsl", "tile_bin.wgsl", STAGING, FOCUS,
+    "bin.wgsl": (SCENE, "scene_access.wgsl", "scan.wgsl", "schedule.wgsl", "tile_bin.wgsl", "fine_bin.wgsl"),
+    "forward.wgsl": (SCENE, "scene_access.wgsl", "scan.wgsl", "schedule.wgsl", "tile_bin.wgsl", STAGING, FOCUS,
                      "forward_walk.wgsl"),
-    "forward_listed.wgsl": ("scene_access.wgsl", STAGING, FOCUS, "forward_walk.wgsl"),
-    "forward_fine.wgsl": ("scene_access.wgsl", "scan.wgsl", "fine_bin.wgsl", STAGING, FOCUS, "forward_walk.wgsl"),
-    "backward.wgsl": ("scene_access.wgsl", STAGING, REDUCTION, FOCUS, "backward_walk.wgsl"),
-    "forward_backward.wgsl": ("scene_access.wgsl", "scan.wgsl", "schedule.wgsl", "tile_bin.wgsl", STAGING, FOCUS,
+    "forward_listed.wgsl": (SCENE, "scene_access.wgsl", STAGING, FOCUS, "forward_walk.wgsl"),
+    "forward_fine.wgsl": (SCENE, "scene_access.wgsl", "scan.wgsl", "fine_bin.wgsl", STAGING, FOCUS, "forward_walk.wgsl"),
+    "backward.wgsl": (SCENE, "scene_access.wgsl", STAGING, REDUCTION, FOCUS, "backward_walk.wgsl"),
+    "forward_backward.wgsl": (SCENE, "scene_access.wgsl", "scan.wgsl", "schedule.wgsl", "tile_bin.wgsl", STAGING, FOCUS,
                               "forward_walk.wgsl", REDUCTION, "backward_walk.wgsl"),
-    "naive_forward.wgsl": ("scene_access.wgsl",),
-    "render.wgsl": ("scene_access.wgsl", "scan.wgsl"),
+    "naive_forward.wgsl": (SCENE, "scene_access.wgsl",),
+    "render.wgsl": (SCENE, "scene_access.wgsl", "scan.wgsl"),
     "reduce.wgsl": ("reduce_param.wgsl", "loss_record.wgsl"),
     "loss_reduce.wgsl": ("loss_record.wgsl",),
     "adam.wgsl": ("reduce_param.wgsl", "loss_record.wgsl", "schedule.wgsl"),
@@ -152,6 +156,8 @@ def constants(name: str, kb: int = 1, subgroup_size: int = 0, ppt: int = 1) -> s
     if "fine_bin.wgsl" in PIECES.get(name, ()):
         lines.append(f"const SUPER: u32 = {SUPER_TILES}u;  // tiles a super-tile spans each way (two-pass binning)")
         lines.append(f"const FINE_WORDS: u32 = {FINE_MASK_WORDS}u;  // mask words a tile's workgroup holds (fine_bin.wgsl)")
+    if SCENE in PIECES.get(name, ()):
+        lines.append(f"const SCENE_VEC4S: u32 = {SCENE_UNIFORM_BYTES // 16}u;  // the uniform scene binding's vec4s")
     if name in _PPT_KERNELS:
         lines.append(f"const PPT: u32 = {int(ppt)}u;  // pixels per thread")
         lines.append(f"const THREADS: u32 = {threads}u;  // WG / PPT")
@@ -182,12 +188,14 @@ def compose(generated: str, parts: list[tuple[str, str]]) -> str:
 
 
 def kernel_source(name: str, subgroups: bool, kb: int = 1, subgroup_size: int = 0, ppt: int = 1,
-                  weighted: bool = False) -> str:
-    """``weighted``: the kernels that evaluate the loss weigh it by a focus map (FOCUS)."""
+                  weighted: bool = False, scene_uniform: bool = False) -> str:
+    """``weighted``: the kernels that evaluate the loss weigh it by a focus map (FOCUS);
+    ``scene_uniform``: the rasterising kernels read the scene records from a uniform binding (SCENE)."""
     if name not in PIECES:
         raise ValueError(f"unknown kernel {name!r} (kernels: {', '.join(PIECES)})")
     chosen = {REDUCTION: ("reduce_subgroup.wgsl" if subgroups else "reduce_workgroup.wgsl",),
               FOCUS: ("focus_map.wgsl" if weighted else "focus_none.wgsl",),
+              SCENE: ("scene_uniform.wgsl" if scene_uniform else "scene_storage.wgsl",),
               STAGING: staging(ppt, shares_reads(subgroups, subgroup_size)).pieces}
     pieces = [piece for p in PIECES[name] for piece in chosen.get(p, (p,))]
     parts = [("shaders/common.wgsl", source("common.wgsl")),
@@ -204,8 +212,8 @@ def check_pixels_per_thread(ppt) -> int:
 
 
 def _variant(device, name: str, entry: str, subgroups: bool, workgroup_storage: int, subgroup_size: int, ppt: int,
-             weighted: bool) -> tuple[tuple, int, int, bool]:
-    """(cache key, backward batch, pixels per thread, weighted) of a kernel's pipeline variant."""
+             weighted: bool, scene_uniform: bool = False) -> tuple[tuple, int, int, bool, bool]:
+    """(cache key, backward batch, pixels per thread, weighted, scene_uniform) of a kernel's pipeline variant."""
     is_backward = "backward_walk.wgsl" in PIECES.get(name, ())
     ppt = check_pixels_per_thread(ppt) if name in _PPT_KERNELS else 1
     if is_backward and "forward_walk.wgsl" in PIECES.get(name, ()):  # (the fused walk: the forward's share)
@@ -214,21 +222,26 @@ def _variant(device, name: str, entry: str, subgroups: bool, workgroup_storage: 
     kb = backward_batch(workgroup_storage, subgroups, subgroup_size, ppt) if is_backward else 1
     weighted = bool(weighted) and FOCUS in PIECES.get(name, ())
     subgroups = bool(subgroups) and (is_backward or STAGING in PIECES.get(name, ()))  # (who reads it)
+    scene_uniform = bool(scene_uniform) and SCENE in PIECES.get(name, ())
     # the device itself: ids get reused
-    return (device, name, entry, subgroups, kb, subgroup_size, ppt, weighted), kb, ppt, weighted
+    return ((device, name, entry, subgroups, kb, subgroup_size, ppt, weighted, scene_uniform), kb, ppt, weighted,
+            scene_uniform)
 
 
 def pipeline(device, name: str, entry: str = "main", subgroups: bool = False, workgroup_storage: int = 16384,
-             subgroup_size: int = 0, ppt: int = 1, weighted: bool = False):
+             subgroup_size: int = 0, ppt: int = 1, weighted: bool = False, scene_uniform: bool = False):
     """``ppt``: pixels per thread of the forward and backward kernels, triangles per thread of the
     bin kernel (1, 2, 4 or 8); others ignore it. ``weighted``: the focus-map variant of the kernels
-    that have one (FOCUS); others ignore it."""
-    key, kb, ppt, weighted = _variant(device, name, entry, subgroups, workgroup_storage, subgroup_size, ppt, weighted)
+    that have one (FOCUS); ``scene_uniform``: the uniform-binding variant of the kernels that read
+    the scene records (SCENE); others ignore them."""
+    key, kb, ppt, weighted, scene_uniform = _variant(device, name, entry, subgroups, workgroup_storage,
+                                                     subgroup_size, ppt, weighted, scene_uniform)
     with _lock:
         found = _pipelines.get(key)
         if found is not None:
             return found
-    module = device.create_shader_module(label=name, code=kernel_source(name, subgroups, kb, subgroup_size, ppt, weighted))
+    module = device.create_shader_module(label=name, code=kernel_source(name, subgroups, kb, subgroup_size, ppt, weighted,
+                                                                        scene_uniform))
     pl = device.create_compute_pipeline(
         label=f"{name}:{entry}", layout="auto", compute={"module": module, "entry_point": entry}
     )
@@ -237,8 +250,8 @@ def pipeline(device, name: str, entry: str = "main", subgroups: bool = False, wo
 
 
 def built(device, name: str, entry: str = "main", subgroups: bool = False, workgroup_storage: int = 16384,
-          subgroup_size: int = 0, ppt: int = 1, weighted: bool = False) -> bool:
+          subgroup_size: int = 0, ppt: int = 1, weighted: bool = False, scene_uniform: bool = False) -> bool:
     """Whether :func:`pipeline` with these arguments would return a cached pipeline."""
-    key = _variant(device, name, entry, subgroups, workgroup_storage, subgroup_size, ppt, weighted)[0]
+    key = _variant(device, name, entry, subgroups, workgroup_storage, subgroup_size, ppt, weighted, scene_uniform)[0]
     with _lock:
         return key in _pipelines

@@ -182,6 +182,14 @@ class Shape:
         return SCENE.stride(self.n_tris)
 
     @property
+    def scene_uniform(self) -> bool:
+        """The rasterising kernels read the scene records from a uniform binding (shaders/
+        scene_uniform.wgsl): on CPU adapters (several pixels a thread), where llvmpipe gathers a
+        uniform buffer's loads and loops over the lanes for a storage buffer's, when the batch's
+        records fit the binding (shaders.SCENE_UNIFORM_BYTES: ~1,600 triangles for one image)."""
+        return self.ppt > 1 and self.batch * self.scene_stride * 4 <= shaders.SCENE_UNIFORM_BYTES
+
+    @property
     def mask_words(self) -> int:
         return max(1, (self.n_tris + 31) // 32)
 
@@ -251,7 +259,7 @@ class Shape:
             "frame": FRAME.size,
             "ckpt": B * nt * self.n_seg * 256 * 16 if self.n_seg > 1 else 16,
             "state": STATE.size,
-            "scene": B * self.scene_stride * 4,
+            "scene": B * self.scene_stride * 4,  # (a uniform binding's buffer is padded to it: Workspace)
             "tile_count": B * nt * 4,
             "tile_list": B * nt * max(T, 1) * 4,
             "tile_mask": B * nt * self.mask_words * 4,
@@ -324,9 +332,13 @@ class Workspace:
         self.shape = shape
         self.ring_len = ring_len
         self.subgroups = ctx.has_subgroups if subgroups is None else (subgroups and ctx.has_subgroups)
+        self.scene_uniform = shape.scene_uniform  # (decided once: its buffer and its kernels' variant agree)
         self.buffers: dict[str, object] = {}
         for name, size in shape.buffer_sizes(ring_len).items():
-            self.buffers[name] = pool.acquire(_USAGES.get(name, STORAGE), size, label=name)
+            usage = _USAGES.get(name, STORAGE)
+            if name == "scene" and self.scene_uniform:  # (every adapter holds a uniform binding's 64 KiB)
+                usage, size = usage | UNIFORM, shaders.SCENE_UNIFORM_BYTES
+            self.buffers[name] = pool.acquire(usage, size, label=name)
         self._staging: dict[tuple[str, int], object] = {}
         self._bind_groups: dict[str, tuple[object, object]] = {}
         self._paths: dict[bool, list[tuple]] = {}  # (the binning path's dispatches, in a fit and not)
@@ -392,7 +404,7 @@ class Workspace:
     def _variant(self, kernel: str, entry: str) -> tuple:
         return (self.device, kernel, entry, self.subgroups,
                 self.ctx.limits.get("max-compute-workgroup-storage-size", 16384),
-                self.ctx.subgroup_size, self.shape.ppt, self.shape.weighted)
+                self.ctx.subgroup_size, self.shape.ppt, self.shape.weighted, self.scene_uniform)
 
     def build_pipelines(self, kernels) -> None:
         """Compile ``kernels`` ((kernel, entry) pairs) in this workspace's variant, several at once:
@@ -418,10 +430,17 @@ class Workspace:
             return found
         pl = self.pipeline(kernel, entry)
         bufs = {**self.buffers, **(extra or {})}
-        entries = [{"binding": i, "resource": {"buffer": bufs[n]}} for i, n in enumerate(names) if n is not None]
+        entries = [{"binding": i, "resource": self._resource(n, bufs[n])} for i, n in enumerate(names) if n is not None]
         bg = self.device.create_bind_group(layout=pl.get_bind_group_layout(0), entries=entries)
         self._bind_groups[key] = (pl, bg)
         return pl, bg
+
+    def _resource(self, name: str, buf) -> dict:
+        """A binding's resource: the whole buffer, but the scene's uniform binding exactly its size (a
+        pooled buffer may be larger than a uniform binding allows)."""
+        if name == "scene" and self.scene_uniform:
+            return {"buffer": buf, "offset": 0, "size": shaders.SCENE_UNIFORM_BYTES}
+        return {"buffer": buf}
 
     def _dispatch(self, cpass, kernel: str, names: list[str], groups, entry: str = "main", extra=None):
         pl, bg = self.bind_group(kernel, names, entry, extra)
