@@ -19,7 +19,7 @@
 // rule through the sigmoid (reference.anchor_penalty); a zero weight leaves the arithmetic as it is.
 // A triangle smaller than opt.small_px moves its vertices at a rate in proportion to its size
 // (small_rate; FitSettings.small_triangle_px).
-// Dispatch: (1 + reduce_groups(n_tris) in render/gpu/workspace.py, batch); the reduction is reduce_param.wgsl's.
+// Dispatch: (1 + reduce_groups(n_tris, ppt) in render/gpu/workspace.py, batch); the reduction is reduce_param.wgsl's.
 // (struct Optim: render/gpu/layouts.py OPTIM, generated.)
 
 @group(0) @binding(0) var<uniform> frame: Frame;

@@ -14,7 +14,7 @@
 @group(0) @binding(6) var<storage, read> state: State;
 @group(0) @binding(7) var<storage, read_write> ring: array<f32>;
 
-// Dispatch: (1 + reduce_groups(n_tris) in render/gpu/workspace.py, batch); workgroup x + 1 takes
+// Dispatch: (1 + reduce_groups(n_tris, ppt) in render/gpu/workspace.py, batch); workgroup x + 1 takes
 // reduce_param.wgsl's slots of x.
 @compute @workgroup_size(256)
 fn reduce_grad(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_index) li: u32) {

@@ -1,21 +1,27 @@
-// Fixed-order reduction of per-tile partial gradients. The triangles' workgroups cover 30
-// parameters (three triangles) x 8 tile lanes: a triangle's parameter sums the tiles of its range (tri_tiles,
-// written by binning: the tiles its bounding box can touch, row-major), lane r taking the range's
-// tiles r, r + 8, r + 16, ... in order (skipping tiles whose list does not hold the triangle). The
-// background's three values sum every tile of the frame, so they get a workgroup of their own,
-// the reduction's last: 64 tile lanes each (with 8, their serial sums of 128 tiles at 512 px
-// and 512 at 1024 px were most of the reduction). Then the lane totals are added in lane order.
-// Same order every call, so gradients are bit-reproducible. Shared by reduce.wgsl (its own
-// dispatch) and adam.wgsl (fused with the Adam step); the including kernel declares frame,
-// partial, tile_mask and tri_tiles. Dispatch: (reduce_groups(n_tris) in render/gpu/workspace.py,
-// batch).
+// Fixed-order reduction of per-tile partial gradients. A triangle's parameter sums the tiles of its
+// range (tri_tiles, written by binning: the tiles its bounding box can touch, row-major) in
+// SUM_LANES = 8 lanes, lane r taking the range's tiles r, r + 8, r + 16, ... in order (skipping tiles
+// whose list does not hold the triangle), then the lane totals in lane order. The background's
+// three values sum every tile of the frame in BG_LANES = 64 lanes (with 8, their serial sums of 128
+// tiles at 512 px and 512 at 1024 px were most of the reduction), in a workgroup of their own, the
+// reduction's last. Same order every call, so gradients are bit-reproducible.
+// GPUs run the lanes as threads: 30 parameters (three triangles) x 8 lanes a workgroup, and the
+// background's 4 columns (3 used) x 64 lanes, the totals added through workgroup memory. CPU adapters
+// (several pixels a thread) run them in turn in one thread a parameter (SERIAL_LANES): 250
+// parameters a workgroup, no workgroup memory and no barrier, the same additions in the same order,
+// so the same bits -- on llvmpipe the threads' workgroup-memory round trip and the many workgroups
+// cost more than the sums (docs/PERFORMANCE.md, "The gradient reduction's lanes in turn on CPU
+// adapters"). Shared by reduce.wgsl (its own dispatch) and adam.wgsl (fused with the Adam step);
+// the including kernel declares frame, partial, tile_mask and tri_tiles. Dispatch:
+// (reduce_groups(n_tris, ppt) in render/gpu/workspace.py, batch).
 
 // PARAMS_PER_GROUP (triangle parameters a workgroup, whole triangles: adam.wgsl reads a
-// triangle's vertices in the workgroup that writes them) is prepended by render/gpu/shaders.py,
-// which the dispatch's size comes from too (render/gpu/workspace.py reduce_groups). Threads past
-// TILE_LANES x PARAMS_PER_GROUP have no slot.
-const TILE_LANES: u32 = 256u / PARAMS_PER_GROUP;
-const BG_LANES: u32 = 64u;          // the background's workgroup: 4 columns (3 used) x 64 lanes
+// triangle's vertices in the workgroup that writes them) and SERIAL_LANES are prepended by
+// render/gpu/shaders.py, which the dispatch's size comes from too (render/gpu/workspace.py
+// reduce_groups), with TILE_LANES (threads a parameter: SUM_LANES, or 1 where SERIAL_LANES). Threads
+// past TILE_LANES x PARAMS_PER_GROUP have no slot.
+const SUM_LANES: u32 = 8u;          // a triangle's parameter: the sum's lanes (GPUs: TILE_LANES threads)
+const BG_LANES: u32 = 64u;          // the background's
 var<workgroup> lane_sum: array<f32, 256>;
 
 // The parameter thread li of workgroup wx reduces: image-local index j (slot j / 10, value
@@ -38,6 +44,13 @@ fn param_slot(wx: u32, li: u32) -> ParamSlot {
     var s: ParamSlot;
     let tri_params = frame.n_tris * 10u;
     s.background = wx >= reduce_group_count() - 1u;  // (the last of the reduction's workgroups)
+    if (SERIAL_LANES) {  // one thread a parameter: every lane in it
+        s.col = li;
+        s.lane = 0u;
+        s.j = select(wx * PARAMS_PER_GROUP + li, tri_params + li, s.background);
+        s.valid = select(li < PARAMS_PER_GROUP && s.j < tri_params, li < 3u, s.background);
+        return s;
+    }
     if (s.background) {
         s.col = li % 4u;
         s.lane = li / 4u;
@@ -55,6 +68,7 @@ fn param_slot(wx: u32, li: u32) -> ParamSlot {
 // Gradient of image b's parameter s.j, returned to threads with lane 0; call from uniform
 // control flow with the slot of this thread (local index li).
 fn reduce_param(b: u32, s: ParamSlot, li: u32) -> f32 {
+    if (SERIAL_LANES) { return reduce_param_serial(b, s); }
     let per_image = (frame.n_tris + 1u) * 10u;
     let tri = s.j / 10u;
     var total = 0.0;
@@ -82,6 +96,40 @@ fn reduce_param(b: u32, s: ParamSlot, li: u32) -> f32 {
         let width = select(PARAMS_PER_GROUP, 4u, s.background);
         let lanes = select(TILE_LANES, BG_LANES, s.background);
         for (var r = 0u; r < lanes; r++) { sum += lane_sum[r * width + s.col]; }
+    }
+    return sum;
+}
+
+// reduce_param with every lane in this thread, in lane order (SERIAL_LANES): the same additions.
+fn reduce_param_serial(b: u32, s: ParamSlot) -> f32 {
+    let per_image = (frame.n_tris + 1u) * 10u;
+    var sum = 0.0;
+    if (!s.valid) { return sum; }
+    if (s.background) {
+        for (var lane = 0u; lane < BG_LANES; lane++) {
+            var total = 0.0;
+            for (var tile = lane; tile < frame.n_tiles; tile += BG_LANES) {
+                total += partial[(b * frame.n_tiles + tile) * per_image + s.j];
+            }
+            sum += total;
+        }
+        return sum;
+    }
+    let tri = s.j / 10u;
+    let r = tri_tiles[b * frame.n_tris + tri];
+    let x0 = r.x & 0xffffu;
+    let y0 = r.x >> 16u;
+    let nx = select(0u, (r.y & 0xffffu) + 1u - x0, (r.y & 0xffffu) >= x0);
+    let ny = select(0u, (r.y >> 16u) + 1u - y0, (r.y >> 16u) >= y0);
+    for (var lane = 0u; lane < SUM_LANES; lane++) {
+        var total = 0.0;
+        for (var k = lane; k < nx * ny; k += SUM_LANES) {
+            let slot = b * frame.n_tiles + (y0 + k / nx) * frame.tiles_x + x0 + k % nx;
+            if ((tile_mask[slot * frame.mask_words + tri / 32u] & (1u << (tri % 32u))) != 0u) {
+                total += partial[slot * per_image + s.j];
+            }
+        }
+        sum += total;
     }
     return sum;
 }

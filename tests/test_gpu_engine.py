@@ -355,6 +355,36 @@ def test_scene_records_from_a_uniform_binding_give_the_storage_bindings_bits(mon
                                        np.frombuffer(b, np.float32) if isinstance(b, bytes) else b, rtol=1e-5, atol=1e-5)
 
 
+def test_the_reduction_s_lanes_in_turn_give_its_threads_bits(monkeypatch, gpu_ctx):
+    """With several pixels a thread (CPU adapters) one thread runs a parameter's reduction lanes in
+    turn (reduce_param.wgsl SERIAL_LANES) where GPUs run them as threads: the same additions in the
+    same order, so on a CPU adapter the same gradient and loss bits, for the engine's reduction
+    (reduce.wgsl) and a fit loop's (adam.wgsl)."""
+    from trifit import Fitter
+    from trifit.gpu import shaders
+
+    assert shaders.serial_lanes(8) and not shaders.serial_lanes(1)
+    W, H = 70, 50
+    scene = _scene(150, W, H, seed=11, sigma_px=0.8)
+    target = np.random.default_rng(6).uniform(0, 1, (H, W, 3)).astype(np.float32)
+    got = {}
+    for serial in (True, False):
+        if not serial:  # threads, as on GPUs, with the same walks: a pipeline cache of their own
+            monkeypatch.setattr(shaders, "serial_lanes", lambda ppt: False)
+            monkeypatch.setattr(shaders, "_pipelines", {})
+        eng = Engine("gpu", pixels_per_thread=8)
+        loss, grad = eng.loss_and_grad(scene, target)
+        f = Fitter(target, triangles=40, size=W, seed=3, engine=eng, strategy="fixed")
+        f.step(12)
+        got[serial] = (loss, grad.triangles.tobytes(), grad.background.tobytes(), f.scene.triangles.tobytes(),
+                       f.history.losses.tobytes())
+        f.close()
+    if gpu_ctx.info.get("type") == "CPU":
+        assert got[True] == got[False]
+    else:
+        assert got[True][0] == pytest.approx(got[False][0], rel=1e-5)
+
+
 def test_bit_reproducible(gpu_engine):
     scene = Scene.random(500, 64, 48, seed=9)
     target = np.random.default_rng(2).uniform(0, 1, (48, 64, 3))

@@ -173,10 +173,20 @@ def test_reduction_variant_and_shared_pieces():
     from trifit.gpu.workspace import reduce_groups
 
     for kernel in ("adam.wgsl", "reduce.wgsl"):  # the dispatch and the kernels share one constant
-        assert f"const PARAMS_PER_GROUP: u32 = {shaders.PARAMS_PER_GROUP}u;" in shaders.kernel_source(kernel, False)
-    per = shaders.PARAMS_PER_GROUP  # the triangles' workgroups, then the background's
-    assert per % 10 == 0  # whole triangles: adam.wgsl's size rates read vertices only their workgroup writes
-    assert [reduce_groups(n) for n in (0, 1, per // 10 + 1, 1000)] == [1, 2, 3, -(-10_000 // per) + 1]
+        for ppt in (1, 8):
+            src = shaders.kernel_source(kernel, False, ppt=ppt)
+            assert f"const PARAMS_PER_GROUP: u32 = {shaders.params_per_group(ppt)}u;" in src
+            assert f"const SERIAL_LANES: bool = {str(ppt > 1).lower()};" in src
+    # GPUs: SUM_LANES threads a parameter; CPU adapters: one, running the lanes in turn
+    assert 256 // shaders.PARAMS_PER_GROUP == shaders.SUM_LANES
+    assert shaders.SERIAL_PARAMS_PER_GROUP <= 256
+    for ppt in (1, 2, 8):
+        per = shaders.params_per_group(ppt)  # the triangles' workgroups, then the background's
+        assert per % 10 == 0  # whole triangles: adam.wgsl's size rates read vertices only their workgroup writes
+        assert [reduce_groups(n, ppt) for n in (0, 1, per // 10 + 1, 1000)] == [1, 2, 3, -(-10_000 // per) + 1]
+    # the reduction's pipelines are variants of it (their workgroups' layout)
+    assert shaders._variant(None, "adam.wgsl", "main", True, 16384, 8, 8, False)[0] != \
+        shaders._variant(None, "adam.wgsl", "main", True, 16384, 8, 1, False)[0]
     adam = shaders.kernel_source("adam.wgsl", subgroups=False)
     assert "fn reduce_param(" in adam and "fn reduce_grad(" not in adam  # the function, not the other kernel
     with pytest.raises(ValueError, match="unknown kernel"):

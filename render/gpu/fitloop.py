@@ -802,7 +802,7 @@ class GpuFitLoop:
             ws.encode_custom(cpass, "adam.wgsl",
                              ["frame", "opt", "partial", "tile_mask", "state", "params", "moments", "scene",
                               "loss_partial", "ring", "sched", "sigma_end", "locked", "anchor", "tri_tiles"],
-                             (reduce_groups(self.n_tris) + 1, B, 1), self.extra)  # (+ the iteration's end)
+                             (reduce_groups(self.n_tris, self.shape.ppt) + 1, B, 1), self.extra)  # (+ the iteration's end)
 
     def run(self, n: int, read_state: bool = False, read_image: bool = False, state_kind: str = "state",
             flags: tuple[float, int, int] | None = None, sums=None, costs=None, ahead: bool = True,

@@ -28,12 +28,26 @@ _pipelines: dict[tuple, object] = {}
 SUPER_TILES = 4         # binning in two passes (bin.wgsl coarse_main): super-tiles of 4 x 4 tiles
 PARAMS_PER_GROUP = 30   # the gradient reduction's triangle parameters a workgroup (reduce_param.wgsl): whole
                         # triangles, so adam.wgsl's size rates read vertices no other workgroup writes
+SERIAL_PARAMS_PER_GROUP = 250  # ... where one thread runs a parameter's lanes in turn (several pixels a thread)
+SUM_LANES = 8           # reduce_param.wgsl's lanes a triangle's parameter sums its tiles in (GPUs: a thread each)
 FINE_MASK_WORDS = 512   # ... and a tile's mask in workgroup memory there: up to 16,384 triangles
 
 
 @functools.cache
 def source(name: str) -> str:
     return importlib.resources.files("trifit.shaders").joinpath(name).read_text(encoding="utf-8")
+
+
+def serial_lanes(ppt: int) -> bool:
+    """Whether the gradient reduction runs a parameter's lanes in turn in one thread (reduce_param.wgsl
+    SERIAL_LANES): where the kernels walk several pixels a thread (CPU adapters). GPUs run them as
+    SUM_LANES threads. The same additions in the same order either way."""
+    return ppt > 1
+
+
+def params_per_group(ppt: int) -> int:
+    """Triangle parameters a workgroup of the gradient reduction takes (reduce_param.wgsl)."""
+    return SERIAL_PARAMS_PER_GROUP if serial_lanes(ppt) else PARAMS_PER_GROUP
 
 
 def max_subgroups(subgroup_size: int, threads: int = 256) -> int:
@@ -133,7 +147,10 @@ def constants(name: str, kb: int = 1, subgroup_size: int = 0, ppt: int = 1) -> s
     threads = 256 // ppt
     lines = []
     if "reduce_param.wgsl" in PIECES.get(name, ()):
-        lines.append(f"const PARAMS_PER_GROUP: u32 = {PARAMS_PER_GROUP}u;  // triangle parameters a workgroup")
+        serial = serial_lanes(ppt)
+        lines.append(f"const PARAMS_PER_GROUP: u32 = {params_per_group(ppt)}u;  // triangle parameters a workgroup")
+        lines.append(f"const SERIAL_LANES: bool = {str(serial).lower()};  // one thread a parameter, its lanes in turn")
+        lines.append(f"const TILE_LANES: u32 = {1 if serial else 256 // PARAMS_PER_GROUP}u;  // threads a parameter")
     if name == "adam.wgsl":  # the reference loop's, so the two cannot drift apart
         from ..fitloop import SMALL_RATE_MIN
 
@@ -215,7 +232,8 @@ def _variant(device, name: str, entry: str, subgroups: bool, workgroup_storage: 
              weighted: bool, scene_uniform: bool = False) -> tuple[tuple, int, int, bool, bool]:
     """(cache key, backward batch, pixels per thread, weighted, scene_uniform) of a kernel's pipeline variant."""
     is_backward = "backward_walk.wgsl" in PIECES.get(name, ())
-    ppt = check_pixels_per_thread(ppt) if name in _PPT_KERNELS else 1
+    reduces = "reduce_param.wgsl" in PIECES.get(name, ())  # (its lanes: threads or in turn)
+    ppt = check_pixels_per_thread(ppt) if name in _PPT_KERNELS or reduces else 1
     if is_backward and "forward_walk.wgsl" in PIECES.get(name, ()):  # (the fused walk: the forward's share)
         st = staging(ppt)
         workgroup_storage -= (st.forward - st.backward) * st.record_bytes + 4 * (256 // ppt) + 1024

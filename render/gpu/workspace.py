@@ -75,10 +75,12 @@ FUSE_BACKWARD_TILES = 1024
 LOSS_KINDS = {"mse": 0, "l1": 1}
 
 
-def reduce_groups(n_tris: int) -> int:
-    """Workgroups an image's gradient reduction (reduce.wgsl, adam.wgsl) takes: the triangles'
-    parameters shaders.PARAMS_PER_GROUP at a time, then the background's own (reduce_param.wgsl)."""
-    return (n_tris * 10 + shaders.PARAMS_PER_GROUP - 1) // shaders.PARAMS_PER_GROUP + 1
+def reduce_groups(n_tris: int, ppt: int = 1) -> int:
+    """Workgroups an image's gradient reduction (reduce.wgsl, adam.wgsl) takes with ``ppt`` pixels a
+    thread: the triangles' parameters shaders.params_per_group(ppt) at a time, then the background's
+    own (reduce_param.wgsl)."""
+    per = shaders.params_per_group(ppt)
+    return (n_tris * 10 + per - 1) // per + 1
 
 
 def cull_sigmas(n_tris: int, tolerance: float = CULL_TOLERANCE) -> float:
@@ -537,7 +539,7 @@ class Workspace:
         """The gradients' reduction, and in its first workgroup the loss (what encode_loss does alone)."""
         self._dispatch(cpass, "reduce.wgsl",
                        ["frame", "partial", "tile_mask", "grad", "tri_tiles", "loss_partial", "state", "ring"],
-                       (reduce_groups(self.shape.n_tris) + 1, self.shape.batch, 1), entry="reduce_grad")
+                       (reduce_groups(self.shape.n_tris, self.shape.ppt) + 1, self.shape.batch, 1), entry="reduce_grad")
 
     def encode_costs(self, cpass) -> None:
         """Column 0 of the reduced sums (the removal costs) into the compact ``costs`` buffer."""
