@@ -65,71 +65,60 @@ fn param_slot(wx: u32, li: u32) -> ParamSlot {
     return s;
 }
 
-// Gradient of image b's parameter s.j, returned to threads with lane 0; call from uniform
-// control flow with the slot of this thread (local index li).
-fn reduce_param(b: u32, s: ParamSlot, li: u32) -> f32 {
-    if (SERIAL_LANES) { return reduce_param_serial(b, s); }
+// Lane `lane`'s total of image b's parameter s.j, a triangle's: the tiles lane, lane + SUM_LANES, ...
+// of its range that list it, in order.
+fn tri_lane_total(b: u32, s: ParamSlot, lane: u32) -> f32 {
     let per_image = (frame.n_tris + 1u) * 10u;
-    let tri = s.j / 10u;
-    var total = 0.0;
-    if (s.valid && !s.background) {
-        let r = tri_tiles[b * frame.n_tris + tri];
-        let x0 = r.x & 0xffffu;
-        let y0 = r.x >> 16u;
-        let nx = select(0u, (r.y & 0xffffu) + 1u - x0, (r.y & 0xffffu) >= x0);
-        let ny = select(0u, (r.y >> 16u) + 1u - y0, (r.y >> 16u) >= y0);
-        for (var k = s.lane; k < nx * ny; k += TILE_LANES) {
-            let slot = b * frame.n_tiles + (y0 + k / nx) * frame.tiles_x + x0 + k % nx;
-            if ((tile_mask[slot * frame.mask_words + tri / 32u] & (1u << (tri % 32u))) != 0u) {
-                total += partial[slot * per_image + s.j];
-            }
-        }
-    } else if (s.valid) {  // the background: every tile
-        for (var tile = s.lane; tile < frame.n_tiles; tile += BG_LANES) {
-            total += partial[(b * frame.n_tiles + tile) * per_image + s.j];
-        }
-    }
-    lane_sum[li] = total;  // li = lane * (columns) + col
-    workgroupBarrier();
-    var sum = 0.0;
-    if (s.lane == 0u) {
-        let width = select(PARAMS_PER_GROUP, 4u, s.background);
-        let lanes = select(TILE_LANES, BG_LANES, s.background);
-        for (var r = 0u; r < lanes; r++) { sum += lane_sum[r * width + s.col]; }
-    }
-    return sum;
-}
-
-// reduce_param with every lane in this thread, in lane order (SERIAL_LANES): the same additions.
-fn reduce_param_serial(b: u32, s: ParamSlot) -> f32 {
-    let per_image = (frame.n_tris + 1u) * 10u;
-    var sum = 0.0;
-    if (!s.valid) { return sum; }
-    if (s.background) {
-        for (var lane = 0u; lane < BG_LANES; lane++) {
-            var total = 0.0;
-            for (var tile = lane; tile < frame.n_tiles; tile += BG_LANES) {
-                total += partial[(b * frame.n_tiles + tile) * per_image + s.j];
-            }
-            sum += total;
-        }
-        return sum;
-    }
     let tri = s.j / 10u;
     let r = tri_tiles[b * frame.n_tris + tri];
     let x0 = r.x & 0xffffu;
     let y0 = r.x >> 16u;
     let nx = select(0u, (r.y & 0xffffu) + 1u - x0, (r.y & 0xffffu) >= x0);
     let ny = select(0u, (r.y >> 16u) + 1u - y0, (r.y >> 16u) >= y0);
-    for (var lane = 0u; lane < SUM_LANES; lane++) {
-        var total = 0.0;
-        for (var k = lane; k < nx * ny; k += SUM_LANES) {
-            let slot = b * frame.n_tiles + (y0 + k / nx) * frame.tiles_x + x0 + k % nx;
-            if ((tile_mask[slot * frame.mask_words + tri / 32u] & (1u << (tri % 32u))) != 0u) {
-                total += partial[slot * per_image + s.j];
-            }
+    var total = 0.0;
+    for (var k = lane; k < nx * ny; k += SUM_LANES) {
+        let slot = b * frame.n_tiles + (y0 + k / nx) * frame.tiles_x + x0 + k % nx;
+        if ((tile_mask[slot * frame.mask_words + tri / 32u] & (1u << (tri % 32u))) != 0u) {
+            total += partial[slot * per_image + s.j];
         }
-        sum += total;
+    }
+    return total;
+}
+
+// Lane `lane`'s total of image b's background value s.j: the tiles lane, lane + BG_LANES, ....
+fn bg_lane_total(b: u32, s: ParamSlot, lane: u32) -> f32 {
+    let per_image = (frame.n_tris + 1u) * 10u;
+    var total = 0.0;
+    for (var tile = lane; tile < frame.n_tiles; tile += BG_LANES) {
+        total += partial[(b * frame.n_tiles + tile) * per_image + s.j];
+    }
+    return total;
+}
+
+// Gradient of image b's parameter s.j, returned to threads with lane 0; call from uniform
+// control flow with the slot of this thread (local index li).
+fn reduce_param(b: u32, s: ParamSlot, li: u32) -> f32 {
+    var sum = 0.0;
+    if (SERIAL_LANES) {  // every lane in this thread, in lane order: the same additions
+        if (s.valid && !s.background) {
+            for (var lane = 0u; lane < SUM_LANES; lane++) { sum += tri_lane_total(b, s, lane); }
+        } else if (s.valid) {
+            for (var lane = 0u; lane < BG_LANES; lane++) { sum += bg_lane_total(b, s, lane); }
+        }
+        return sum;
+    }
+    var total = 0.0;
+    if (s.valid && !s.background) {
+        total = tri_lane_total(b, s, s.lane);
+    } else if (s.valid) {
+        total = bg_lane_total(b, s, s.lane);
+    }
+    lane_sum[li] = total;  // li = lane * (columns) + col
+    workgroupBarrier();
+    if (s.lane == 0u) {
+        let width = select(PARAMS_PER_GROUP, 4u, s.background);
+        let lanes = select(TILE_LANES, BG_LANES, s.background);
+        for (var r = 0u; r < lanes; r++) { sum += lane_sum[r * width + s.col]; }
     }
     return sum;
 }
