@@ -144,8 +144,10 @@ fn composite_below(w: Walk, m: u32, start: u32, p: Points, sg: SgIn) -> BelowPix
     return r;
 }
 
-// Pixel `pi` (0..255) of this workgroup's tile, positioned at the top of segment `seg`.
-fn start_back_pixel(tile: vec2u, pi: u32, b: u32, slot: u32, seg: u32) -> BackPixel {
+// Pixel `pi` (0..255) of this workgroup's tile, positioned at the top of segment `seg`; `k`: its
+// place among the thread's pixels, whose colour and dL/dC the forward left in this thread where
+// HANDED_OFF (common.wgsl handed_c, handed_g).
+fn start_back_pixel(tile: vec2u, pi: u32, b: u32, slot: u32, seg: u32, k: u32) -> BackPixel {
     let pix = tile_pixel(tile, pi);
     var s: BackPixel;
     s.p = vec2f(pix) + vec2f(0.5);
@@ -154,9 +156,14 @@ fn start_back_pixel(tile: vec2u, pi: u32, b: u32, slot: u32, seg: u32) -> BackPi
     s.trans = 1.0;
     let in_frame = pix.x < frame.width && pix.y < frame.height;
     if (in_frame) {
-        let o = ((b * frame.height + pix.y) * frame.width + pix.x) * 3u;
-        s.cur = vec3f(image[o], image[o + 1u], image[o + 2u]);
-        s.G = vec3f(dldc[o], dldc[o + 1u], dldc[o + 2u]);
+        if (HANDED_OFF) {
+            s.cur = handed_c[k];
+            s.G = handed_g[k];
+        } else {
+            let o = ((b * frame.height + pix.y) * frame.width + pix.x) * 3u;
+            s.cur = vec3f(image[o], image[o + 1u], image[o + 2u]);
+            s.G = vec3f(dldc[o], dldc[o + 1u], dldc[o + 2u]);
+        }
         if (seg > 0u) {
             let c = ckpt[((slot * frame.n_seg) + seg) * WG + pi];
             s.trans = c.x;
@@ -250,7 +257,7 @@ fn backward_tile(wid: vec3u, li: u32, sg: SgIn) {
     workgroupBarrier();
     let place = park_place(sg);  // (lane-constant: once, not once an entry)
     stage_begin();
-    var s0 = start_back_pixel(wid.xy, li, b, slot, seg);
+    var s0 = start_back_pixel(wid.xy, li, b, slot, seg, 0u);
     var s1: BackPixel;
     var s2: BackPixel;
     var s3: BackPixel;
@@ -258,16 +265,16 @@ fn backward_tile(wid: vec3u, li: u32, sg: SgIn) {
     var s5: BackPixel;
     var s6: BackPixel;
     var s7: BackPixel;
-    if (PPT > 1u) { s1 = start_back_pixel(wid.xy, li + THREADS, b, slot, seg); }
+    if (PPT > 1u) { s1 = start_back_pixel(wid.xy, li + THREADS, b, slot, seg, 1u); }
     if (PPT > 2u) {
-        s2 = start_back_pixel(wid.xy, li + 2u * THREADS, b, slot, seg);
-        s3 = start_back_pixel(wid.xy, li + 3u * THREADS, b, slot, seg);
+        s2 = start_back_pixel(wid.xy, li + 2u * THREADS, b, slot, seg, 2u);
+        s3 = start_back_pixel(wid.xy, li + 3u * THREADS, b, slot, seg, 3u);
     }
     if (PPT > 4u) {
-        s4 = start_back_pixel(wid.xy, li + 4u * THREADS, b, slot, seg);
-        s5 = start_back_pixel(wid.xy, li + 5u * THREADS, b, slot, seg);
-        s6 = start_back_pixel(wid.xy, li + 6u * THREADS, b, slot, seg);
-        s7 = start_back_pixel(wid.xy, li + 7u * THREADS, b, slot, seg);
+        s4 = start_back_pixel(wid.xy, li + 4u * THREADS, b, slot, seg, 4u);
+        s5 = start_back_pixel(wid.xy, li + 5u * THREADS, b, slot, seg, 5u);
+        s6 = start_back_pixel(wid.xy, li + 6u * THREADS, b, slot, seg, 6u);
+        s7 = start_back_pixel(wid.xy, li + 7u * THREADS, b, slot, seg, 7u);
     }
     var end = seg_hi;
     loop {

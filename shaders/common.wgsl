@@ -10,6 +10,13 @@
 const TILE: u32 = 16u;             // tiles are TILE x TILE pixels, one workgroup of 256 threads
 const WG: u32 = 256u;
 
+// A thread's pixels' colour and dL/dC as the forward finished them, for a backward walked by the
+// same thread in the same workgroup (HANDED_OFF, render/gpu/shaders.py: the fit's fused kernel on CPU
+// adapters), which starts from them rather than reading them back -- on llvmpipe each of those reads
+// is a loop over the vector's lanes. Indexed by the pixel's place among the thread's PPT.
+var<private> handed_c: array<vec3f, 8>;
+var<private> handed_g: array<vec3f, 8>;
+
 // A triangle in pixel units, ready to shade.
 struct TriPx {
     p0: vec2f,

@@ -133,8 +133,10 @@ fn composite_pair(s: ptr<function, Pixel>, t1: TriSetup, t2: TriSetup, pos: u32,
 
 // Writes pixel s (and with the loss, dL/dC and its checkpoints); returns its loss contribution.
 // `segments`: how many backward segments the tile's list has (the backward runs no others, so
-// their checkpoints would never be read).
-fn finish_pixel(s: Pixel, b: u32, record: bool, segments: u32) -> f32 {
+// their checkpoints would never be read). `k`: the pixel's place among the thread's; where the
+// backward follows in this thread (HANDED_OFF) its colour and dL/dC stay there instead of dL/dC
+// going to memory.
+fn finish_pixel(s: Pixel, b: u32, record: bool, segments: u32, k: u32) -> f32 {
     if (record) {  // segments below an early stop start fully hidden
         for (var q = s.next_seg; q < segments; q++) { ckpt[s.ckpt_base + q * WG] = vec4f(s.trans, s.acc); }
     }
@@ -156,6 +158,11 @@ fn finish_pixel(s: Pixel, b: u32, record: bool, segments: u32) -> f32 {
         g = sign(diff) * frame.inv_values;
     }
     weigh_loss(o, &contrib, &g);  // (focus_none.wgsl / focus_map.wgsl)
+    if (HANDED_OFF) {
+        handed_c[k] = c;
+        handed_g[k] = g;
+        return contrib;
+    }
     dldc[o] = g.r;
     dldc[o + 1u] = g.g;
     dldc[o + 2u] = g.b;
@@ -261,12 +268,12 @@ fn walk_tile(wid: vec3u, li: u32, count: u32) {
         end = start;
     }
     let segments = tile_segments(count, frame);
-    var contrib = finish_pixel(s0, b, record, segments);
-    if (PPT > 1u) { contrib += finish_pixel(s1, b, record, segments); }
-    if (PPT > 2u) { contrib += finish_pixel(s2, b, record, segments) + finish_pixel(s3, b, record, segments); }
+    var contrib = finish_pixel(s0, b, record, segments, 0u);
+    if (PPT > 1u) { contrib += finish_pixel(s1, b, record, segments, 1u); }
+    if (PPT > 2u) { contrib += finish_pixel(s2, b, record, segments, 2u) + finish_pixel(s3, b, record, segments, 3u); }
     if (PPT > 4u) {
-        contrib += finish_pixel(s4, b, record, segments) + finish_pixel(s5, b, record, segments);
-        contrib += finish_pixel(s6, b, record, segments) + finish_pixel(s7, b, record, segments);
+        contrib += finish_pixel(s4, b, record, segments, 4u) + finish_pixel(s5, b, record, segments, 5u);
+        contrib += finish_pixel(s6, b, record, segments, 6u) + finish_pixel(s7, b, record, segments, 7u);
     }
     if (frame.with_loss != 0u) {  // uniform
         // This tile's share of image b's scene record, checked for numbers that are not finite: a

@@ -355,29 +355,33 @@ def test_scene_records_from_a_uniform_binding_give_the_storage_bindings_bits(mon
                                        np.frombuffer(b, np.float32) if isinstance(b, bytes) else b, rtol=1e-5, atol=1e-5)
 
 
-def test_the_reduction_s_lanes_in_turn_give_its_threads_bits(monkeypatch, gpu_ctx):
-    """With several pixels a thread (CPU adapters) one thread runs a parameter's reduction lanes in
-    turn (reduce_param.wgsl SERIAL_LANES) where GPUs run them as threads: the same additions in the
-    same order, so on a CPU adapter the same gradient and loss bits, for the engine's reduction
-    (reduce.wgsl) and a fit loop's (adam.wgsl)."""
+@pytest.mark.parametrize("layout", ["serial_lanes", "hands_off"])
+def test_cpu_adapters_layouts_give_the_gpu_layouts_bits(monkeypatch, gpu_ctx, layout):
+    """Two ways of arranging the same arithmetic that several pixels a thread (CPU adapters) take:
+    the gradient reduction's lanes run in turn in one thread (reduce_param.wgsl SERIAL_LANES) where
+    GPUs run them as threads, and the fit's fused kernel hands its pixels' colour and dL/dC from
+    the forward to the backward in the thread (HANDED_OFF) where GPUs go through memory. The same
+    additions in the same order, so on a CPU adapter the same gradient and loss bits, for the
+    engine's reduction (reduce.wgsl) and a fit loop's (adam.wgsl, forward_backward.wgsl)."""
     from trifit import Fitter
     from trifit.gpu import shaders
 
-    assert shaders.serial_lanes(8) and not shaders.serial_lanes(1)
+    assert getattr(shaders, layout)(*(("forward_backward.wgsl",) if layout == "hands_off" else ()), 8)
+    assert not getattr(shaders, layout)(*(("forward_backward.wgsl",) if layout == "hands_off" else ()), 1)
     W, H = 70, 50
     scene = _scene(150, W, H, seed=11, sigma_px=0.8)
     target = np.random.default_rng(6).uniform(0, 1, (H, W, 3)).astype(np.float32)
     got = {}
-    for serial in (True, False):
-        if not serial:  # threads, as on GPUs, with the same walks: a pipeline cache of their own
-            monkeypatch.setattr(shaders, "serial_lanes", lambda ppt: False)
+    for cpu_layout in (True, False):
+        if not cpu_layout:  # the GPUs' layout with the same walks: a pipeline cache of its own
+            monkeypatch.setattr(shaders, layout, lambda *a: False)
             monkeypatch.setattr(shaders, "_pipelines", {})
         eng = Engine("gpu", pixels_per_thread=8)
         loss, grad = eng.loss_and_grad(scene, target)
         f = Fitter(target, triangles=40, size=W, seed=3, engine=eng, strategy="fixed")
         f.step(12)
-        got[serial] = (loss, grad.triangles.tobytes(), grad.background.tobytes(), f.scene.triangles.tobytes(),
-                       f.history.losses.tobytes())
+        got[cpu_layout] = (loss, grad.triangles.tobytes(), grad.background.tobytes(), f.scene.triangles.tobytes(),
+                           f.history.losses.tobytes())
         f.close()
     if gpu_ctx.info.get("type") == "CPU":
         assert got[True] == got[False]

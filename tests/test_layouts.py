@@ -226,6 +226,14 @@ def test_scene_piece_binds_the_records_as_storage_or_uniform():
         shaders._variant(None, "adam.wgsl", "main", True, 16384, 8, 8, False, False)[0]
 
 
+def test_only_the_cpu_adapters_fused_kernel_hands_its_pixels_to_its_backward():
+    for kernel in ("forward.wgsl", "forward_listed.wgsl", "forward_fine.wgsl", "backward.wgsl", "forward_backward.wgsl"):
+        for ppt in (1, 8):
+            src = shaders.kernel_source(kernel, subgroups=True, subgroup_size=8, ppt=ppt)
+            on = kernel == "forward_backward.wgsl" and ppt > 1
+            assert f"const HANDED_OFF: bool = {str(on).lower()};" in src
+
+
 def test_cpu_walks_share_reads_over_subgroups_of_eight_and_count_their_stop_once_a_round():
     # what every lane reads alike is read once a lane and shared, where subgroups have at least 8 lanes
     for subgroups, size, ppt, stop, piece in ((True, 8, 8, "walk_stop_round", "stage_tri_shared"),

@@ -38,6 +38,15 @@ def source(name: str) -> str:
     return importlib.resources.files("trifit.shaders").joinpath(name).read_text(encoding="utf-8")
 
 
+def hands_off(name: str, ppt: int) -> bool:
+    """Whether kernel ``name``'s backward starts from the colour and dL/dC its forward left in the
+    same thread (HANDED_OFF) rather than reading them back from memory, where dL/dC is then not
+    written: the fit's fused kernel (forward_backward.wgsl) with several pixels a thread (CPU
+    adapters, where each of those reads and writes is a loop over the lanes). GPUs keep the memory
+    round trip (their fused kernel's registers are better spent on occupancy)."""
+    return name == "forward_backward.wgsl" and ppt > 1
+
+
 def serial_lanes(ppt: int) -> bool:
     """Whether the gradient reduction runs a parameter's lanes in turn in one thread (reduce_param.wgsl
     SERIAL_LANES): where the kernels walk several pixels a thread (CPU adapters). GPUs run them as
@@ -178,6 +187,9 @@ def constants(name: str, kb: int = 1, subgroup_size: int = 0, ppt: int = 1) -> s
     if name in _PPT_KERNELS:
         lines.append(f"const PPT: u32 = {int(ppt)}u;  // pixels per thread")
         lines.append(f"const THREADS: u32 = {threads}u;  // WG / PPT")
+    if "forward_walk.wgsl" in PIECES.get(name, ()) or "backward_walk.wgsl" in PIECES.get(name, ()):
+        lines.append(f"const HANDED_OFF: bool = {str(hands_off(name, ppt)).lower()};  "
+                     "// the backward starts from the forward's pixels in this thread (common.wgsl)")
     if "forward_walk.wgsl" in PIECES.get(name, ()):
         lines.append(f"const STAGE: u32 = {staging(ppt).forward}u;  // triangles staged a round (render/gpu/shaders.py)")
     if "backward_walk.wgsl" in PIECES.get(name, ()):
