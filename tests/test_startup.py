@@ -325,27 +325,34 @@ _FIT_AFTER_ITS_LOOP = textwrap.dedent("""
     from trifit.gpu import shaders, workspace
     from trifit.resources import sample_path
     workspace.COARSE_BIN_TESTS = int(sys.argv[1])
+    shaders.SCENE_UNIFORM_BYTES = int(sys.argv[2])
     fitter = Fitter(load_image(sample_path("astronaut.png"), 176), engine=Engine("gpu"), seed=0)
     built = len(shaders._pipelines)
     paths = set()
+    uniform = set()
     fitter.run(StopConditions(iterations=200),  # growth, pruning, respawn, probes
-               callback=lambda progress: paths.add(fitter._loop.shape.bin_path))
+               callback=lambda progress: (paths.add(fitter._loop.shape.bin_path),
+                                          uniform.add(fitter._loop.ws.scene_uniform)))
     json.dump({"built": built, "after": len(shaders._pipelines), "iterations": fitter.iteration,
-               "paths": sorted(paths)}, sys.stdout)
+               "paths": sorted(paths), "uniform": sorted(uniform)}, sys.stdout)
 """)
 
 
-@pytest.mark.parametrize("coarse_tests", [1_400_000, 10_000])
-def test_a_fit_compiles_every_pipeline_it_uses_before_its_first_iteration(gpu_ctx, coarse_tests):
+@pytest.mark.parametrize("coarse_tests, scene_bytes", [(1_400_000, 65536), (10_000, 65536), (1_400_000, 8192)])
+def test_a_fit_compiles_every_pipeline_it_uses_before_its_first_iteration(gpu_ctx, coarse_tests, scene_bytes):
     """Nothing compiles inside a fit's steps (a time-limited fit would spend its time there): its
     events included, in a fresh process -- and where its later loops take another binning path
     than its first (over-grown counts at the working size binned in two steps, as big fits are:
-    here a lower threshold makes this small fit's do so), their pipelines too."""
+    here a lower threshold makes this small fit's do so), or on a CPU adapter another scene binding
+    (Shape.scene_uniform: here a smaller binding leaves the over-grown counts and the probes'
+    batch in storage), their pipelines too."""
     env = {k: v for k, v in os.environ.items() if k != "TRIFIT_NO_GPU"}
-    out = subprocess.run([sys.executable, "-c", _FIT_AFTER_ITS_LOOP, str(coarse_tests)], capture_output=True,
-                         text=True, env=env, timeout=600)
+    out = subprocess.run([sys.executable, "-c", _FIT_AFTER_ITS_LOOP, str(coarse_tests), str(scene_bytes)],
+                         capture_output=True, text=True, env=env, timeout=600)
     assert out.returncode == 0, out.stderr[-2000:]
     got = json.loads(out.stdout)
+    if gpu_ctx.info.get("type") == "CPU":  # (the case each one is)
+        assert got["uniform"] == ([False, True] if scene_bytes < 65536 else [True]), got["uniform"]
     assert got["iterations"] == 200 and got["built"] >= 12
     assert (got["paths"] == ["forward"]) == (coarse_tests > 100_000), got["paths"]  # (the case each one is)
     assert got["after"] == got["built"]

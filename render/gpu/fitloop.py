@@ -145,8 +145,8 @@ class GpuFitLoop:
         # pipelines took 0.5 s at the half-size stage's end). Compiled several at once.
         kernels = list(fit_kernels(self.shape))
         for b, h, w, t, fit in ahead:
-            kernels += fit_kernels(Shape(b, w, h, t, backend.segmented, backend.pixels_per_thread, weights is not None,
-                                         fit=fit))
+            shape = Shape(b, w, h, t, backend.segmented, backend.pixels_per_thread, weights is not None, fit=fit)
+            kernels += [(kernel, entry, shape.scene_uniform) for kernel, entry in fit_kernels(shape)]
         self.ws.build_pipelines(kernels)
         self._iteration_dispatches()
 

@@ -43,7 +43,8 @@ def hands_off(name: str, ppt: int) -> bool:
     same thread (HANDED_OFF) rather than reading them back from memory, where dL/dC is then not
     written: the fit's fused kernel (forward_backward.wgsl) with several pixels a thread (CPU
     adapters, where each of those reads and writes is a loop over the lanes). GPUs keep the memory
-    round trip (their fused kernel's registers are better spent on occupancy)."""
+    round trip: not measured there, and the values held across the forward's end would take
+    registers from their occupancy."""
     return name == "forward_backward.wgsl" and ppt > 1
 
 

@@ -403,24 +403,27 @@ class Workspace:
         """``kernel``'s pipeline in this workspace's variant (compiled once per device and variant)."""
         return shaders.pipeline(*self._variant(kernel, entry))
 
-    def _variant(self, kernel: str, entry: str) -> tuple:
+    def _variant(self, kernel: str, entry: str, scene_uniform: bool | None = None) -> tuple:
+        """``scene_uniform``: another shape's scene binding (None: this workspace's)."""
         return (self.device, kernel, entry, self.subgroups,
                 self.ctx.limits.get("max-compute-workgroup-storage-size", 16384),
-                self.ctx.subgroup_size, self.shape.ppt, self.shape.weighted, self.scene_uniform)
+                self.ctx.subgroup_size, self.shape.ppt, self.shape.weighted,
+                self.scene_uniform if scene_uniform is None else scene_uniform)
 
     def build_pipelines(self, kernels) -> None:
-        """Compile ``kernels`` ((kernel, entry) pairs) in this workspace's variant, several at once:
-        the driver's compiler runs outside the GIL, so a process's first fit waits for the slowest
-        pipeline rather than for their sum."""
-        todo = [k for k in dict.fromkeys(kernels) if not shaders.built(*self._variant(*k))]
+        """Compile ``kernels`` in this workspace's variant, several at once: (kernel, entry) pairs, or
+        (kernel, entry, scene_uniform) for a shape whose scene binding may differ from this one's
+        (Shape.scene_uniform). The driver's compiler runs outside the GIL, so a process's first fit
+        waits for the slowest pipeline rather than for their sum."""
+        todo = [v for v in dict.fromkeys(self._variant(*k) for k in kernels) if not shaders.built(*v)]
         if len(todo) < 2:
-            for kernel, entry in todo:
-                self.pipeline(kernel, entry)
+            for variant in todo:
+                shaders.pipeline(*variant)
             return
         from concurrent.futures import ThreadPoolExecutor
 
         with ThreadPoolExecutor(max_workers=min(8, len(todo)), thread_name_prefix="trifit-pipeline") as pool:
-            for done in [pool.submit(self.pipeline, kernel, entry) for kernel, entry in todo]:
+            for done in [pool.submit(shaders.pipeline, *variant) for variant in todo]:
                 done.result()  # a compile error raises here, as it would have in line
 
     def bind_group(self, kernel: str, names: list[str | None], entry: str = "main", extra: dict | None = None):
