@@ -2,7 +2,8 @@
 // its own tiles and a tile's list is one backward segment (render/gpu/workspace.py
 // Shape.fuses_backward): binning (tile_bin.wgsl), the walk with the loss (forward_walk.wgsl), then
 // the backward's walk of the same list (backward_walk.wgsl). The backward needs only its own tile's
-// pixels, which this workgroup has just written, so no dispatch boundary separates the two: an
+// pixels, which this workgroup has just written (on CPU adapters each thread keeps its own: HANDED_OFF,
+// common.wgsl), so no dispatch boundary separates the two: an
 // iteration is two dispatches (this, then the reduction and Adam step), not three. The same
 // arithmetic as the forward's and the backward's dispatches with one segment: the same bits.
 // Dispatch: (tiles_x, tiles_y, batch).
@@ -23,6 +24,6 @@ fn fit_main(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_index) 
     bin_tile(wid, li);
     start_iteration(wid, li);
     walk_tile(wid, li, listed());
-    storageBarrier();  // (the pixels' image and dL/dC, written above, read back below)
+    storageBarrier();  // (the pixels' image and dL/dC, written above, read back below unless HANDED_OFF)
     backward_tile(vec3u(wid.xy, wid.z * frame.n_seg), li, sg);
 }
