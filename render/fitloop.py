@@ -406,6 +406,10 @@ class ReferenceFitLoop:
             return self.raw.copy(), self.m.copy(), self.v.copy()
         return self.raw[0].copy(), self.m[0].copy(), self.v[0].copy()
 
+    def encode_ahead(self) -> bool:
+        """The GPU loop's: nothing is encoded here (there is no command buffer to prepare)."""
+        return False
+
     def run(self, n: int, read_state: bool = False, read_image: bool = False, state_kind: str = "state",
             flags=None, sums=None, costs=None, ahead=True, idle=None) -> np.ndarray:
         """Run n iterations in chunks of settings.chunk, with the GPU loop's rollback semantics

@@ -521,7 +521,7 @@ class FitState:
         what encoding eight iterations does."""
         shape = self.working_targets().shape
         for (_, size), loop in reversed(self._loops.items()):
-            if loop is not self._loop and size == shape and hasattr(loop, "encode_ahead") and loop.encode_ahead():
+            if loop is not self._loop and size == shape and loop.encode_ahead():
                 return
 
     def _make_current(self, key, loop) -> None:

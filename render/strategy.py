@@ -496,8 +496,7 @@ class DefaultStrategy(FixedStrategy):
 
     def respawn_rule(self, iteration: int) -> float | None:
         fit = self.fit
-        if not fit.places_on_device or not self._respawn_due(iteration) or self._count_change(iteration) is not None \
-                or (fit.coarse and iteration >= self.coarse_until()):
+        if not fit.places_on_device or not self._respawn_due(iteration) or not self.keeps_loop(iteration):
             return None  # (no check, or one after the count or the size changed: another loop)
         return self.settings.respawn_alpha
 

@@ -18,9 +18,8 @@
 // PARAMS_PER_GROUP (triangle parameters a workgroup, whole triangles: adam.wgsl reads a
 // triangle's vertices in the workgroup that writes them) and SERIAL_LANES are prepended by
 // render/gpu/shaders.py, which the dispatch's size comes from too (render/gpu/workspace.py
-// reduce_groups), with TILE_LANES (threads a parameter: SUM_LANES, or 1 where SERIAL_LANES). Threads
-// past TILE_LANES x PARAMS_PER_GROUP have no slot.
-const SUM_LANES: u32 = 8u;          // a triangle's parameter: the sum's lanes (GPUs: TILE_LANES threads)
+// reduce_groups), with SUM_LANES (a triangle's parameter: the sum's lanes) and TILE_LANES (threads a
+// parameter: SUM_LANES, or 1 where SERIAL_LANES). Threads past TILE_LANES x PARAMS_PER_GROUP have no slot.
 const BG_LANES: u32 = 64u;          // the background's
 var<workgroup> lane_sum: array<f32, 256>;
 

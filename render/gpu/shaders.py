@@ -160,7 +160,8 @@ def constants(name: str, kb: int = 1, subgroup_size: int = 0, ppt: int = 1) -> s
         serial = serial_lanes(ppt)
         lines.append(f"const PARAMS_PER_GROUP: u32 = {params_per_group(ppt)}u;  // triangle parameters a workgroup")
         lines.append(f"const SERIAL_LANES: bool = {str(serial).lower()};  // one thread a parameter, its lanes in turn")
-        lines.append(f"const TILE_LANES: u32 = {1 if serial else 256 // PARAMS_PER_GROUP}u;  // threads a parameter")
+        lines.append(f"const SUM_LANES: u32 = {SUM_LANES}u;  // a triangle's parameter: the sum's lanes")
+        lines.append(f"const TILE_LANES: u32 = {1 if serial else SUM_LANES}u;  // threads a parameter")
     if name == "adam.wgsl":  # the reference loop's, so the two cannot drift apart
         from ..fitloop import SMALL_RATE_MIN
 
