@@ -328,21 +328,25 @@ def test_scene_records_take_a_uniform_binding_where_they_fit():
     assert big.batch * big.scene_stride * 4 > shaders.SCENE_UNIFORM_BYTES and not big.scene_uniform
 
 
-@pytest.mark.parametrize("layout", ["scene_uniform", "serial_lanes", "hands_off"])
+@pytest.mark.parametrize("layout", ["scene_uniform", "serial_lanes", "hands_off", "fuses_loss_pass"])
 def test_cpu_adapters_layouts_give_the_gpu_layouts_bits(monkeypatch, gpu_ctx, layout):
-    """Three ways of arranging the same arithmetic that several pixels a thread (CPU adapters)
+    """Four ways of arranging the same arithmetic that several pixels a thread (CPU adapters)
     take: the scene records read from a uniform binding where the batch's fit one
     (Shape.scene_uniform) where GPUs read them from storage; the gradient reduction's lanes run in
-    turn in one thread (reduce_param.wgsl SERIAL_LANES) where GPUs run them as threads; and the
-    fit's fused kernel hands its pixels' colour and dL/dC from the forward to the backward in the
-    thread (HANDED_OFF) where GPUs go through memory. The same floats and additions in the same
-    order, so on a CPU adapter the same bits -- a render, a batch of renders, a loss and gradient
-    (reduce.wgsl), removal costs and a fit loop (adam.wgsl, forward_backward.wgsl). A GPU's
-    compiler may round the two programs differently."""
+    turn in one thread (reduce_param.wgsl SERIAL_LANES) where GPUs run them as threads; the
+    fused kernel hands its pixels' colour and dL/dC from the forward to the backward in the
+    thread (HANDED_OFF) where GPUs go through memory; and a loss pass outside a fit walks the
+    forward and the backward in that one kernel (Shape.fuses_loss_pass) where GPUs dispatch them
+    apart. The same floats and additions in the same order, so on a CPU adapter the same bits -- a
+    render, a batch of renders, a loss and gradient (reduce.wgsl), removal costs and a fit loop
+    (adam.wgsl, forward_backward.wgsl). A GPU's compiler may round the two programs differently."""
     from trifit import Fitter
     from trifit.gpu import shaders, workspace
 
-    if layout != "scene_uniform":
+    if layout == "fuses_loss_pass":
+        assert workspace.Shape(1, 70, 50, 150, False, 8).fuses_loss_pass
+        assert not workspace.Shape(1, 70, 50, 150, True, 1).fuses_loss_pass
+    elif layout != "scene_uniform":
         assert getattr(shaders, layout)(*(("forward_backward.wgsl",) if layout == "hands_off" else ()), 8)
         assert not getattr(shaders, layout)(*(("forward_backward.wgsl",) if layout == "hands_off" else ()), 1)
     W, H = 70, 50
@@ -351,11 +355,15 @@ def test_cpu_adapters_layouts_give_the_gpu_layouts_bits(monkeypatch, gpu_ctx, la
     got, seen = {}, []
     bind = workspace.Workspace.bind_group
     monkeypatch.setattr(workspace.Workspace, "bind_group",
-                        lambda self, *a, **kw: seen.append(self.scene_uniform) or bind(self, *a, **kw))
+                        lambda self, *a, **kw: seen.append((self.scene_uniform, a[0])) or bind(self, *a, **kw))
     for cpu_layout in (True, False):
         if not cpu_layout:  # the GPUs' layout with the same walks: a pipeline cache of its own
             if layout == "scene_uniform":
                 monkeypatch.setattr(shaders, "SCENE_UNIFORM_BYTES", 0)
+            elif layout == "fuses_loss_pass":  # (a fit's iterations fused still, as on GPUs)
+                fused = workspace.Shape.fuses_loss_pass.fget
+                monkeypatch.setattr(workspace.Shape, "fuses_loss_pass",
+                                    property(lambda s, fused=fused: s.fit and fused(s)))
             else:
                 monkeypatch.setattr(shaders, layout, lambda *a: False)
             monkeypatch.setattr(shaders, "_pipelines", {})
@@ -370,7 +378,9 @@ def test_cpu_adapters_layouts_give_the_gpu_layouts_bits(monkeypatch, gpu_ctx, la
                            f.scene.triangles.tobytes(), np.asarray(f.history.losses).tobytes())
         f.close()
         if layout == "scene_uniform":
-            assert seen and set(seen) == {cpu_layout}
+            assert seen and {uniform for uniform, _ in seen} == {cpu_layout}
+        if layout == "fuses_loss_pass":  # (the loss and the removal costs: backward.wgsl or not)
+            assert ("backward.wgsl" in {kernel for _, kernel in seen}) != cpu_layout
     if gpu_ctx.info.get("type") == "CPU":
         assert got[True] == got[False]
     else:  # (the calls' float32 outputs; a fit's scene may drift further over its iterations)
@@ -434,7 +444,9 @@ def test_timings_name_every_pass(gpu_ctx):
     t = gpu_engine.timings()
     assert {"pack", "upload", "submit", "readback"} <= set(t["host_ms"])
     if gpu_ctx.has_pass_timestamps:
-        assert {"forward", "backward", "reduce"} <= set(t["gpu_ms"])
+        # a CPU adapter walks the forward and the backward in one dispatch (Shape.fuses_loss_pass)
+        walks = {"forward+backward"} if gpu_engine.impl.pixels_per_thread > 1 else {"forward", "backward"}
+        assert walks | {"reduce"} <= set(t["gpu_ms"])
         assert "loss" not in t["gpu_ms"]  # (the reduction's first workgroup sums the loss)
         assert "bin" not in t["gpu_ms"]  # (a small problem: the forward bins its tiles)
         assert all(v >= 0 for v in t["gpu_ms"].values())

@@ -294,8 +294,8 @@ def test_a_fit_loop_compiles_only_the_pipelines_not_built_yet(gpu_ctx, monkeypat
     first = Fitter(target, triangles=8, size=28, seed=0, engine=engine)
     assert len(pools) == 1 and pools[0] > 1
     ws = first._loop.ws
-    assert shaders.built(*ws._variant("backward.wgsl", "main"))
-    assert ws.pipeline("backward.wgsl") is ws.pipeline("backward.wgsl")
+    assert shaders.built(*ws._variant("adam.wgsl", "main"))
+    assert ws.pipeline("adam.wgsl") is ws.pipeline("adam.wgsl")
     first.run(StopConditions(iterations=3))
     second = Fitter(target, triangles=8, size=28, seed=1, engine=engine)
     second.run(StopConditions(iterations=3))

@@ -303,14 +303,19 @@ class GpuBackend:
     def _encode_loss_dispatches(self, cpass, ws, backward: bool, removal_costs: bool, timed: bool) -> None:
         """[bin ->] forward (+ binning, loss) -> the loss's sum, or the backward and the reduction (the
         loss's sum in its first workgroup) [-> the removal costs], into the compute pass ``cpass``
-        (binning's passes: the shape's path, workspace.BIN_PATHS)."""
-        ws.encode_binned_forward(cpass, self.timer.span, timed)
+        (binning's passes: the shape's path, workspace.BIN_PATHS; the forward and the backward one
+        dispatch where Shape.fuses_loss_pass, as a fit's iteration)."""
         if not backward:
+            ws.encode_binned_forward(cpass, self.timer.span, timed)
             with self.timer.span(cpass, "loss", timed):
                 ws.encode_loss(cpass)
         else:
-            with self.timer.span(cpass, "backward", timed):
-                ws.encode_backward(cpass)
+            if ws.shape.fuses_loss_pass:
+                ws.encode_fit_forward_backward(cpass, self.timer.span, timed)
+            else:
+                ws.encode_binned_forward(cpass, self.timer.span, timed)
+                with self.timer.span(cpass, "backward", timed):
+                    ws.encode_backward(cpass)
             with self.timer.span(cpass, "reduce", timed):
                 ws.encode_reduce(cpass)
             if removal_costs:

@@ -25,6 +25,7 @@ loss in any image rolls the whole batch back (the buffers are snapshotted whole)
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 
 import numpy as np
 import wgpu
@@ -51,9 +52,9 @@ HOST_WRITTEN = frozenset(("sched", "opt", "sigma_end", "locked"))
 
 
 #: the kernels a fit loop uses whatever its shape: the render (growth, respawn, sigma probes), the
-#: loss-and-gradient call's (pruning's removal costs: the loss sum, the gradient reduction), the
-#: events on the device's (placement, respawn flags, the reordering)
-FIT_KERNELS = (("backward.wgsl", "main"), ("adam.wgsl", "main"), ("render.wgsl", "main"),
+#: loss-and-gradient call's (pruning's removal costs: the loss sum, the gradient reduction; its
+#: backward: fit_kernels), the events on the device's (placement, respawn flags, the reordering)
+FIT_KERNELS = (("adam.wgsl", "main"), ("render.wgsl", "main"),
                ("loss_reduce.wgsl", "main"), ("reduce.wgsl", "reduce_grad"), ("costs.wgsl", "main"),
                ("events.wgsl", "error_tiles"), ("events.wgsl", "place_new"), ("events.wgsl", "placed_rows"),
                ("respawn_flags.wgsl", "main"), ("permute.wgsl", "main"))
@@ -67,7 +68,9 @@ def fit_kernels(shape: Shape) -> tuple[tuple[str, str], ...]:
         return own
     kernels = FIT_KERNELS if not shape.renders_in_forward else \
         tuple(k for k in FIT_KERNELS if k != ("render.wgsl", "main"))  # (its renders walk the forward: own)
-    return own + ((("forward_backward.wgsl", "fit_main"),) if shape.fuses_backward else ()) + kernels
+    # pruning's removal costs: a loss pass of the loop's size, outside the fit (its own Shape)
+    costs = ("forward_backward.wgsl", "main") if replace(shape, fit=False).fuses_loss_pass else ("backward.wgsl", "main")
+    return own + ((("forward_backward.wgsl", "fit_main"),) if shape.fuses_backward else ()) + (costs,) + kernels
 
 
 class GpuFitLoop:

@@ -237,7 +237,15 @@ class Shape:
         """A fit's iteration walks each tile's forward and backward in one workgroup
         (shaders/forward_backward.wgsl) -- where the forward bins its own tiles and a tile's list is
         one backward segment: on CPU adapters, and on GPUs where fit_one_segment."""
-        return self.fit and self.bins_in_forward and (not self.segmented or self.fit_one_segment)
+        return self.fit and self.fuses_loss_pass
+
+    @property
+    def fuses_loss_pass(self) -> bool:
+        """A loss pass with a backward (fit iteration, gradients, removal costs) walks each tile's
+        forward and backward in one workgroup: where the forward bins its own tiles and a tile's
+        list is one backward segment -- on CPU adapters (the backward is not segmented), and in a
+        GPU's fit where fit_one_segment."""
+        return self.bins_in_forward and (not self.segmented or self.fit_one_segment)
 
     @property
     def renders_in_forward(self) -> bool:
@@ -500,12 +508,13 @@ class Workspace:
         weighted = self.shape.weighted
         return [None if (n in _FIT_ONLY and not fitting) or (n == "weights" and not weighted) else n for n in bindings]
 
-    def encode_fit_forward_backward(self, cpass, span, timed: bool, fit: dict) -> None:
-        """A fit iteration's binning, forward and backward in one dispatch (Shape.fuses_backward),
-        timed as "forward+backward"."""
+    def encode_fit_forward_backward(self, cpass, span, timed: bool, fit: dict | None = None) -> None:
+        """Binning, forward and backward in one dispatch (Shape.fuses_loss_pass), timed as
+        "forward+backward": a fit's iteration (``fit``: its buffers; the dispatch starts the
+        iteration), or outside a fit a loss pass's."""
         with span(cpass, "forward+backward", timed):
-            self._dispatch(cpass, "forward_backward.wgsl", self._bound(_FUSED_BINDINGS, True), self.tile_groups,
-                           "fit_main", fit)
+            self._dispatch(cpass, "forward_backward.wgsl", self._bound(_FUSED_BINDINGS, fit is not None),
+                           self.tile_groups, "main" if fit is None else "fit_main", fit)
 
     def _focus(self) -> list[str]:
         """The focus map's binding, last, in the weighted variant of the forward and backward."""
