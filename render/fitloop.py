@@ -139,6 +139,11 @@ class FitSettings:
                                   # engine's passes keep render/gpu/workspace.py CULL_TOLERANCE (docs/PERFORMANCE.md)
     stop_transmittance: float = EXACT_STOP_TRANSMITTANCE  # ... and stop a pixel's walk once its transmittance is
                                        # below this; 1e-6, where renders stop, is measured in docs/QUALITY.md ("not mattering")
+    recompute_below: float = 1.0 / 1024  # ... and in the backward, beneath a triangle whose 1 - alpha at a pixel is at
+                                  # least this, recover the canvas by dividing by it (an error of a few float32
+                                  # ulps times 1 / (1 - alpha): ~1e-4 of a colour at most, under cull_tolerance),
+                                  # else re-composite it from the background; the engine's passes keep render/gpu/workspace.py
+                                  # RECOMPUTE_BELOW (1/16: docs/PERFORMANCE.md, "The fit's division budget")
     replicas: int = 0             # each image fitted as this many replicas side by side, each growing with its own
                                   # random stream; at each later pruning cycle's start every replica takes the
                                   # state of the one with the lowest loss, and the scene is the lowest's at the end
@@ -152,6 +157,8 @@ class FitSettings:
 
 #: what a fit recorded before ``cull_tolerance`` existed culled its iterations at (the renders' budget)
 LEGACY_CULL_TOLERANCE = 1e-5
+#: ... and before ``recompute_below``, where its backward re-composited (the engine's passes' 1/16)
+LEGACY_RECOMPUTE_BELOW = 1.0 / 16
 
 
 def recorded_settings(d: dict) -> dict:
@@ -161,7 +168,8 @@ def recorded_settings(d: dict) -> dict:
     a record may lack; each replays or resumes as it ran."""
     legacy = {"placement": "host", "cull_tolerance": LEGACY_CULL_TOLERANCE, "respawn_checks": 0, "probes_overdue": "run",
               "growth_waits": False, "continuous_plans": False, "prune_until": 0.85, "prune_newcomers": 1.0,
-              "replicas": 1, "prune_in_coarse": False, "small_triangle_px": 0.0}
+              "replicas": 1, "prune_in_coarse": False, "small_triangle_px": 0.0,
+              "recompute_below": LEGACY_RECOMPUTE_BELOW}
     return {**{k: v for k, v in legacy.items() if k not in d}, **d}
 
 
@@ -176,6 +184,7 @@ _SETTING_RANGES = {"triangles": (1, MAX_TRIANGLES_FIT), "size": (1, MAX_WORKING_
                    "sigma_start_px": (1e-6, None), "sigma_end_px": (1e-6, None), "adam_eps": (1e-30, None),
                    "beta1": (0.0, 0.999999), "beta2": (0.0, 0.999999), "overgrow": (1.0, None),
                    "cull_tolerance": (1e-30, 1.0), "stop_transmittance": (1e-38, 1.0), "insert_radius": (1e-6, None),
+                   "recompute_below": (1e-6, 1.0),
                    "prune_cycle_min": (1, None), "prune_stages": (1, None), "prune_newcomers": (1e-6, 1e6),
                    "replicas": (0, MAX_REPLICAS),
                    **{k: (0.0, 1.0) for k in ("lr_final", "sigma_fraction", "coarse_fraction", "coarse_max_fraction",

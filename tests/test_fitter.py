@@ -780,6 +780,32 @@ def test_the_fit_culls_at_its_own_tolerance(gpu_engine):
     assert gpu_engine.impl.workspace(workspace.Shape(1, 56, 40, 30)).cull_tolerance == workspace.CULL_TOLERANCE
 
 
+@pytest.mark.gpu
+def test_the_fit_divides_down_to_its_own_recompute_below(gpu_engine):
+    """A fit's backward recovers the canvas beneath a triangle by division down to 1 - alpha =
+    FitSettings.recompute_below (looser than the engine's passes' RECOMPUTE_BELOW): the fit loop's
+    frame carries it, and where triangles' 1 - alpha lies between the two, a fit at the engine's
+    threshold takes the other path."""
+    from trifit.fitloop import FitSettings
+    from trifit.gpu import workspace
+    from trifit.gpu.layouts import FRAME
+
+    target = np.random.default_rng(4).uniform(0, 1, (40, 56, 3)).astype(np.float32)
+    start = Scene.random(30, 56, 40, seed=2, sigma_px=0.7, opacity=(0.96, 0.97))  # 1 - alpha 0.03-0.04 inside
+    scenes = {}
+    for below in (None, workspace.RECOMPUTE_BELOW):
+        kw = {} if below is None else {"recompute_below": below}
+        f = Fitter(target, triangles=30, size=56, seed=2, engine=gpu_engine, strategy="fixed", init_scene=start, **kw)
+        f.step(20)
+        frame = FRAME.unpack(f._loop.ws.frame_bytes(f.settings.loss))
+        assert frame["recompute_below"] == pytest.approx(f.settings.recompute_below, rel=1e-6)
+        scenes[below] = f.scene.to_json()
+        f.close()
+    assert FitSettings().recompute_below == 1 / 1024 < 0.03 < workspace.RECOMPUTE_BELOW
+    assert scenes[None] != scenes[workspace.RECOMPUTE_BELOW]
+    assert gpu_engine.impl.workspace(workspace.Shape(1, 56, 40, 30)).recompute_below == workspace.RECOMPUTE_BELOW
+
+
 def _hidden_scene() -> Scene:
     """Three nearly opaque triangles over the whole 24 x 16 frame (transmittance ~1e-9 beneath
     them), the first in the list -- the bottom -- a small one beneath them all."""
@@ -838,9 +864,11 @@ def test_a_record_from_before_cull_tolerance_resumes_culled_as_renders(ref_engin
     f.step(3)
     ck = f.checkpoint()
     for key in ("settings", "initial_settings"):
-        del ck.state[key]["cull_tolerance"]
+        del ck.state[key]["cull_tolerance"], ck.state[key]["recompute_below"]
     g = Fitter.resume(_target(), ck, engine=ref_engine)
     assert g.settings.cull_tolerance == LEGACY_CULL_TOLERANCE == 1e-5 and f.settings.cull_tolerance == 1e-3
     assert recorded_settings({"cull_tolerance": 0.01})["cull_tolerance"] == 0.01
+    # (and one from before recompute_below re-composited as the engine's passes do)
+    assert g.settings.recompute_below == recorded_settings({})["recompute_below"] == 1 / 16
     g.close()
     f.close()

@@ -274,7 +274,17 @@ def _deep_opaque_scene():
 @pytest.mark.parametrize("segmented, ppt, deep", [(False, 1, False), (True, 1, False), (False, 4, False),
                                                   (False, 8, False), (False, 1, True), (True, 1, True),
                                                   (False, 4, True), (True, 8, True)])
-def test_opaque_stacks_use_the_recompositing_path(gpu_ctx, segmented, ppt, deep):
+@pytest.mark.parametrize("below", ["engine", "fit"])
+def test_opaque_stacks_use_the_recompositing_path(monkeypatch, gpu_ctx, segmented, ppt, deep, below):
+    """Nearly opaque triangles' gradients and removal costs match the float64 reference, at the
+    engine's re-compositing threshold and at a fit's (FitSettings.recompute_below, where opacities
+    from 0.97 up to 1 - 1/1024 divide rather than re-composite)."""
+    from trifit.fitloop import FitSettings
+    from trifit.gpu import workspace
+
+    if below == "fit":
+        assert FitSettings().recompute_below < 0.03 < workspace.RECOMPUTE_BELOW  # (the case it is)
+        monkeypatch.setattr(workspace, "RECOMPUTE_BELOW", FitSettings().recompute_below)
     gpu_engine = Engine("gpu", segmented=segmented, pixels_per_thread=ppt)
     # opacity 1 makes 1 - alpha ~ 0 inside: division is unusable, the backward must re-composite
     scene = _deep_opaque_scene() if deep else Scene.random(60, 32, 32, seed=4, sigma_px=0.7, opacity=(0.97, 1.0))

@@ -93,9 +93,11 @@ class GpuFitLoop:
         self.target_shape = target.shape
         self.shape = Shape(B, W, H, n_tris, backend.segmented, backend.pixels_per_thread, weights is not None, fit=True)
         pool = backend.pool
-        # the iterations cull at the fit's budget (FitSettings.cull_tolerance), looser than a render's
+        # the iterations cull at the fit's budget (FitSettings.cull_tolerance), looser than a render's,
+        # and divide in the backward down to its own 1 - alpha (recompute_below)
         self.ws = Workspace(backend.ctx, pool, self.shape, ring_len=RING, subgroups=backend.subgroups,
-                            cull_tolerance=settings.cull_tolerance, loss_stop=settings.stop_transmittance)
+                            cull_tolerance=settings.cull_tolerance, loss_stop=settings.stop_transmittance,
+                            recompute_below=settings.recompute_below)
         n_params = n_tris * 10 + 3
         self.extra = {
             "params": pool.acquire(STORAGE | COPY_DST | COPY_SRC, B * n_params * 4, "params"),

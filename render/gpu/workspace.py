@@ -33,7 +33,8 @@ STOP_TRANSMITTANCE = 1e-6
 #: culling's budget: what dropping far coverage may change a pixel by, at most, in all (renders and the
 #: engine's passes; a fit's iterations use FitSettings.cull_tolerance)
 CULL_TOLERANCE = 1e-5
-#: the backward un-composites by division while 1 - alpha >= this, else re-composites
+#: the backward un-composites by division while 1 - alpha >= this, else re-composites (the engine's
+#: passes; a fit's iterations use FitSettings.recompute_below)
 RECOMPUTE_BELOW = 1.0 / 16.0
 #: with a loss, the forward and the backward walk on to this transmittance, so the gradients of
 #: hidden triangles and the background stay exact (a fit's iterations: FitSettings.stop_transmittance,
@@ -329,13 +330,15 @@ class Workspace:
 
     def __init__(self, ctx: GpuContext, pool: BufferPool, shape: Shape, ring_len: int = 1,
                  subgroups: bool | None = None, cull_tolerance: float = CULL_TOLERANCE,
-                 loss_stop: float = STOP_TRANSMITTANCE_WITH_LOSS):
+                 loss_stop: float = STOP_TRANSMITTANCE_WITH_LOSS, recompute_below: float = RECOMPUTE_BELOW):
         """``cull_tolerance``: what culling may change a pixel by, at most, in all; ``loss_stop``: the
-        transmittance at which walks with a loss stop (the fit loop's own workspace passes its
-        FitSettings.cull_tolerance and stop_transmittance)."""
+        transmittance at which walks with a loss stop; ``recompute_below``: the 1 - alpha under which
+        the backward re-composites rather than divides (the fit loop's own workspace passes its
+        FitSettings.cull_tolerance, stop_transmittance and recompute_below)."""
         check_limits(ctx, shape, ring_len)
         self.cull_tolerance = cull_tolerance
         self.loss_stop = loss_stop
+        self.recompute_below = recompute_below
         self.ctx = ctx
         self.device = ctx.device
         self.pool = pool
@@ -374,7 +377,7 @@ class Workspace:
             mask_words=s.mask_words, loss_kind=LOSS_KINDS[loss or "mse"],
             inv_values=1.0 / (s.width * s.height * 3),
             stop_t=STOP_TRANSMITTANCE if loss is None else self.loss_stop,
-            cull_k=cull_sigmas(s.n_tris, self.cull_tolerance), recompute_below=RECOMPUTE_BELOW,
+            cull_k=cull_sigmas(s.n_tris, self.cull_tolerance), recompute_below=self.recompute_below,
             ring_len=self.ring_len, with_loss=0 if loss is None else 1, n_seg=s.n_seg, seg_len=s.seg_len,
             removal_costs=int(removal_costs),
         )
