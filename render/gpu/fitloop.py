@@ -25,7 +25,7 @@ loss in any image rolls the whole batch back (the buffers are snapshotted whole)
 from __future__ import annotations
 
 import time
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 import numpy as np
 import wgpu
@@ -71,6 +71,21 @@ def fit_kernels(shape: Shape) -> tuple[tuple[str, str], ...]:
     # pruning's removal costs: a loss pass of the loop's size, outside the fit (its own Shape)
     costs = ("forward_backward.wgsl", "main") if replace(shape, fit=False).fuses_loss_pass else ("backward.wgsl", "main")
     return own + ((("forward_backward.wgsl", "fit_main"),) if shape.fuses_backward else ()) + (costs,) + kernels
+
+
+@dataclass(frozen=True)
+class ReadyPart:
+    """A chunk's first part encoded ahead (:meth:`GpuFitLoop._encode_ahead`): ``iterations`` of them
+    from snapshot ``slot``, copying its timestamps into the readback buffer ``out``."""
+    command: object      # the finished command buffer
+    iterations: int
+    slot: int
+    out: object          # the readback buffer it copies into
+    ts_bytes: int        # the bytes of timestamps it brings back
+    spans: object        # its timer spans (GpuTimer.detach), attached when a chunk takes it
+
+    def fits(self, iterations: int, slot: int, out) -> bool:
+        return (self.iterations, self.slot) == (iterations, slot) and self.out is out
 
 
 class GpuFitLoop:
@@ -745,7 +760,7 @@ class GpuFitLoop:
         try:
             enc = self.device.create_command_encoder()
             ts_bytes = self._encode_first(enc, slot, its, fast)
-            self._ready = (enc.finish(), its, slot, self._out, ts_bytes, timer.detach())
+            self._ready = ReadyPart(enc.finish(), its, slot, self._out, ts_bytes, timer.detach())
         finally:
             timer.attach(held)
 
@@ -767,15 +782,14 @@ class GpuFitLoop:
         ready, self._ready = self._ready, None
         if not fits:
             return None
-        command, _, _, _, ts_bytes, spans = ready
         self.ready_taken += 1
-        self.backend.timer.attach(spans)
-        return command, ts_bytes
+        self.backend.timer.attach(ready.spans)
+        return ready.command, ready.ts_bytes
 
     def _ready_fits(self, slot: int, first: int) -> bool:
         """Whether the part encoded ahead is a first part of ``first`` iterations from snapshot
         ``slot`` that copies its timestamps into the current readback buffer."""
-        return self._ready is not None and self._ready[1:4] == (first, slot, self._out)
+        return self._ready is not None and self._ready.fits(first, slot, self._out)
 
     def _part_growth(self) -> float:
         """How much longer each submission of a chunk may be than the one before: the GPU's time
