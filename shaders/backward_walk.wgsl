@@ -65,8 +65,9 @@ struct Walk {
 }
 
 // The canvas beneath list entry `m` at up to eight pixels (PPT of them): list entries 0..m-1
-// composited over the background. One shared loop: on CPU adapters the loop costs a pass even where
-// no pixel needs it, so it runs once per thread and entry, not once per pixel (round 8).
+// composited over the background. One shared loop, once per thread and entry, not once per pixel:
+// on CPU adapters a loop costs a pass even where no pixel needs it (round 8), and there the walk
+// calls this outside its loop over entries (DEFER_RECOMPOSE, backward_tile).
 // With ROUND_BASE (the staging piece's; GPUs), the canvas beneath the staged round's first entry
 // `start` is kept from the round's first re-composite, and later ones loop only over the staged
 // entries above it: a subgroup re-composites wherever any of its lanes needs to, and fitted scenes
@@ -233,6 +234,20 @@ fn entry_grad(s: ptr<function, BackPixel>, t: TriSetup, h: Hit, w: Walk) -> Grad
     return g;
 }
 
+// The re-composited canvas `c` for the pixels whose entry asked for it (Hit.recompose).
+fn take_below(h0: ptr<function, Hit>, h1: ptr<function, Hit>, h2: ptr<function, Hit>, h3: ptr<function, Hit>,
+              h4: ptr<function, Hit>, h5: ptr<function, Hit>, h6: ptr<function, Hit>, h7: ptr<function, Hit>,
+              c: BelowPixels) {
+    if ((*h0).recompose) { (*h0).below = c.c0; }
+    if ((*h1).recompose) { (*h1).below = c.c1; }
+    if ((*h2).recompose) { (*h2).below = c.c2; }
+    if ((*h3).recompose) { (*h3).below = c.c3; }
+    if ((*h4).recompose) { (*h4).below = c.c4; }
+    if ((*h5).recompose) { (*h5).below = c.c5; }
+    if ((*h6).recompose) { (*h6).below = c.c6; }
+    if ((*h7).recompose) { (*h7).below = c.c7; }
+}
+
 // One workgroup's backward: segment wid.z % frame.n_seg of tile wid.xy of image wid.z / frame.n_seg.
 fn backward_tile(wid: vec3u, li: u32, sg: SgIn) {
     let b = wid.z / frame.n_seg;
@@ -289,62 +304,73 @@ fn backward_tile(wid: vec3u, li: u32, sg: SgIn) {
         }
         workgroupBarrier();
         round_based = false;
+        var k = n;  // entries 0..k-1 of the round are still to walk
         var j = 0u;  // slots stashed since the last flush
-        for (var k = n; k > 0u; k--) {
-            let t = stage_get(k - 1u, -w.reach);
-            let m = start + k - 1u;
-            var h0 = entry_hit(s0, t, w);
-            var h1 = Hit();  // explicit: naga does not re-zero a loop-body var each iteration
-            var h2 = Hit();
-            var h3 = Hit();
-            var h4 = Hit();
-            var h5 = Hit();
-            var h6 = Hit();
-            var h7 = Hit();
-            var recompose = h0.recompose;
-            if (PPT > 1u) { h1 = entry_hit(s1, t, w); recompose = recompose || h1.recompose; }
-            if (PPT > 2u) {
-                h2 = entry_hit(s2, t, w);
-                h3 = entry_hit(s3, t, w);
-                recompose = recompose || h2.recompose || h3.recompose;
-            }
-            if (PPT > 4u) {
-                h4 = entry_hit(s4, t, w);
-                h5 = entry_hit(s5, t, w);
-                h6 = entry_hit(s6, t, w);
-                h7 = entry_hit(s7, t, w);
-                recompose = recompose || h4.recompose || h5.recompose || h6.recompose || h7.recompose;
-            }
-            if (shared_any(recompose)) {  // (a lane that does not need it takes none of it)
-                let c = composite_below(w, m, start, Points(s0.p, s1.p, s2.p, s3.p, s4.p, s5.p, s6.p, s7.p), sg);
-                if (h0.recompose) { h0.below = c.c0; }
-                if (h1.recompose) { h1.below = c.c1; }
-                if (h2.recompose) { h2.below = c.c2; }
-                if (h3.recompose) { h3.below = c.c3; }
-                if (h4.recompose) { h4.below = c.c4; }
-                if (h5.recompose) { h5.below = c.c5; }
-                if (h6.recompose) { h6.below = c.c6; }
-                if (h7.recompose) { h7.below = c.c7; }
-            }
-            var g = entry_grad(&s0, t, h0, w);
-            if (PPT > 1u) { g = add_grad(g, entry_grad(&s1, t, h1, w)); }
-            if (PPT > 2u) { g = add_grad(g, add_grad(entry_grad(&s2, t, h2, w), entry_grad(&s3, t, h3, w))); }
-            if (PPT > 4u) {
-                g = add_grad(g, add_grad(add_grad(entry_grad(&s4, t, h4, w), entry_grad(&s5, t, h5, w)),
-                                         add_grad(entry_grad(&s6, t, h6, w), entry_grad(&s7, t, h7, w))));
-            }
-            let any_hit = h0.hit || h1.hit || h2.hit || h3.hit || h4.hit || h5.hit || h6.hit || h7.hit;
-            stash10(g, li, sg, j, any_hit, place);
-            j += 1u;
-            if (j == KB || k == 1u) {  // uniform: flush the stashed slots
-                workgroupBarrier();
-                // slot q holds staged entry k - 1 + (j - 1 - q): entries are stashed top-down
-                for (var q = li; q < 10u * j; q += THREADS) {
-                    partial[part_base + staged_id[k + j - 2u - q / 10u] * 10u + q % 10u] = gather(q, sg);
+        var held = false;  // (DEFER_RECOMPOSE) `below` holds the canvas beneath entry k - 1
+        var below: BelowPixels;
+        loop {  // batches of KB entries from the top, each flushed once walked
+            if (k == 0u) { break; }
+            let lo = k - min(k, KB);
+            j = 0u;
+            loop {  // until the batch is walked; with DEFER_RECOMPOSE once more a re-composite
+                loop {  // the batch's entries, top-down
+                    if (k == lo) { break; }
+                    let t = stage_get(k - 1u, -w.reach);
+                    var h0 = entry_hit(s0, t, w);
+                    var h1 = Hit();  // explicit: naga does not re-zero a loop-body var each iteration
+                    var h2 = Hit();
+                    var h3 = Hit();
+                    var h4 = Hit();
+                    var h5 = Hit();
+                    var h6 = Hit();
+                    var h7 = Hit();
+                    var recompose = h0.recompose;
+                    if (PPT > 1u) { h1 = entry_hit(s1, t, w); recompose = recompose || h1.recompose; }
+                    if (PPT > 2u) {
+                        h2 = entry_hit(s2, t, w);
+                        h3 = entry_hit(s3, t, w);
+                        recompose = recompose || h2.recompose || h3.recompose;
+                    }
+                    if (PPT > 4u) {
+                        h4 = entry_hit(s4, t, w);
+                        h5 = entry_hit(s5, t, w);
+                        h6 = entry_hit(s6, t, w);
+                        h7 = entry_hit(s7, t, w);
+                        recompose = recompose || h4.recompose || h5.recompose || h6.recompose || h7.recompose;
+                    }
+                    recompose = shared_any(recompose);  // (a lane that does not need it takes none of it)
+                    if (DEFER_RECOMPOSE) {
+                        if (recompose && !held) { break; }  // (re-composited below, then this entry again)
+                        if (held) { take_below(&h0, &h1, &h2, &h3, &h4, &h5, &h6, &h7, below); }
+                        held = false;
+                    } else if (recompose) {
+                        let c = composite_below(w, start + k - 1u, start, Points(s0.p, s1.p, s2.p, s3.p, s4.p, s5.p, s6.p, s7.p), sg);
+                        take_below(&h0, &h1, &h2, &h3, &h4, &h5, &h6, &h7, c);
+                    }
+                    var g = entry_grad(&s0, t, h0, w);
+                    if (PPT > 1u) { g = add_grad(g, entry_grad(&s1, t, h1, w)); }
+                    if (PPT > 2u) { g = add_grad(g, add_grad(entry_grad(&s2, t, h2, w), entry_grad(&s3, t, h3, w))); }
+                    if (PPT > 4u) {
+                        g = add_grad(g, add_grad(add_grad(entry_grad(&s4, t, h4, w), entry_grad(&s5, t, h5, w)),
+                                                 add_grad(entry_grad(&s6, t, h6, w), entry_grad(&s7, t, h7, w))));
+                    }
+                    let any_hit = h0.hit || h1.hit || h2.hit || h3.hit || h4.hit || h5.hit || h6.hit || h7.hit;
+                    stash10(g, li, sg, j, any_hit, place);
+                    j += 1u;
+                    k -= 1u;
                 }
-                workgroupBarrier();
-                j = 0u;
+                if (k == lo) { break; }
+                // (DEFER_RECOMPOSE: this subgroup paused at entry k - 1) out of the loop over entries,
+                // where llvmpipe would run it at every entry whether or not a lane takes it
+                below = composite_below(w, start + k - 1u, start, Points(s0.p, s1.p, s2.p, s3.p, s4.p, s5.p, s6.p, s7.p), sg);
+                held = true;
             }
+            workgroupBarrier();  // (uniform: every thread walks the batch) flush the stashed slots
+            // slot q holds staged entry lo + (j - 1 - q): entries are stashed top-down
+            for (var q = li; q < 10u * j; q += THREADS) {
+                partial[part_base + staged_id[lo + j - 1u - q / 10u] * 10u + q % 10u] = gather(q, sg);
+            }
+            workgroupBarrier();
         }
         end = start;
         var live = s0.live;

@@ -338,18 +338,22 @@ def test_scene_records_take_a_uniform_binding_where_they_fit():
     assert big.batch * big.scene_stride * 4 > shaders.SCENE_UNIFORM_BYTES and not big.scene_uniform
 
 
-@pytest.mark.parametrize("layout", ["scene_uniform", "serial_lanes", "hands_off", "fuses_loss_pass"])
+@pytest.mark.parametrize("layout", ["scene_uniform", "serial_lanes", "hands_off", "fuses_loss_pass",
+                                    "defers_recompose"])
 def test_cpu_adapters_layouts_give_the_gpu_layouts_bits(monkeypatch, gpu_ctx, layout):
-    """Four ways of arranging the same arithmetic that several pixels a thread (CPU adapters)
+    """Five ways of arranging the same arithmetic that several pixels a thread (CPU adapters)
     take: the scene records read from a uniform binding where the batch's fit one
     (Shape.scene_uniform) where GPUs read them from storage; the gradient reduction's lanes run in
     turn in one thread (reduce_param.wgsl SERIAL_LANES) where GPUs run them as threads; the
     fused kernel hands its pixels' colour and dL/dC from the forward to the backward in the
-    thread (HANDED_OFF) where GPUs go through memory; and a loss pass outside a fit walks the
+    thread (HANDED_OFF) where GPUs go through memory; a loss pass outside a fit walks the
     forward and the backward in that one kernel (Shape.fuses_loss_pass) where GPUs dispatch them
-    apart. The same floats and additions in the same order, so on a CPU adapter the same bits -- a
-    render, a batch of renders, a loss and gradient (reduce.wgsl), removal costs and a fit loop
-    (adam.wgsl, forward_backward.wgsl). A GPU's compiler may round the two programs differently."""
+    apart; and the backward re-composites beneath nearly opaque entries outside its loop over
+    entries (backward_walk.wgsl DEFER_RECOMPOSE) where GPUs do it inside. The same floats and
+    additions in the same order, so on a CPU adapter the same bits -- a render, a batch of
+    renders, a loss and gradient (reduce.wgsl), removal costs, both on a stack of nearly opaque
+    triangles too, and a fit loop (adam.wgsl, forward_backward.wgsl). A GPU's compiler may round
+    the two programs differently."""
     from trifit import Fitter
     from trifit.gpu import shaders, workspace
 
@@ -381,11 +385,14 @@ def test_cpu_adapters_layouts_give_the_gpu_layouts_bits(monkeypatch, gpu_ctx, la
         seen.clear()
         loss, grad = eng.loss_and_grad(scenes[0], target)
         costs = eng.removal_costs(scenes[1], target)
+        opaque = Scene.random(60, W, H, seed=4, sigma_px=0.7, opacity=(0.97, 1.0))  # (re-composites)
+        _, opaque_grad = eng.loss_and_grad(opaque, target)
         f = Fitter(target, triangles=40, size=W, seed=3, engine=eng, strategy="fixed")
         f.step(12)
         got[cpu_layout] = (eng.render(scenes[0]).tobytes(), eng.render_many(scenes, W, H).tobytes(), loss,
                            grad.triangles.tobytes(), grad.background.tobytes(), np.asarray(costs).tobytes(),
-                           f.scene.triangles.tobytes(), np.asarray(f.history.losses).tobytes())
+                           f.scene.triangles.tobytes(), np.asarray(f.history.losses).tobytes(),
+                           opaque_grad.triangles.tobytes(), np.asarray(eng.removal_costs(opaque, target)).tobytes())
         f.close()
         if layout == "scene_uniform":
             assert seen and {uniform for uniform, _ in seen} == {cpu_layout}

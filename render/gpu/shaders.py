@@ -48,6 +48,16 @@ def hands_off(name: str, ppt: int) -> bool:
     return name == "forward_backward.wgsl" and ppt > 1
 
 
+def defers_recompose(ppt: int) -> bool:
+    """Whether the backward re-composites the canvas beneath a nearly opaque entry outside its loop
+    over a batch's entries (backward_walk.wgsl DEFER_RECOMPOSE: the subgroup leaves the loop, re-
+    composites, and walks the entry again): where the kernels walk several pixels a thread (CPU
+    adapters), since llvmpipe runs a branch's body, and a loop's first pass in it, at every entry
+    whether or not a lane takes it. GPUs branch around it in the loop. The same arithmetic in the
+    same order either way."""
+    return ppt > 1
+
+
 def serial_lanes(ppt: int) -> bool:
     """Whether the gradient reduction runs a parameter's lanes in turn in one thread (reduce_param.wgsl
     SERIAL_LANES): where the kernels walk several pixels a thread (CPU adapters). GPUs run them as
@@ -197,6 +207,8 @@ def constants(name: str, kb: int = 1, subgroup_size: int = 0, ppt: int = 1) -> s
     if "backward_walk.wgsl" in PIECES.get(name, ()):
         lines.append(f"const BSTAGE: u32 = {staging(ppt).backward}u;  // triangles staged a backward round "
                      "(render/gpu/shaders.py)")
+        lines.append(f"const DEFER_RECOMPOSE: bool = {str(defers_recompose(ppt)).lower()};  "
+                     "// re-composites outside the loop over entries (render/gpu/shaders.py)")
         lines.append(f"const KB: u32 = {int(kb)}u;  // triangles per barrier pair (render/gpu/shaders.py)")
         lines.append(f"const MAX_SUBGROUPS: u32 = {max_subgroups(subgroup_size, threads)}u;  "
                      "// THREADS / probed subgroup size")
