@@ -291,6 +291,7 @@ fn backward_tile(wid: vec3u, li: u32, sg: SgIn) {
         s6 = start_back_pixel(wid.xy, li + 6u * THREADS, b, slot, seg, 6u);
         s7 = start_back_pixel(wid.xy, li + 7u * THREADS, b, slot, seg, 7u);
     }
+    let pts = Points(s0.p, s1.p, s2.p, s3.p, s4.p, s5.p, s6.p, s7.p);  // (for composite_below)
     var end = seg_hi;
     loop {
         if (end <= seg_lo) { break; }
@@ -344,7 +345,7 @@ fn backward_tile(wid: vec3u, li: u32, sg: SgIn) {
                         if (held) { take_below(&h0, &h1, &h2, &h3, &h4, &h5, &h6, &h7, below); }
                         held = false;
                     } else if (recompose) {
-                        let c = composite_below(w, start + k - 1u, start, Points(s0.p, s1.p, s2.p, s3.p, s4.p, s5.p, s6.p, s7.p), sg);
+                        let c = composite_below(w, start + k - 1u, start, pts, sg);
                         take_below(&h0, &h1, &h2, &h3, &h4, &h5, &h6, &h7, c);
                     }
                     var g = entry_grad(&s0, t, h0, w);
@@ -362,7 +363,7 @@ fn backward_tile(wid: vec3u, li: u32, sg: SgIn) {
                 if (k == lo) { break; }
                 // (DEFER_RECOMPOSE: this subgroup paused at entry k - 1) out of the loop over entries,
                 // where llvmpipe would run it at every entry whether or not a lane takes it
-                below = composite_below(w, start + k - 1u, start, Points(s0.p, s1.p, s2.p, s3.p, s4.p, s5.p, s6.p, s7.p), sg);
+                below = composite_below(w, start + k - 1u, start, pts, sg);
                 held = true;
             }
             workgroupBarrier();  // (uniform: every thread walks the batch) flush the stashed slots

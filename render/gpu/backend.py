@@ -311,7 +311,7 @@ class GpuBackend:
                 ws.encode_loss(cpass)
         else:
             if ws.shape.fuses_loss_pass:
-                ws.encode_fit_forward_backward(cpass, self.timer.span, timed)
+                ws.encode_fused_forward_backward(cpass, self.timer.span, timed)
             else:
                 ws.encode_binned_forward(cpass, self.timer.span, timed)
                 with self.timer.span(cpass, "backward", timed):

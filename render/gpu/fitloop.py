@@ -812,7 +812,7 @@ class GpuFitLoop:
         ws, span = self.ws, self.backend.timer.span
         B = self.shape.batch
         if self.shape.fuses_backward:  # (its one dispatch starts the iteration)
-            ws.encode_fit_forward_backward(cpass, span, timed, self.extra)
+            ws.encode_fused_forward_backward(cpass, span, timed, self.extra)
         else:
             ws.encode_binned_forward(cpass, span, timed, self.extra)  # (its first dispatch starts the iteration)
             with span(cpass, "backward", timed):

@@ -511,7 +511,7 @@ class Workspace:
         weighted = self.shape.weighted
         return [None if (n in _FIT_ONLY and not fitting) or (n == "weights" and not weighted) else n for n in bindings]
 
-    def encode_fit_forward_backward(self, cpass, span, timed: bool, fit: dict | None = None) -> None:
+    def encode_fused_forward_backward(self, cpass, span, timed: bool, fit: dict | None = None) -> None:
         """Binning, forward and backward in one dispatch (Shape.fuses_loss_pass), timed as
         "forward+backward": a fit's iteration (``fit``: its buffers; the dispatch starts the
         iteration), or outside a fit a loss pass's."""
