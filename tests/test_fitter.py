@@ -327,10 +327,11 @@ def test_long_plans_prune_in_cycles_that_grow_back(ref_engine):
 
 
 def _cycling_fitter(engine, **settings):
-    """8 triangles over-grown to 12, pruned in three cycles of 6 iterations from iteration 6 of 30."""
+    """8 triangles over-grown to 12, pruned in three cycles of 6 iterations from iteration 6 of 30
+    (one replica, where a GPU's default would run two)."""
     f = Fitter(_target(24, 18), triangles=8, size=24, seed=0, engine=engine, growth_stages=1,
                growth_until=0.2, prune_until=0.8, overgrow=1.5, prune_stages=2, overgrow_cycles=3,
-               prune_cycle_min=6, **{"respawn_every": 0, "coarse_fraction": 0, **settings})
+               prune_cycle_min=6, **{"respawn_every": 0, "coarse_fraction": 0, "replicas": 1, **settings})
     f.plan(30)
     return f
 
@@ -540,7 +541,7 @@ def test_the_loop_brings_its_last_image_back_for_placement(gpu_engine):
     loop.run(1)
     assert loop.last_image() is None                 # stale after another iteration ...
     read = loop.read_image()                         # ... but the device still has it: a round trip
-    assert read.shape == (1, 30, 40, 3) and np.abs(read[0] - image).max() > 0
+    assert read.shape == (f.replicas, 30, 40, 3) and np.abs(read[0] - image).max() > 0  # (a slot a replica)
     f.set_triangles(12)                              # a new state: no forward of it yet
     assert f._loop.read_image() is None
     f.close()
@@ -740,7 +741,7 @@ def test_history_costs_few_bytes_an_iteration():
 def test_a_batch_too_large_for_one_buffer_renders_in_parts(gpu_engine, monkeypatch):
     """A sigma probe renders 3 scenes an image; where they do not fit one device buffer (1024 px
     with 5000 triangles on an H200) the render goes in parts, with the same pixels."""
-    f = Fitter(_target(48, 36), triangles=10, size=48, seed=0, engine=gpu_engine)
+    f = Fitter(_target(48, 36), triangles=10, size=48, seed=0, engine=gpu_engine, replicas=1)
     tris, bg, sigmas = f.values()
     tris3, bg3, s3 = np.repeat(tris, 3, axis=0), np.repeat(bg, 3, axis=0), np.repeat(sigmas, 3) * [0.8, 1.0, 1.2]
     whole = f.render(tris3, bg3, s3, transient=True)

@@ -381,7 +381,7 @@ def test_cpu_adapters_layouts_give_the_gpu_layouts_bits(monkeypatch, gpu_ctx, la
             else:
                 monkeypatch.setattr(shaders, layout, lambda *a: False)
             monkeypatch.setattr(shaders, "_pipelines", {})
-        eng = Engine("gpu", pixels_per_thread=8)
+        eng = Engine("gpu", pixels_per_thread=8, segmented=False)  # (a CPU adapter's kernels on any adapter)
         seen.clear()
         loss, grad = eng.loss_and_grad(scenes[0], target)
         costs = eng.removal_costs(scenes[1], target)
