@@ -12,8 +12,9 @@ EVENTFUL = {"prune_cycle_min": 20, "respawn_alpha": 0.3}
 
 
 def _state(f):
-    """(raw, m, v) of image 0's triangles, (T, 10) each."""
-    return [a[0, : f.n_triangles * 10].reshape(-1, 10) for a in f._state()]
+    """(raw, m, v) of image 0's triangles, (T, 10) each: its leading replica's, whose triangles
+    ``triangles_now`` and ``locked`` report (a GPU's default runs two replicas)."""
+    return [a[f.leaders()[0], : f.n_triangles * 10].reshape(-1, 10) for a in f._state()]
 
 
 def _fixed(engine, n=8, size=24):

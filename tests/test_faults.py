@@ -79,7 +79,7 @@ def test_lost_device_is_recreated_and_the_fit_resumes(gpu_ctx):
         eng = render.Engine("gpu")
         f = render.Fitter(np.random.default_rng(0).uniform(0, 1, (24, 32, 3)), triangles=6, size=32,
                           engine=eng, chunk=5, host_snapshot_every=10)
-        ids = [np.arange(f.n_triangles) * 7 + 100]
+        ids = [np.arange(f.n_triangles) * 7 + 100] * f.batch  # (a slot a replica)
         f.set_ids_state(ids, 1000)  # (no event from 20 to 35 changes them)
         f.step(20)
         old = eng.impl.ctx.device

@@ -216,24 +216,31 @@ def test_l_locks_and_unlocks_and_undo_relocks(qtbot, window):
 def test_drag_moves_a_triangle_and_a_handle_moves_one_vertex(qtbot, window):
     win = window
     tool = editing(qtbot, win)
-    a, pa = pickable(tool)[0]
+    W, H = tool.size
+    du, dv = 30 / win.canvas.image_scale(), 12 / (win.canvas.image_scale() * H / W)
+
+    def inner_vertex(t):  # a vertex whose handle shows on the canvas (a fit's vertices may lie outside)
+        return next((k for k in range(3) if np.all((t[2 * k: 2 * k + 2] > 0.15) & (t[2 * k: 2 * k + 2] < 0.85))), None)
+
+    a, pa = next((i, p) for i, p in pickable(tool)
+                 if inner_vertex(tool.view.triangles[tool.view.ids.index(i)] + np.r_[np.tile([du, dv], 3), [0] * 4]) is not None)
     before = tool.view.triangles[tool.view.ids.index(a)].copy()
     start = to_widget(win, *pa)
     drag(win, start, start + QtCore.QPointF(30, 12))
-    W, H = tool.size
-    du, dv = 30 / win.canvas.image_scale(), 12 / (win.canvas.image_scale() * H / W)
     view = fresh_view(qtbot, tool, lambda v: a in v.ids and not np.allclose(v.triangles[v.ids.index(a)][:6], before[:6]))
     after = view.triangles[view.ids.index(a)]
     assert np.allclose(after[:6], before[:6] + np.tile([du, dv], 3), atol=1e-4)
     assert np.allclose(after[6:], before[6:], atol=1e-6) and tool.selection == [a]
-    # the selected triangle's vertex 1, by its handle
-    vertex = to_widget(win, after[2], after[3])
+    # one of the selected triangle's vertices, by its handle
+    k = inner_vertex(after)
+    xy, others = slice(2 * k, 2 * k + 2), [c for c in range(6) if c // 2 != k]
+    vertex = to_widget(win, *after[xy])
     drag(win, vertex, vertex + QtCore.QPointF(-20, 25))
     du, dv = -20 / win.canvas.image_scale(), 25 / (win.canvas.image_scale() * H / W)
-    view = fresh_view(qtbot, tool, lambda v: not np.allclose(v.triangles[v.ids.index(a)][2:4], after[2:4]))
+    view = fresh_view(qtbot, tool, lambda v: not np.allclose(v.triangles[v.ids.index(a)][xy], after[xy]))
     moved = view.triangles[view.ids.index(a)]
-    assert np.allclose(moved[2:4], after[2:4] + [du, dv], atol=1e-4)
-    assert np.allclose(moved[[0, 1, 4, 5]], after[[0, 1, 4, 5]], atol=1e-6)
+    assert np.allclose(moved[xy], after[xy] + [du, dv], atol=1e-4)
+    assert np.allclose(moved[others], after[others], atol=1e-6)
     key(win, "Ctrl+Z")  # undo the vertex move
     fresh_view(qtbot, tool, lambda v: np.allclose(v.triangles[v.ids.index(a)][:6], after[:6], atol=1e-6))
     assert [c[2]["op"] for c in changes(qtbot, win)] == ["set", "set", "set"]

@@ -48,17 +48,23 @@ def _lock_and_run(engine, size, total, lock_at, indices, check_every=10, **setti
     f.step(lock_at)
     f.set_locked(indices)
     values = f.scene.triangles[indices]
-    raw, m, v = (a[0, : f.n_triangles * 10].reshape(-1, 10)[indices] for a in f._state())
     on_device = values if engine.backend == "reference" else values.astype(np.float32).astype(np.float64)
+
+    def locked_numbers(slot, idx):  # a slot's raw parameters and Adam moments of its locked triangles
+        return [a[slot, : f.n_triangles * 10].reshape(-1, 10)[idx] for a in f._state()]
+
+    # every slot (a GPU's default runs two replicas, whose prunings may renumber the locked
+    # triangles apart): each keeps them at its own indices, with the same numbers
+    raw_m_v = locked_numbers(0, indices)
     counts, respawned = [f.n_triangles], f.respawned
     while f.iteration < total:
         f.step(check_every)
         counts.append(f.n_triangles)
-        idx = f.locked
-        assert len(idx) == len(indices) and idx == sorted(idx)
-        now = [a[0, : f.n_triangles * 10].reshape(-1, 10)[idx] for a in f._state()]
-        assert all(np.array_equal(a, b) for a, b in zip(now, (raw, m, v))), f.iteration  # parameters and moments
-        assert np.array_equal(f._loop_values()[0][0, idx], on_device)  # what the loop renders
+        assert len(f.locked) == len(indices) and f.locked == sorted(f.locked)
+        for slot in range(f.batch):
+            idx = [int(i) for i in f.locks[slot]]
+            assert all(np.array_equal(a, b) for a, b in zip(locked_numbers(slot, idx), raw_m_v)), (slot, f.iteration)
+            assert np.array_equal(f._loop_values()[0][slot, idx], on_device)  # what the loop renders
     f.finish()
     return f, values, counts, f.respawned - respawned
 
