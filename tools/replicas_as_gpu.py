@@ -5,6 +5,8 @@ there and fails on a lent GPU; this finds such tests without one.
 
     PYTHONPATH=tools CI=true xvfb-run -a .venv/bin/python -m pytest -q -p replicas_as_gpu tests
 
+.ci/test.sh runs the fit's modules so after the suite. On a GPU adapter it changes nothing.
+
 Known differences that are not faults (9 of the suite's tests on 2026-12-05): the Dask workers of
 tests/test_cluster.py run in processes without the plugin (one replica), so their scenes differ
 from the in-process batch's (two); and tests that expect what ``auto_replicas`` says for this
