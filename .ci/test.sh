@@ -13,5 +13,6 @@ xvfb-run -a -s "-screen 0 1600x1000x24" .venv/bin/python -P -m pytest -q "$@"  #
 # The modules whose fits run replicas, again with a CPU adapter's fits choosing them as a GPU's do
 # (two for small default fits, where lavapipe chooses one): what holds here then holds on a GPU.
 echo "again, with fits choosing replicas as a GPU would (tools/replicas_as_gpu.py):"
-PYTHONPATH=tools .venv/bin/python -P -m pytest -q -p replicas_as_gpu tests/test_fitter.py tests/test_events.py \
-  tests/test_locks.py tests/test_edits.py tests/test_focus.py tests/test_batch_fit.py tests/test_faults.py
+PYTHONPATH=tools xvfb-run -a -s "-screen 0 1600x1000x24" .venv/bin/python -P -m pytest -q -p replicas_as_gpu \
+  tests/test_fitter.py tests/test_events.py tests/test_locks.py tests/test_edits.py tests/test_focus.py \
+  tests/test_batch_fit.py tests/test_faults.py tests/test_gui_edit.py

@@ -222,8 +222,10 @@ def test_drag_moves_a_triangle_and_a_handle_moves_one_vertex(qtbot, window):
     def inner_vertex(t):  # a vertex whose handle shows on the canvas (a fit's vertices may lie outside)
         return next((k for k in range(3) if np.all((t[2 * k: 2 * k + 2] > 0.15) & (t[2 * k: 2 * k + 2] < 0.85))), None)
 
-    a, pa = next((i, p) for i, p in pickable(tool)
-                 if inner_vertex(tool.view.triangles[tool.view.ids.index(i)] + np.r_[np.tile([du, dv], 3), [0] * 4]) is not None)
+    shift = np.r_[np.tile([du, dv], 3), [0] * 4]  # (the first drag's)
+    a, pa = next(((i, p) for i, p in pickable(tool)
+                  if inner_vertex(tool.view.triangles[tool.view.ids.index(i)] + shift) is not None), (None, None))
+    assert a is not None, "no pickable triangle keeps a vertex inside the canvas once dragged"
     before = tool.view.triangles[tool.view.ids.index(a)].copy()
     start = to_widget(win, *pa)
     drag(win, start, start + QtCore.QPointF(30, 12))
