@@ -139,6 +139,18 @@ class _Parser(argparse.ArgumentParser):
         raise UsageError(f"{command}: {message}" if command else message)
 
 
+# Without --iters, --time-limit, --target-psnr or --plateau a fit runs this many iterations: a
+# count, not a time, so that the same command writes the same scene on any machine.
+DEFAULT_ITERATIONS = 600
+
+_ITERS_HELP = f"stop after this many iterations (default {DEFAULT_ITERATIONS} when no other stop is given)"
+_SEED_HELP = ("random seed of the placement (default 0): the same image, settings, seed and adapter "
+              "give the same scene")
+_LOSS_HELP = "per-pixel loss: mse (default; what PSNR scores) or l1"
+_BACKEND_HELP = ("auto (default): the GPU adapter wgpu finds (lavapipe counts), else the float64 "
+                 "reference; gpu: that adapter or an error; reference: the float64 CPU engine (slow)")
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = _Parser(prog="trifit", description="Turn a picture into semi-transparent triangles on the GPU.")
     p.add_argument("--version", action="version", version=f"trifit {__version__}")
@@ -149,14 +161,15 @@ def build_parser() -> argparse.ArgumentParser:
     f.add_argument("image", help="any image Pillow reads")
     f.add_argument("--tris", type=_triangles, default=150, help="triangle count (default 150)")
     f.add_argument("--size", type=_working_size, default=176, help="working size: longer side in px (default 176)")
-    f.add_argument("--iters", type=_positive_int, default=None, help="stop after this many iterations")
+    f.add_argument("--iters", type=_positive_int, default=None, help=_ITERS_HELP)
     f.add_argument("--time-limit", type=_positive_float, default=None, metavar="SEC", help="fit for at most SEC seconds")
     f.add_argument("--target-psnr", type=_positive_float, default=None, metavar="DB", help="stop at this PSNR")
     f.add_argument("--plateau", type=_positive_int, default=None, metavar="N",
                    help="stop when the loss has not improved by 0.1%% in N iterations")
-    f.add_argument("--seed", type=_seed, default=0)
-    f.add_argument("--loss", choices=["mse", "l1"], default="mse")
-    f.add_argument("--backend", choices=["auto", "gpu", "reference"], default="auto")
+    f.add_argument("--seed", type=_seed, default=0, help=_SEED_HELP)
+    f.add_argument("--loss", choices=["mse", "l1"], default="mse", help=_LOSS_HELP)
+    f.add_argument("--backend", choices=["auto", "gpu", "reference"], default="auto",
+                   help=_BACKEND_HELP)
     f.add_argument("--strategy", choices=["default", "fixed"], default="default",
                    help="fit policy: default (coarse stage, growth, pruning, respawn, sigma probes) "
                         "or fixed (the count from the start, plain schedules)")
@@ -187,13 +200,15 @@ def build_parser() -> argparse.ArgumentParser:
                        description="Render SCENE.json at any size; the output format follows the suffix "
                                    "(.png .jpg .webp .tif .bmp; .npy float32; .svg vector). "
                                    "Large sizes are rendered in tiles.")
-    r.add_argument("scene")
+    r.add_argument("scene", help="a scene file trifit wrote (.json)")
     _picture_options(r)
     r.add_argument("--size", type=_size_wxh, default=None, metavar="WxH",
                    help="output size (default: the scene's frame); another aspect needs --stretch")
     r.add_argument("--stretch", action="store_true", help="allow a --size of another aspect than the scene's")
-    r.add_argument("--backend", choices=["auto", "gpu", "reference"], default="auto")
-    r.add_argument("-o", "--output", type=_path, required=True, metavar="OUT.png|OUT.npy|OUT.svg")
+    r.add_argument("--backend", choices=["auto", "gpu", "reference"], default="auto",
+                   help=_BACKEND_HELP)
+    r.add_argument("-o", "--output", type=_path, required=True, metavar="OUT.png|OUT.npy|OUT.svg",
+                   help="what the extension names: a picture, float32 pixels (.npy) or a vector file")
 
     bt = sub.add_parser("batch", help="fit every image of a folder or glob",
                         description="Fit soft triangles to every image of DIR_OR_GLOB (resumable: images "
@@ -203,15 +218,16 @@ def build_parser() -> argparse.ArgumentParser:
     bt.add_argument("-o", "--output", type=_path, required=True, metavar="OUTDIR", help="folder for the scenes (created)")
     bt.add_argument("--tris", type=_triangles, default=150, help="triangle count (default 150)")
     bt.add_argument("--size", type=_working_size, default=176, help="working size: longer side in px (default 176)")
-    bt.add_argument("--iters", type=_positive_int, default=None, help="stop after this many iterations")
+    bt.add_argument("--iters", type=_positive_int, default=None, help=_ITERS_HELP)
     bt.add_argument("--time-limit", type=_positive_float, default=None, metavar="SEC",
                     help="stop each fit after SEC seconds")
     bt.add_argument("--target-psnr", type=_positive_float, default=None, metavar="DB", help="stop at this PSNR")
     bt.add_argument("--plateau", type=_positive_int, default=None, metavar="N",
                     help="stop when the loss has not improved by 0.1%% in N iterations")
-    bt.add_argument("--seed", type=_seed, default=0)
-    bt.add_argument("--loss", choices=["mse", "l1"], default="mse")
-    bt.add_argument("--backend", choices=["auto", "gpu", "reference"], default="auto")
+    bt.add_argument("--seed", type=_seed, default=0, help=_SEED_HELP)
+    bt.add_argument("--loss", choices=["mse", "l1"], default="mse", help=_LOSS_HELP)
+    bt.add_argument("--backend", choices=["auto", "gpu", "reference"], default="auto",
+                   help=_BACKEND_HELP)
     bt.add_argument("--strategy", choices=["default", "fixed"], default="default", help="fit policy (see fit)")
     bt.add_argument("--replicas", type=_replicas, default=0, metavar="R", help="replicas of each image (see fit)")
     bt.add_argument("--png", action="store_true",
@@ -245,7 +261,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="iterations for each frame after the first (default 100)")
     v.add_argument("--first-frame-iters", type=_positive_int, default=600, metavar="M",
                    help="iterations of the first frame's full fit (default 600)")
-    v.add_argument("--seed", type=_seed, default=0)
+    v.add_argument("--seed", type=_seed, default=0, help=_SEED_HELP)
     v.add_argument("--steady", type=_nonnegative_float, default=0.0, metavar="W",
                    help="the temporal term: pull each triangle towards where the previous frame left it, W times "
                         "how still the picture is around it, so still regions stop flickering and moving content "
@@ -261,14 +277,16 @@ def build_parser() -> argparse.ArgumentParser:
     v.add_argument("--dask", default=None, metavar="local[:N]|tcp://HOST:PORT",
                    help="with --segment: fit the segments in parallel on a Dask cluster (pip install "
                         "'trifit[cluster]'), as batch --dask; the output is what --segment K writes here")
-    v.add_argument("--backend", choices=["auto", "gpu", "reference"], default="auto")
+    v.add_argument("--backend", choices=["auto", "gpu", "reference"], default="auto",
+                   help=_BACKEND_HELP)
     v.add_argument("--quiet", action="store_true", help="no progress bar")
 
     b = sub.add_parser("bench", help="measure the engine (see docs/PERFORMANCE.md)")
     b.add_argument("--quick", action="store_true", help="small CI-sized cells")
     b.add_argument("--repeats", type=_positive_int, default=None, help="timed repeats per cell")
     b.add_argument("--json", type=_path, default=None, metavar="OUT.json", help="also write the results as JSON")
-    b.add_argument("--backend", choices=["auto", "gpu", "reference"], default="auto")
+    b.add_argument("--backend", choices=["auto", "gpu", "reference"], default="auto",
+                   help=_BACKEND_HELP)
     b.add_argument("--quality", action="store_true",
                    help="fit quality over the bundled samples (PSNR/SSIM by the reference engine)")
     b.add_argument("--tris", type=_count_list, default=None, metavar="N,N,..",
@@ -284,8 +302,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="--quality: replicas of each image (see fit; default 0: chosen for the adapter)")
 
     g = sub.add_parser("gui", help="open the desktop application (the default)")
-    g.add_argument("image", nargs="?", default=None)
+    g.add_argument("image", nargs="?", default=None,
+                   help="image, video or folder of frames to fit (default: the astronaut sample)")
     g.add_argument("--start", action="store_true", help="start fitting at once")
+    g.add_argument("--backend", choices=["auto", "gpu", "reference"], default="auto", help=_BACKEND_HELP)
     return p
 
 
@@ -406,7 +426,7 @@ def cmd_fit(args) -> int:
     init = Scene.load(args.resume) if args.resume else None
     stop = StopConditions(args.iters, args.time_limit, args.target_psnr, args.plateau)
     if not stop.any():
-        stop.iterations = 600
+        stop.iterations = DEFAULT_ITERATIONS
     if replay is not None:
         stop = StopConditions(iterations=replay["iterations"])
     recorder = None
@@ -710,7 +730,7 @@ def cmd_batch(args) -> int:
     _check_writable(out / "batch-summary.json")
     stop = StopConditions(args.iters, args.time_limit, args.target_psnr, args.plateau)
     if not stop.any():
-        stop.iterations = 600
+        stop.iterations = DEFAULT_ITERATIONS
     common = dict(triangles=args.tris, size=args.size, stop=stop, seed=args.seed, loss=args.loss,
                   strategy=args.strategy, replicas=args.replicas, backend=args.backend,
                   render=(args.scale or True) if args.png else False, reports=args.reports, force=args.force,
@@ -832,16 +852,21 @@ def cmd_gui(args) -> int:
                                                  or env.get("QT_QPA_PLATFORM")):
         raise TrifitError("no display to open the desktop app on (neither DISPLAY nor WAYLAND_DISPLAY is set); "
                           "the other commands (trifit fit ...) need none")
-    if args.image is not None:  # a bad image is one line here, before Qt starts
-        from .imageio import load_image
+    if args.image is not None:  # a bad picture is one line here, before Qt starts
+        from .video import is_clip
 
-        load_image(args.image, 64)
+        if not is_clip(args.image):
+            from .imageio import load_image
+
+            load_image(args.image, 64)
+        elif not os.path.exists(args.image):  # a clip is decoded by the window, which shows its errors
+            raise TrifitError(f"{args.image}: no such file or folder")
     _warm_up_gpu(args)  # while Qt and the window's modules load
     try:
         from .app.main import run_gui
     except ImportError as exc:
         raise TrifitError(f"the desktop app is not available ({exc}); install with: pip install 'trifit[gui]'") from None
-    return run_gui(args.image, start=args.start)
+    return run_gui(args.image, start=args.start, backend=args.backend)
 
 
 def one_blas_thread() -> None:

@@ -225,3 +225,22 @@ def test_the_app_needs_a_display_and_a_readable_image(tmp_path, monkeypatch, cap
     _refused(["gui"], capsys, "no display")  # (Qt would abort the process)
     monkeypatch.setenv("DISPLAY", ":99")
     _refused(["gui", str(tmp_path / "missing.png")], capsys, "missing.png")  # before Qt starts
+    _refused(["gui", str(tmp_path / "missing.mp4")], capsys, "missing.mp4")  # a clip's name too
+
+
+def test_the_app_opens_what_its_own_dialog_opens(tmp_path, png, monkeypatch):
+    """`trifit gui` takes a folder of frames or a video as File > Open does (the window decodes a
+    clip and shows its errors), and passes --start and --backend on."""
+    from conftest import import_or_fail
+
+    app_main = import_or_fail("trifit.app.main", "gui")
+
+    monkeypatch.setenv("DISPLAY", ":99")
+    opened = []
+    monkeypatch.setattr(app_main, "run_gui", lambda path, start, backend: opened.append((path, start, backend)) or 0)
+    frames = tmp_path / "frames"
+    frames.mkdir()
+    (frames / "0001.png").write_bytes(png.read_bytes())
+    assert main(["gui", str(frames), "--start", "--backend", "reference"]) == 0
+    assert main(["gui", str(png), "--backend", "reference"]) == 0
+    assert opened == [(str(frames), True, "reference"), (str(png), False, "reference")]
