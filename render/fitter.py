@@ -487,7 +487,7 @@ class Fitter(FitState):
 
     def run(self, stop, callback=None, chunk: int | None = None) -> StepStats:
         """Step until a stop condition holds (render/run.py's FitRun); ``callback(stats)`` after
-        each chunk may return False to stop."""
+        each chunk, the last included, may return False to stop."""
         from .run import FitRun
 
         if not stop.any():

@@ -204,11 +204,14 @@ class FitRun:
         return self._apply_requests()
 
     def run(self, callback=None) -> StepStats:
-        """Run to the end; ``callback(stats)`` after each chunk may return False to stop."""
+        """Run to the end; ``callback(stats)`` after each chunk, the last included (a progress bar
+        counts every iteration), may return False to stop."""
         stats = None
         for progress in self:
             stats = progress.stats
-            if callback is not None and progress.reason is None and callback(stats) is False:
+            if callback is None or (progress.reason is not None and not progress.chunk):
+                continue  # (a run that ends before a chunk yields the last chunk's stats again)
+            if callback(stats) is False and progress.reason is None:
                 self.cancel()
         if self._cancelled:
             self.fit.finish()  # stopped by the caller: the scene still has the count asked for

@@ -247,3 +247,14 @@ def test_batched_fits_score_as_sequential_ones(gpu_engine):
 def _psnr(engine, scene, target) -> float:
     mse = float(np.mean((engine.render(scene).astype(np.float64) - target) ** 2))
     return 10 * np.log10(1 / mse)
+
+
+@pytest.mark.parametrize("stop", [StopConditions(iterations=30), StopConditions(plateau=5)])
+def test_the_callback_sees_every_chunk_the_last_included(ref_engine, stop):
+    """A progress bar that adds each chunk's iterations ends at the run's count: the last chunk
+    is reported, and no chunk twice."""
+    f = Fitter(_target(24, 18), triangles=6, size=24, seed=0, engine=ref_engine)
+    seen = []
+    FitRun(f, stop, chunk=7).run(lambda st: seen.append((st.iteration, st.iterations)))
+    assert sum(n for _, n in seen) == f.iteration > 0
+    assert [it for it, _ in seen] == sorted({it for it, _ in seen})  # increasing: none repeated
