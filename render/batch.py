@@ -389,16 +389,22 @@ def _fit_batched(members, engine, stop, *, triangles, size, seed, loss, strategy
     opts = dict(triangles=triangles, size=size, seed=seed, loss=loss, strategy=strategy, replicas=replicas,
                 render=render, reports=reports, progress=progress, bar=bar, record=record, outdir=outdir,
                 names=names, ctrl_c=ctrl_c)
-    bar.set_description_str(f"images {bar.n + 1}-{bar.n + len(members)} of {bar.total} (batched)")
+    if len(members) == 1:
+        bar.set_description_str(f"image {bar.n + 1} of {bar.total}: {members[0][0].name[:40]}")
+    else:
+        bar.set_description_str(f"images {bar.n + 1}-{bar.n + len(members)} of {bar.total}, in one batch")
     t0 = time.perf_counter()
     try:
         bf = BatchFitter([t for _, t in members], triangles=triangles, size=size, seeds=seed, engine=engine,
                          sources=[str(p) for p, _ in members], loss=loss, strategy=strategy, replicas=replicas)
         try:
+            def step(stats):  # (a group's loss is its images' mean: its PSNR would be no one's)
+                bar.set_postfix_str(f"it {stats.iteration}" + (f" psnr {stats.psnr:.2f}" if len(members) == 1 else ""))
+
             run = FitRun(bf, stop)
             if ctrl_c is not None:
                 ctrl_c.watch(run)
-            run.run()
+            run.run(step if progress else None)
             scenes = bf.scenes
         finally:
             bf.close()
