@@ -39,6 +39,8 @@ VARIANTS = {
     "sigma 2.5->0.3": {"sigma_end_px": 0.3},
     "sigma 2.5->1.0": {"sigma_end_px": 1.0},
     "lr_final 0.02": {"lr_final": 0.02},
+    "lr_final 0.2": {"lr_final": 0.2},
+    "lr_final 0.3": {"lr_final": 0.3},
     "coarse 0.5": {"coarse_fraction": 0.5},
     "respawn alpha 0.05": {"respawn_alpha": 0.05},
     "growth 3": {"growth_stages": 3},
