@@ -249,7 +249,10 @@ class Fitter(FitState):
 
     @property
     def coarse_until(self) -> int:
-        """Iteration at which the half-size stage ends; 0 when there is none."""
+        """Iteration at which the half-size stage ends (where it did, once it has: a time limit's
+        later plans would put it elsewhere, even before the fit's start); 0 when there is none."""
+        if self.has_coarse_stage and not self.coarse:
+            return self.full_from
         return self.strategy.coarse_until()
 
     @property

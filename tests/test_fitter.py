@@ -253,6 +253,8 @@ def test_coarse_stage_then_full_size(ref_engine):
     assert f.coarse and f._loop.target_shape == (1, 64, 64, 3)
     f.step(2)
     assert not f.coarse and f._loop.target_shape == (1, 128, 128, 3) and f.iteration == 3 and f.full_from == 2
+    f.plan(400)  # a later plan (a time limit's) would put the stage's end elsewhere: it stays where it was
+    assert f.coarse_until == 2 and f.strategy.coarse_until() != 2
 
 
 def test_time_limited_run_plans_the_schedule(ref_engine):
