@@ -54,6 +54,7 @@ from pathlib import Path
 
 from .errors import SceneError, TrifitError
 from .fileutil import atomic_write_bytes
+from .limits import DEFAULT_ITERATIONS
 
 #: Suffixes taken from a folder (a glob or explicit file list takes whatever it names).
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".webp", ".bmp", ".tif", ".tiff", ".gif", ".ppm",
@@ -258,7 +259,7 @@ def run_batch(inputs: Iterable[str] | Iterable[Path], outdir, *, triangles: int 
     if stop is not None and not isinstance(stop, StopConditions):
         raise TypeError(f"stop must be StopConditions, got {type(stop).__name__}")
     if stop is None or not stop.any():
-        stop = StopConditions(iterations=600)
+        stop = StopConditions(iterations=DEFAULT_ITERATIONS)
     names = output_names(images)
     result, bar, record = tally(len(images), progress, on_result)
 

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from . import __version__
 from .errors import TrifitError
-from .limits import MAX_REPLICAS, MAX_TRIANGLES_FIT, MAX_WORKING_SIZE
+from .limits import DEFAULT_ITERATIONS, MAX_REPLICAS, MAX_TRIANGLES_FIT, MAX_WORKING_SIZE
 
 _IMPORTED = time.perf_counter()  # (the start-up timeline that fit logs under --verbose counts from here)
 log = logging.getLogger("trifit.cli")
@@ -139,16 +139,10 @@ class _Parser(argparse.ArgumentParser):
         raise UsageError(f"{command}: {message}" if command else message)
 
 
-# Without --iters, --time-limit, --target-psnr or --plateau a fit runs this many iterations: a
-# count, not a time, so that the same command writes the same scene on any machine.
-DEFAULT_ITERATIONS = 600
-
 _ITERS_HELP = f"stop after this many iterations (default {DEFAULT_ITERATIONS} when no other stop is given)"
 _SEED_HELP = ("random seed of the placement (default 0): the same image, settings, seed and adapter "
               "give the same scene")
 _LOSS_HELP = "per-pixel loss: mse (default; what PSNR scores) or l1"
-_BACKEND_HELP = ("auto (default): the GPU adapter wgpu finds (lavapipe counts), else the float64 "
-                 "reference; gpu: that adapter or an error; reference: the float64 CPU engine (slow)")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -168,8 +162,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="stop when the loss has not improved by 0.1%% in N iterations")
     f.add_argument("--seed", type=_seed, default=0, help=_SEED_HELP)
     f.add_argument("--loss", choices=["mse", "l1"], default="mse", help=_LOSS_HELP)
-    f.add_argument("--backend", choices=["auto", "gpu", "reference"], default="auto",
-                   help=_BACKEND_HELP)
+    _backend_option(f)
     f.add_argument("--strategy", choices=["default", "fixed"], default="default",
                    help="fit policy: default (coarse stage, growth, pruning, respawn, sigma probes) "
                         "or fixed (the count from the start, plain schedules)")
@@ -205,8 +198,7 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--size", type=_size_wxh, default=None, metavar="WxH",
                    help="output size (default: the scene's frame); another aspect needs --stretch")
     r.add_argument("--stretch", action="store_true", help="allow a --size of another aspect than the scene's")
-    r.add_argument("--backend", choices=["auto", "gpu", "reference"], default="auto",
-                   help=_BACKEND_HELP)
+    _backend_option(r)
     r.add_argument("-o", "--output", type=_path, required=True, metavar="OUT.png|OUT.npy|OUT.svg",
                    help="what the extension names: a picture, float32 pixels (.npy) or a vector file")
 
@@ -226,8 +218,7 @@ def build_parser() -> argparse.ArgumentParser:
                     help="stop when the loss has not improved by 0.1%% in N iterations")
     bt.add_argument("--seed", type=_seed, default=0, help=_SEED_HELP)
     bt.add_argument("--loss", choices=["mse", "l1"], default="mse", help=_LOSS_HELP)
-    bt.add_argument("--backend", choices=["auto", "gpu", "reference"], default="auto",
-                   help=_BACKEND_HELP)
+    _backend_option(bt)
     bt.add_argument("--strategy", choices=["default", "fixed"], default="default", help="fit policy (see fit)")
     bt.add_argument("--replicas", type=_replicas, default=0, metavar="R", help="replicas of each image (see fit)")
     bt.add_argument("--png", action="store_true",
@@ -277,16 +268,14 @@ def build_parser() -> argparse.ArgumentParser:
     v.add_argument("--dask", default=None, metavar="local[:N]|tcp://HOST:PORT",
                    help="with --segment: fit the segments in parallel on a Dask cluster (pip install "
                         "'trifit[cluster]'), as batch --dask; the output is what --segment K writes here")
-    v.add_argument("--backend", choices=["auto", "gpu", "reference"], default="auto",
-                   help=_BACKEND_HELP)
+    _backend_option(v)
     v.add_argument("--quiet", action="store_true", help="no progress bar")
 
     b = sub.add_parser("bench", help="measure the engine (see docs/PERFORMANCE.md)")
     b.add_argument("--quick", action="store_true", help="small CI-sized cells")
     b.add_argument("--repeats", type=_positive_int, default=None, help="timed repeats per cell")
     b.add_argument("--json", type=_path, default=None, metavar="OUT.json", help="also write the results as JSON")
-    b.add_argument("--backend", choices=["auto", "gpu", "reference"], default="auto",
-                   help=_BACKEND_HELP)
+    _backend_option(b)
     b.add_argument("--quality", action="store_true",
                    help="fit quality over the bundled samples (PSNR/SSIM by the reference engine)")
     b.add_argument("--tris", type=_count_list, default=None, metavar="N,N,..",
@@ -305,8 +294,14 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("image", nargs="?", default=None,
                    help="image, video or folder of frames to fit (default: the astronaut sample)")
     g.add_argument("--start", action="store_true", help="start fitting at once")
-    g.add_argument("--backend", choices=["auto", "gpu", "reference"], default="auto", help=_BACKEND_HELP)
+    _backend_option(g)
     return p
+
+
+def _backend_option(p) -> None:
+    p.add_argument("--backend", choices=["auto", "gpu", "reference"], default="auto",
+                   help="auto (default): the GPU adapter wgpu finds (lavapipe counts), else the float64 "
+                        "reference; gpu: that adapter or an error; reference: the float64 CPU engine (slow)")
 
 
 def _picture_options(p) -> None:

@@ -46,6 +46,7 @@ from pathlib import Path
 
 from .batch import SUMMARY_NAME, BatchResult, ImageResult, find_images, output_names, still_to_fit, tally
 from .errors import TrifitError
+from .limits import DEFAULT_ITERATIONS
 
 #: worker deaths a local cluster's scheduler lets an image see (fitting it or holding it next) before
 #: it records the image as failed: a dead worker's images go to another that many times
@@ -298,7 +299,7 @@ def run_cluster_batch(inputs: Iterable[str] | Iterable[Path], outdir, *, dask: s
     outdir = Path(outdir)
     outdir.mkdir(parents=True, exist_ok=True)
     if stop is None or not stop.any():
-        stop = StopConditions(iterations=600)
+        stop = StopConditions(iterations=DEFAULT_ITERATIONS)
     names = output_names(images)
     order = {str(p): k for k, p in enumerate(images)}
     result, bar, record = tally(len(images), progress, on_result)

@@ -8,6 +8,9 @@ MAX_TRIANGLES_FIT = 20000
 MAX_REPLICAS = 8
 #: Working sizes beyond this are refused (the fit and the GUI would be unusable anyway).
 MAX_WORKING_SIZE = 4096
+#: Iterations of a fit given no stop condition (`trifit fit`, `batch`): a count, not a time, so that
+#: the same command writes the same scene on any machine.
+DEFAULT_ITERATIONS = 600
 
 
 def is_whole(value) -> bool:
