@@ -16,7 +16,9 @@ scene it has, moved a little: the count stays, sigma stays at the final value th
 probes chose, and the learning rate restarts at a fraction of a fresh fit's and decays over the
 frame. What changes between frames is handled at the frame's start: triangles that stopped
 contributing, plus the few whose removal would cost least, are re-placed where the new frame's
-error is largest (new content gets triangles, vanished content releases them). The policy's
+error is largest (new content gets triangles, vanished content releases them); a frame that
+changed as much as a new shot does (:func:`is_cut`) re-places a larger share whatever its cost,
+so the new picture gets triangles placed for it rather than only the last shot's moved. The policy's
 numbers (:class:`FramePolicy`) were picked by measuring PSNR and flicker against cold per-frame
 fits and each other (tools/video_measure.py; docs/QUALITY.md, "Video").
 
@@ -59,6 +61,10 @@ class FramePolicy:
                                 # to where the new frame's error is largest,
     renew_below: float = 0.25   # ... of those, only the ones whose removal costs under this fraction of the
                                 # median triangle's: content that vanished, not a still region's triangles
+    cut_change: float = 0.1     # a frame this different from the one before (mean absolute change at the working
+                                # size, values in [0, 1]: render/videoseg.py's absolute test for a cut) is a new shot,
+    cut_renew: float = 0.3      # ... and this fraction of the count is re-placed at its start, the ones whose removal
+                                # costs least whatever their cost (0: a cut is refined like any other frame)
     steady: float = 0.0         # W: the temporal term's weight (0: off), x each triangle's stillness
     moving_above: float = 0.04  # a pixel whose mean change over its channels exceeds this (in [0, 1]) has moved:
                                 # above sensor noise, below what motion at an edge makes
@@ -102,17 +108,22 @@ class FrameStrategy(DefaultStrategy):
     def begin_frame(self, previous: np.ndarray | None = None) -> None:
         """A new frame's targets are in (``Fitter.use_targets``): re-place what the new frame
         needs elsewhere; the frame's schedule starts here (the FitRun plans its length).
-        ``previous``: the last frame's targets (B, H, W, 3) at the working size; with a
-        ``steady`` policy, every triangle is anchored where it is (the re-placed ones free)."""
+        ``previous``: the last frame's targets (B, H, W, 3) at the working size (a new shot
+        re-places ``cut_renew`` of the count: :func:`is_cut`); with a ``steady`` policy, every
+        triangle is anchored where it is (the re-placed ones free)."""
         fit = self.fit
         self.frame_start = fit.iteration
         p, n = self.policy, fit.n_triangles
-        k = min(n - 1, math.ceil(p.renew * n)) if p.renew > 0 else 0
+        cut = is_cut(previous, fit.targets, p)  # (per image: a new shot's frame renews more, whatever the cost)
+        ks = [min(n - 1, math.ceil(share * n)) if share > 0 else 0 for share in
+              (p.cut_renew if c else p.renew for c in cut)]
         renew = [set(d.tolist()) for d in self.stopped_contributing(fit.values()[0])]
-        if k > 0:
+        if any(ks):
             for b, costs in enumerate(fit.removal_costs()):
-                cheapest = np.argsort(costs, kind="stable")[:k]
-                renew[b] |= set(cheapest[costs[cheapest] < p.renew_below * np.median(costs)].tolist())
+                cheapest = np.argsort(costs, kind="stable")[:ks[b]]
+                if not cut[b]:
+                    cheapest = cheapest[costs[cheapest] < p.renew_below * np.median(costs)]
+                renew[b] |= set(cheapest.tolist())
         renew = [np.array(sorted(d), dtype=np.int64) for d in renew]
         placed = [int(np.sum(~np.isin(d, lk))) for d, lk in zip(renew, fit.locks)]  # (replace spares locks)
         if any(len(d) for d in renew):
@@ -150,6 +161,18 @@ class FrameStrategy(DefaultStrategy):
         super().load_state(state)
         self.frame_start = int(state["frame_start"])
         self.policy = FramePolicy.from_dict(state["policy"])
+
+
+def is_cut(previous: np.ndarray | None, current: np.ndarray, policy: FramePolicy) -> list[bool]:
+    """Whether each image's new frame is a new shot: its mean absolute change from the frame
+    before (both (B, H, W, 3) at the working size, in [0, 1]) is at least ``policy.cut_change``.
+    Only the frame before is known here (a clip is fitted as it is decoded), so this is the absolute
+    half of render/videoseg.py's cut test: a change that large is a new picture, or motion so fast
+    that most of the scene must move anyway."""
+    if previous is None or policy.cut_renew <= 0:
+        return [False] * len(current)
+    return [bool(np.mean(np.abs(np.asarray(c, np.float64) - np.asarray(q, np.float64))) >= policy.cut_change)
+            for q, c in zip(previous, current)]
 
 
 def stillness(triangles: np.ndarray, previous: np.ndarray, current: np.ndarray, policy: FramePolicy) -> np.ndarray:
@@ -283,4 +306,4 @@ class ClipFit:
             self.fitter.close()
 
 
-__all__ = ["ClipFit", "FramePolicy", "FrameStrategy", "steady_weights", "stillness"]
+__all__ = ["ClipFit", "FramePolicy", "FrameStrategy", "is_cut", "steady_weights", "stillness"]

@@ -5,7 +5,9 @@ error, frames per second.
 
 Clips are made here: ``still`` -- a bundled photograph as a still background with sensor-like
 noise (sigma ``--noise`` of 255) and a red disc crossing it; ``pan`` -- a slow pan over the other
-photograph with the same disc. Output frames are rendered at the clip's size with crisp edges, as
+photograph with the same disc; ``cut`` -- the still clip's first half, then the pan's second half,
+and ``cutback`` the other way round (each row also has the PSNR of the 12 frames after the clip's
+largest change between frames). Output frames are rendered at the clip's size with crisp edges, as
 `trifit video` writes them.
 
   .venv/bin/python tools/video_measure.py --size 80 --tris 30 --iters 30 --first 150 --frames 24
@@ -13,6 +15,7 @@ photograph with the same disc. Output frames are rendered at the clip's size wit
       --sweep "lr_start=0.2,0.5,1 renew=0,0.02,0.05 sigma_boost=1,1.5"
   .venv/bin/python tools/video_measure.py --size 80 --tris 30 --iters 30 --first 300 --frames 24 \
       --steady 0,1,3,10 --no-cold      # the temporal term (`trifit video --steady W`)
+  .venv/bin/python tools/video_measure.py --clips cut --frames 48 --no-cold --sweep "cut_renew=0,0.1,0.5"
   .venv/bin/python tools/video_measure.py --write-frames /tmp/clip --frames 120   # a clip for `trifit video`
 """
 
@@ -38,7 +41,14 @@ from trifit.videofit import ClipFit, FramePolicy
 
 
 def make_clip(kind: str, n: int, W: int, H: int, noise: float, seed: int = 0):
-    """(frames uint8 (n, H, W, 3), still mask (H, W) or None)."""
+    """(frames uint8 (n, H, W, 3), still mask (H, W) or None). ``cut``: the still clip's first half,
+    then a cut to the pan's second half; ``cutback``: the pan's first half, then the still clip's
+    second half (no mask)."""
+    if kind in ("cut", "cutback"):
+        still, _ = make_clip("still", n, W, H, noise, seed)
+        pan, _ = make_clip("pan", n, W, H, noise, seed)
+        a, b = (still, pan) if kind == "cut" else (pan, still)
+        return np.concatenate([a[:n // 2], b[n // 2:]]), None
     rng = np.random.default_rng(seed)
     yy, xx = np.mgrid[0:H, 0:W] + 0.5
     r = 0.14 * H
@@ -102,6 +112,11 @@ def measure(frames, mask, engine, mode, policy, a) -> dict:
            "psnr_later": float(np.mean(ps[1:])), "psnr_worst": float(np.min(ps[1:])), "psnr_first": ps[0],
            "temporal_error": float(np.abs(d_out - d_in).mean()),
            "frames_per_s": (len(frames) - 1) / seconds}
+    if len(frames) > 1:  # the frames after the largest change (a cut clip's new shot: up to 12 of them)
+        d = np.abs(np.diff(frames.astype(np.float64) / 255, axis=0)).mean(axis=(1, 2, 3))
+        k = int(np.argmax(d)) + 1
+        row["largest_change"], row["psnr_after_change"] = float(d[k - 1]), float(np.mean(ps[k:k + 12]))
+        row["psnr_after_change_frames"] = [round(v, 3) for v in ps[k:k + 12]]
     if mask is not None:
         moving = ~mask  # the disc's path and a margin around it
         row["psnr_moving"] = float(np.mean([psnr(o[moving], f[moving]) for o, f in zip(outs[1:], frames[1:])]))
