@@ -43,6 +43,8 @@ VARIANTS = {
     "respawn_alpha 0.1": {"respawn_alpha": 0.1},
     "respawn_alpha 0.15": {"respawn_alpha": 0.15},
     "respawn_alpha 0.2": {"respawn_alpha": 0.2},
+    "adam_eps 1e-5": {"adam_eps": 1e-5},
+    "adam_eps 1e-4": {"adam_eps": 1e-4},
     "lr_final 0.2": {"lr_final": 0.2},
     "lr_final 0.3": {"lr_final": 0.3},
     "coarse 0.5": {"coarse_fraction": 0.5},
