@@ -7,6 +7,7 @@ bytes; report whether RSS and the pool stay flat (within 5%) after warm-up.
 
 import argparse
 import ctypes
+import functools
 import json
 import resource
 import sys
@@ -26,15 +27,24 @@ class _MallInfo2(ctypes.Structure):
                 "arena ordblks smblks hblks hblkhd usmblks fsmblks uordblks fordblks keepcost".split()]
 
 
-def malloc_mb() -> float:
-    """What glibc's malloc has handed out and not had back, in MiB (0 off glibc): a native leak
-    shows here at once, where RSS hides it until the heap's free pages are used up."""
+@functools.cache
+def _mallinfo2():
+    """glibc's mallinfo2, loaded once (None off glibc)."""
     try:
         libc = ctypes.CDLL("libc.so.6")
         libc.mallinfo2.restype = _MallInfo2
     except (OSError, AttributeError):
+        return None
+    return libc.mallinfo2
+
+
+def malloc_mb() -> float:
+    """What glibc's malloc has handed out and not had back, in MiB (0 off glibc): a native leak
+    shows here at once, where RSS hides it until the heap's free pages are used up."""
+    mallinfo2 = _mallinfo2()
+    if mallinfo2 is None:
         return 0.0
-    info = libc.mallinfo2()
+    info = mallinfo2()
     return (info.uordblks + info.hblkhd) / 2**20
 
 

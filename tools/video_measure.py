@@ -113,7 +113,7 @@ def measure(frames, mask, engine, mode, policy, a) -> dict:
            "temporal_error": float(np.abs(d_out - d_in).mean()),
            "frames_per_s": (len(frames) - 1) / seconds}
     if len(frames) > 1:  # the frames after the largest change (a cut clip's new shot: up to 12 of them)
-        d = np.abs(np.diff(frames.astype(np.float64) / 255, axis=0)).mean(axis=(1, 2, 3))
+        d = np.abs(d_in).mean(axis=(1, 2, 3))
         k = int(np.argmax(d)) + 1
         row["largest_change"], row["psnr_after_change"] = float(d[k - 1]), float(np.mean(ps[k:k + 12]))
         row["psnr_after_change_frames"] = [round(v, 3) for v in ps[k:k + 12]]
