@@ -1,7 +1,8 @@
 """Native memory a long session must not leak: a fit loop's first part encoded ahead and then
 dropped (a count change, a rollback, a loop released) is an open encoder, never a finished command
 buffer, which wgpu-native 29 keeps when it is released unsubmitted (on lavapipe ~1.5 KiB a
-dispatch, ~130 KiB a dropped part at 32 px). Found by tools/soak.py (docs/RELIABILITY.md, section 6)."""
+dispatch, ~130 KiB a dropped part at 32 px; on an H200 ~3.9 KiB a dispatch). Found by
+tools/soak.py (docs/RELIABILITY.md, section 6)."""
 
 from __future__ import annotations
 
