@@ -503,6 +503,7 @@ class FitWorker:
             self._set_running(False)
             self.signals.failed.emit("The video stopped", f"frame {loop.next + 1}: {exc}")
             return False
+        self._fitter = loop.fitter  # (a new shot's frame has a fit of its own: the last one's is closed)
         self._steps = iter(self._run)
         self.signals.frame_started.emit(loop.next, loop.clip.count, loop.target)
         return True
@@ -550,9 +551,9 @@ class FitWorker:
 
     def _step_chunk(self) -> tuple[Progress, str | None] | None:
         """One chunk of the run loop; returns what to publish once the GPU is released."""
-        f = self._fitter
         if self._clip is not None and self._steps is None and not self._begin_frame():
             return None
+        f = self._fitter  # (after a clip's next frame began: a new shot's is a fit of its own)
         try:
             step = next(self._steps)
         except StopIteration:

@@ -277,6 +277,17 @@ class Fitter(FitState):
     def source(self) -> str | None:
         return self.sources[0]
 
+    @property
+    def initial_settings(self) -> dict:
+        """The settings the fit was made with (FitSettings' fields; the replicas as chosen), a copy:
+        what makes another fit like it (a clip's new shot, render/videofit.py)."""
+        return dict(self._initial_settings)
+
+    @property
+    def lr_scale(self) -> float:
+        """The learning-rate scale set by :meth:`set_learning_rate` (1.0 unless set)."""
+        return self._lr_scale
+
     def _record(self, kind: str, value) -> None:
         assert kind in CHANGE_KINDS, kind  # (a replay refuses a recorded kind that is not listed there)
         self.changes.append([self.iteration, kind, value])

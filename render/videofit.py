@@ -1,13 +1,17 @@
 """Fitting a clip: one fit carried from frame to frame, so triangles persist and move.
 
-A clip is fitted by **one** :class:`trifit.fitter.Fitter`: the first frame gets a full fit (the
-default strategy: coarse stage, growth, pruning cycles, respawn, sigma probes), and every later
-frame starts from the previous frame's triangles *and* Adam moments (``Fitter.use_targets``)
-and is refined for a fixed number of iterations under :class:`FrameStrategy`. Each frame is one
+A clip is fitted by **one** :class:`trifit.fitter.Fitter` a shot: the first frame gets a full fit
+(the default strategy: coarse stage, growth, pruning cycles, respawn, sigma probes), and every
+later frame starts from the previous frame's triangles *and* Adam moments (``Fitter.use_targets``)
+and is refined for a fixed number of iterations under :class:`FrameStrategy`. A frame that starts
+a new shot (render/shots.py's cut, which the caller finds from the changes either side: the frame
+loop of render/videorun.py) gets a full fit of its own, with the shot's seed
+(``shots.shot_seed``), as `trifit video --segment` fits a segment's first frame: the last shot's
+triangles would be moved into a picture they were not placed for. Each frame is one
 :class:`trifit.run.FitRun` with an iteration stop, so a frame's scene depends only on the
-inputs, the settings, the seed and the iterations (frame ``k`` ends at iteration
-``first_iters + k * frame_iters``), never on timing or chunking; a checkpoint taken after a
-frame resumes the clip exactly (:meth:`ClipFit.resume`).
+inputs, the settings, the seed and the iterations (frame ``k`` of the shot that starts at frame
+``s`` ends at the shot's fit's iteration ``first_iters + (k - s) * frame_iters``), never on timing
+or chunking; a checkpoint taken after a frame resumes the clip exactly (:meth:`ClipFit.resume`).
 
 Why a strategy of its own for the later frames: the default strategy plans a fit from nothing
 (a half-size stage, growth from a third of the count, over-growth and pruning, a sigma anneal
@@ -17,8 +21,9 @@ probes chose, and the learning rate restarts at a fraction of a fresh fit's and 
 frame. What changes between frames is handled at the frame's start: triangles that stopped
 contributing, plus the few whose removal would cost least, are re-placed where the new frame's
 error is largest (new content gets triangles, vanished content releases them); a frame that
-changed as much as a new shot does (:func:`is_cut`) re-places a larger share whatever its cost,
-so the new picture gets triangles placed for it rather than only the last shot's moved. The policy's
+changed as much as a new shot does (:func:`is_cut`) but is none (fast motion, or a cut with the
+cold start off) re-places a larger share whatever its cost, so the new picture gets triangles
+placed for it rather than only the last picture's moved. The policy's
 numbers (:class:`FramePolicy`) were picked by measuring PSNR and flicker against cold per-frame
 fits and each other (tools/video_measure.py; docs/QUALITY.md, "Video").
 
@@ -45,6 +50,7 @@ from .fitloop import Schedule
 from .fitter import Fitter
 from .run import FitRun, StopConditions
 from .scene import Scene
+from .shots import shot_seed
 from .strategy import DefaultStrategy, FixedStrategy
 
 
@@ -65,6 +71,8 @@ class FramePolicy:
                                 # size, values in [0, 1]: render/videoseg.py's absolute test for a cut) is a new shot,
     cut_renew: float = 0.3      # ... and this fraction of the count is re-placed at its start, the ones whose removal
                                 # costs least whatever their cost (0: a cut is refined like any other frame)
+    cut_restart: float = 1.0    # 1: a frame the caller says starts a new shot (render/shots.py) gets a cold fit of its
+                                # own, as a clip's first frame does; 0: it is refined from the last shot's scene
     steady: float = 0.0         # W: the temporal term's weight (0: off), x each triangle's stillness
     moving_above: float = 0.04  # a pixel whose mean change over its channels exceeds this (in [0, 1]) has moved:
                                 # above sensor noise, below what motion at an edge makes
@@ -93,13 +101,20 @@ class FrameStrategy(DefaultStrategy):
         super().__init__(fit)
         self.policy = policy or FramePolicy()
         self.frame_start = 0  # set by after() / begin_frame(), or a checkpoint's state
+        self.shot = 0         # the clip's frame this fit started at (its shot's first)
+        self.clip_seed = int(fit.initial_settings["seed"])  # the clip's seed (a later shot's fit has its own)
 
     @classmethod
-    def after(cls, previous: DefaultStrategy, policy: FramePolicy | None = None) -> FrameStrategy:
-        """The frame strategy that takes over from the first frame's: its probed final sigmas and
-        any sigma pinned by hand are kept."""
+    def after(cls, previous: DefaultStrategy, policy: FramePolicy | None = None, *, shot: int = 0,
+              clip_seed: int | None = None) -> FrameStrategy:
+        """The frame strategy that takes over from a shot's first frame's: its probed final sigmas
+        and any sigma pinned by hand are kept. ``shot``: the frame the shot starts at, ``clip_seed``:
+        the clip's seed (both kept in checkpoints, so a resumed clip starts its next shots alike)."""
         new = cls(previous.fit, policy)
         new.frame_start = previous.fit.iteration
+        new.shot = int(shot)
+        if clip_seed is not None:
+            new.clip_seed = int(clip_seed)
         new.sigma_scales = np.array(previous.sigma_scales, dtype=np.float64)
         new.sigma_fixed = previous.sigma_fixed
         return new
@@ -155,12 +170,27 @@ class FrameStrategy(DefaultStrategy):
 
     # ------------------------------------------------------------------ progress (checkpoints)
     def state(self) -> dict:
-        return {**super().state(), "frame_start": int(self.frame_start), "policy": self.policy.as_dict()}
+        return {**super().state(), "frame_start": int(self.frame_start), "policy": self.policy.as_dict(),
+                "shot": int(self.shot), "clip_seed": int(self.clip_seed)}
 
     def load_state(self, state: dict) -> None:
         super().load_state(state)
         self.frame_start = int(state["frame_start"])
         self.policy = FramePolicy.from_dict(state["policy"])
+        self.shot = int(state.get("shot", 0))  # (a checkpoint from before new shots: the clip's one fit)
+        self.clip_seed = int(state.get("clip_seed", self.fit.initial_settings["seed"]))
+        if self.shot < 0 or self.clip_seed < 0:
+            raise ValueError(f"shot {self.shot} / clip_seed {self.clip_seed} below 0")
+
+
+def frames_done(checkpoint, first_iters: int, frame_iters: int) -> int | None:
+    """The frames a clip's ``checkpoint`` (taken after a frame) has finished, from its shot's first
+    frame and its iteration; None when that iteration is no frame's end."""
+    it = checkpoint.iteration
+    if it < first_iters or (it - first_iters) % frame_iters:
+        return None
+    shot = int(checkpoint.state.get("strategy", {}).get("shot", 0))
+    return shot + 1 + (it - first_iters) // frame_iters
 
 
 def is_cut(previous: np.ndarray | None, current: np.ndarray, policy: FramePolicy) -> list[bool]:
@@ -211,11 +241,12 @@ def steady_weights(triangles: np.ndarray, still: np.ndarray, steady: float, widt
 
 
 class ClipFit:
-    """One fit through a clip's frames, in order: :meth:`fit_frame` for each, or
-    :meth:`start_frame` / :meth:`end_frame` around a run the caller steps (the first frame gets
-    ``first_iters`` iterations of a full fit, every later one ``frame_iters`` from the previous
-    frame's state under :class:`FrameStrategy`). :meth:`cancel` (e.g. from a Ctrl+C handler)
-    ends the frame in progress at its next chunk; that frame is then not finished."""
+    """A clip's frames fitted in order: :meth:`fit_frame` for each, or :meth:`start_frame` /
+    :meth:`end_frame` around a run the caller steps (the first frame, and each frame the caller
+    says starts a new shot, gets ``first_iters`` iterations of a full fit; every other one
+    ``frame_iters`` from the previous frame's state under :class:`FrameStrategy`). ``fitter`` is
+    the current shot's fit: a new shot closes the last one's. :meth:`cancel` (e.g. from a Ctrl+C
+    handler) ends the frame in progress at its next chunk; that frame is then not finished."""
 
     def __init__(self, *, triangles: int = 150, size: int = 176, seed: int = 0, engine=None,
                  first_iters: int = 600, frame_iters: int = 100, policy: FramePolicy | None = None,
@@ -228,8 +259,10 @@ class ClipFit:
             raise TrifitError("a clip is fitted as one replica (a frame starts from the scene the frame before ended with)")
         settings["replicas"] = 1
         self._make = dict(triangles=triangles, size=size, seed=seed, engine=engine, source=source, **settings)
+        self.seed = int(seed)  # the clip's (a later shot's fit draws from shots.shot_seed)
         self.fitter: Fitter | None = None
         self.frames = 0        # frames finished
+        self.shot = 0          # the frame the current fit started at
         self.run: FitRun | None = None
         self.cancelled = False
 
@@ -237,21 +270,21 @@ class ClipFit:
     def resume(cls, last_target, checkpoint, *, first_iters: int, frame_iters: int, engine=None,
                source: str | None = None) -> ClipFit:
         """The clip's fit after the frame ``checkpoint`` was taken at (``last_target``: that frame)."""
-        it = checkpoint.iteration
-        if it < first_iters or (it - first_iters) % frame_iters:
-            raise TrifitError(f"the checkpoint is at iteration {it}, not at the end of a frame of "
+        done = frames_done(checkpoint, first_iters, frame_iters)
+        if done is None:
+            raise TrifitError(f"the checkpoint is at iteration {checkpoint.iteration}, not at the end of a frame of "
                               f"{first_iters} + k x {frame_iters} iterations")
         if checkpoint.state.get("strategy", {}).get("name") != FrameStrategy.name:
             raise TrifitError("the checkpoint is not of a clip's fit")
         clip = cls(first_iters=first_iters, frame_iters=frame_iters, engine=engine, source=source)
         clip.fitter = Fitter.resume(last_target, checkpoint, engine=engine, source=source, strategy=FrameStrategy)
-        clip.policy = clip.fitter.strategy.policy
-        clip.frames = 1 + (it - first_iters) // frame_iters
+        strategy = clip.fitter.strategy
+        clip.policy, clip.frames, clip.shot, clip.seed = strategy.policy, done, strategy.shot, strategy.clip_seed
         return clip
 
     def frame_end(self, k: int) -> int:
-        """The iteration at which frame ``k`` (from 0) ends."""
-        return self.first_iters + k * self.frame_iters
+        """The iteration of the current shot's fit at which frame ``k`` (from 0, of the clip) ends."""
+        return self.first_iters + (k - self.shot) * self.frame_iters
 
     def fit_frame(self, target, callback=None) -> Scene | None:
         """Fit the next frame to ``target`` (path, PIL image or array; resized to the working
@@ -262,14 +295,18 @@ class ClipFit:
         self.start_frame(target).run(callback)
         return self.end_frame()
 
-    def start_frame(self, target, **run_options) -> FitRun:
+    def start_frame(self, target, new_shot: bool = False, **run_options) -> FitRun:
         """The next frame's run, not started: iterate it (a chunk at a time, as the window's
         worker does, pausing between chunks as it likes) or call its ``run()``, then
-        :meth:`end_frame`. ``run_options``: FitRun's chunk sizing (``chunk_s``, ``first_chunk``);
-        the frame's length is its iteration stop, whatever the chunks."""
+        :meth:`end_frame`. ``new_shot``: the frame starts a new shot (render/shots.py), so it gets a
+        fit of its own (``FramePolicy.cut_restart``). ``run_options``: FitRun's chunk sizing
+        (``chunk_s``, ``first_chunk``); the frame's length is its iteration stop, whatever the chunks."""
         first = self.fitter is None
         if first:
             self.fitter = Fitter(target, **self._make)
+        elif new_shot and self.policy.cut_restart > 0:
+            self._new_shot(target)
+            first = True
         else:
             f = self.fitter
             previous = f.targets
@@ -287,10 +324,31 @@ class ClipFit:
         reach its last iteration (the frame is then not finished)."""
         if self.cancelled or self.fitter is None or self.fitter.iteration != self.frame_end(self.frames):
             return None
-        if self.frames == 0:
-            self.fitter.use_strategy(FrameStrategy.after(self.fitter.strategy, self.policy))
+        if self.frames == self.shot:
+            self.fitter.use_strategy(FrameStrategy.after(self.fitter.strategy, self.policy, shot=self.shot,
+                                                         clip_seed=self.seed))
         self.frames += 1
         return self.fitter.scene
+
+    def _new_shot(self, target) -> None:
+        """Frame ``frames`` starts a new shot: a fit of its own, made as the last one was (its
+        settings; the count, a sigma and a learning-rate scale set by hand carried over), drawing
+        from the shot's seed. The last shot's fit is closed once the new one is made."""
+        old = self.fitter
+        made = old.initial_settings
+        made.update(seed=shot_seed(self.seed, self.frames), triangles=old.settings.triangles,
+                    overgrow=old.settings.overgrow)  # (a count set by hand ends over-growth: set_count)
+        new = Fitter(target, engine=old.engine, source=self._make["source"], **made)
+        try:
+            if old.strategy.sigma_fixed is not None:
+                new.set_sigma(old.strategy.sigma_fixed * new.short_side)
+            if old.lr_scale != 1.0:
+                new.set_learning_rate(old.lr_scale)
+        except BaseException:
+            new.close()
+            raise
+        self.fitter, self.shot = new, self.frames
+        old.close()
 
     def cancel(self) -> None:
         self.cancelled = True
@@ -306,4 +364,4 @@ class ClipFit:
             self.fitter.close()
 
 
-__all__ = ["ClipFit", "FramePolicy", "FrameStrategy", "is_cut", "steady_weights", "stillness"]
+__all__ = ["ClipFit", "FramePolicy", "FrameStrategy", "frames_done", "is_cut", "steady_weights", "stillness"]

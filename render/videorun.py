@@ -3,7 +3,9 @@ command's resumable run.
 
 :class:`FrameLoop` is the loop itself: the clip's frames decoded and resized ahead on a thread
 of their own (render/background.py), fitted in order by one :class:`trifit.videofit.ClipFit`,
-one :class:`trifit.run.FitRun` per frame. :meth:`FrameLoop.begin` hands out the next frame's
+one :class:`trifit.run.FitRun` per frame. The loop finds where new shots start as the frames
+come (render/shots.py: a cut is judged from the changes either side, so the loop holds a few
+frames more than it fits), and the fit starts a cold fit at each. :meth:`FrameLoop.begin` hands out the next frame's
 run and :meth:`FrameLoop.end` takes its scene, so a caller steps a frame as it likes: the
 command runs each to its end, the window's worker a chunk at a time between its other work
 (pause, live changes, exports).
@@ -34,6 +36,7 @@ from .background import Behind, Prefetch
 from .errors import SceneError, TrifitError
 from .fileutil import atomic_write_bytes, check_distinct, check_writable, make_folder
 from .fitloop import check_settings
+from .shots import CUT_WINDOW, CutLookahead
 from .video import Clip, ClipOutput, FramePictures, OutputSpec, open_clip, output_kind
 
 log = logging.getLogger("trifit")
@@ -50,7 +53,7 @@ WRITE_BEHIND = 4
 class FrameLoop:
     """The frames of ``clip`` from ``start`` on, fitted in order by ``fit`` (a ClipFit)."""
 
-    def __init__(self, clip: Clip, fit, frames: Prefetch, start: int):
+    def __init__(self, clip: Clip, fit, frames: CutLookahead, start: int):
         self.clip, self.fit = clip, fit
         self.next = start             # the frame the next begin() fits
         self.target = None            # the current frame's target (float32, the working size)
@@ -61,7 +64,7 @@ class FrameLoop:
         """From the first frame; ``fit_args`` as ClipFit's (triangles, seed, engine, first_iters, ...)."""
         from .videofit import ClipFit
 
-        return cls(clip, ClipFit(size=size, **fit_args), _targets(clip, size, 0, overlap), 0)
+        return cls(clip, ClipFit(size=size, **fit_args), CutLookahead(_targets(clip, size, 0, overlap)), 0)
 
     @classmethod
     def resume(cls, clip: Clip, checkpoint, done: int, *, size: int, first_iters: int, frame_iters: int,
@@ -69,9 +72,12 @@ class FrameLoop:
         """After ``done`` frames, from the checkpoint taken at the end of frame ``done - 1``."""
         from .videofit import ClipFit
 
-        frames = _targets(clip, size, done - 1, overlap)  # that frame's target first, then on from there
+        # that frame's target first, then on from there; the frames before it for the cuts' changes
+        first = max(0, done - 1 - CUT_WINDOW)
+        frames = CutLookahead(_targets(clip, size, first, overlap), first, done - 1)
         try:
-            fit = ClipFit.resume(next(frames), checkpoint, first_iters=first_iters, frame_iters=frame_iters,
+            last, _ = next(frames)
+            fit = ClipFit.resume(last, checkpoint, first_iters=first_iters, frame_iters=frame_iters,
                                  engine=engine, source=source)
         except BaseException:
             frames.close()
@@ -91,8 +97,8 @@ class FrameLoop:
         """The next frame's FitRun (FitRun's chunk options pass through), or None after the last frame."""
         if self.finished:
             return None
-        self.target = next(self._frames)
-        return self.fit.start_frame(self.target, **run_options)
+        self.target, cut = next(self._frames)
+        return self.fit.start_frame(self.target, new_shot=cut, **run_options)
 
     def end(self):
         """The frame's scene (with ``meta.video``), once its run has ended; None when it did not finish."""
@@ -116,6 +122,8 @@ def video_meta(fit, frame: int, frames: int, rate, segment: int | None = None) -
              "iters_per_frame": fit.frame_iters}
     if segment is not None:
         video["segment"] = segment
+    elif fit.shot:  # (absent for the clip's first shot: its scenes as before shots had fits of their own)
+        video["shot"] = fit.shot
     if fit.policy.steady > 0:  # (absent: off, and the scene as it was before the term existed)
         video["steady"] = fit.policy.steady
     return video
@@ -317,13 +325,13 @@ def _progress(work: Path, settings: dict, note) -> int:
     """Frames an earlier run with these settings finished (0: none, or other settings -- then
     its progress is removed); the work folder is ready for this run."""
     from .checkpoint import CheckpointError, load_checkpoint
+    from .videofit import frames_done
 
     done = 0
     if kept_work(work, settings, note) and (work / "checkpoint.npz").is_file():
         try:
-            it = load_checkpoint(work / "checkpoint.npz").iteration
-            first, per = settings["first_frame_iters"], settings["iters_per_frame"]
-            done = 1 + (it - first) // per if it >= first and (it - first) % per == 0 else 0
+            done = frames_done(load_checkpoint(work / "checkpoint.npz"), settings["first_frame_iters"],
+                               settings["iters_per_frame"]) or 0
             done = min(done, settings["frames"])
         except CheckpointError as exc:
             note(f"cannot resume ({exc}); starting over")

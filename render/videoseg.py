@@ -9,26 +9,14 @@ segments are a trade of work for parallelism and for a clean start at a new scen
 
 **Where segments start**: at frame 0, at every scene cut, and every K frames within a shot (from
 its first frame: a cut restarts the count, so no segment has more than K frames and none is cut
-short by a boundary that ignores the cut). A cut is found on
-the driver from the fit-size targets (what the fit sees): the change between consecutive frames,
-``d_k`` = the mean absolute difference over pixels and channels (values in [0, 1]) of frames k - 1
-and k, makes frame k a cut when it is both
+short by a boundary that ignores the cut). The cuts are found on the driver, in a pass over the
+clip's fit-size targets (what the fit sees), by render/shots.py's rule, the one the whole-clip fit
+starts a new fit by.
 
-- large absolutely: ``d_k >= CUT_MIN_CHANGE`` (a tenth of the full range on average: a new shot,
-  not noise, grain or a small object moving), and
-- large relative to its neighbours: ``d_k >= CUT_RATIO x`` the median of the changes within
-  ``CUT_WINDOW`` frames either side (itself left out), so steady fast motion, whose every change is
-  large, is not cut at every frame. The median makes one other cut nearby count for little.
-
-Both numbers are ratios of the picture's own range and of its own changes: no unit of a particular
-clip. A gradual transition (a fade, a dissolve) spreads its change over frames and is no cut: it
-is fitted warm, as motion is. A clip of one or two frames has no neighbours: the absolute test alone.
-
-**Seeds**: the segment that starts at frame s fits with the clip's seed when s = 0 (so one segment
-over the whole clip is the whole-clip run) and otherwise with the first 32-bit word of
-``numpy.random.SeedSequence([seed mod 2**64, s])``: a function of the seed and where the segment
-starts, never of which task, worker or order fitted it. The scene records it (``meta.seed``) and
-the segment's first frame (``meta.video.segment``).
+**Seeds**: the segment that starts at frame s fits with ``shots.shot_seed(seed, s)``: the clip's
+seed at s = 0 (so one segment over the whole clip is the whole-clip run), otherwise a function of
+the seed and where the segment starts, never of which task, worker or order fitted it. The scene
+records it (``meta.seed``) and the segment's first frame (``meta.video.segment``).
 
 **Progress and resumption**: the work folder (``.OUTPUT.trifit-video/``, as the whole-clip run's,
 with ``segment`` in its record) keeps every frame's scene as it is finished. A re-run with the
@@ -48,14 +36,8 @@ from types import SimpleNamespace
 
 import numpy as np
 
+from .shots import find_cuts, frame_change, shot_seed
 from .videorun import VideoResult, has_scene, kept_work, scene_path, start_work, video_meta
-
-#: a cut's change between two frames, at least (mean absolute difference, values in [0, 1])
-CUT_MIN_CHANGE = 0.1
-#: ... and at least this many times the median change of its neighbours
-CUT_RATIO = 3.0
-#: the neighbours: this many changes either side
-CUT_WINDOW = 4
 
 
 # ---------------------------------------------------------------------- where segments start
@@ -70,25 +52,11 @@ def frame_changes(clip, size: int) -> np.ndarray:
         for image in frames:
             target = as_target(image, size)
             if previous is not None:
-                changes.append(float(np.mean(np.abs(target.astype(np.float64) - previous))))
-            previous = target.astype(np.float64)
+                changes.append(frame_change(previous, target))
+            previous = target
     finally:
         frames.close()
     return np.asarray(changes, np.float64)
-
-
-def find_cuts(changes) -> list[int]:
-    """The frames that start a new scene, from :func:`frame_changes` (``changes[k - 1]`` is frame
-    k's change): the module doc's rule."""
-    d = np.asarray(changes, np.float64)
-    cuts = []
-    for i, change in enumerate(d):
-        if change < CUT_MIN_CHANGE:
-            continue
-        near = np.concatenate([d[max(0, i - CUT_WINDOW):i], d[i + 1:i + 1 + CUT_WINDOW]])
-        if len(near) == 0 or change >= CUT_RATIO * float(np.median(near)):
-            cuts.append(i + 1)
-    return cuts
 
 
 def split(count: int, every: int, cuts=()) -> list[tuple[int, int]]:
@@ -97,13 +65,6 @@ def split(count: int, every: int, cuts=()) -> list[tuple[int, int]]:
     shots = sorted({0, *(int(c) for c in cuts if 0 < c < count)})
     starts = [s for a, b in zip(shots, shots[1:] + [count]) for s in range(a, b, every)]
     return list(zip(starts, starts[1:] + [count]))
-
-
-def segment_seed(seed: int, start: int) -> int:
-    """The seed of the segment that starts at frame ``start`` (the module doc)."""
-    if start == 0:
-        return int(seed)
-    return int(np.random.SeedSequence([int(seed) % 2 ** 64, int(start)]).generate_state(1)[0])
 
 
 @dataclass
@@ -137,7 +98,7 @@ def fit_segment(targets, start: int, options: dict, engine, control=None) -> Ite
     from .video import FramePictures
     from .videofit import ClipFit, FramePolicy
 
-    fit = ClipFit(triangles=options["triangles"], size=options["size"], seed=segment_seed(options["seed"], start),
+    fit = ClipFit(triangles=options["triangles"], size=options["size"], seed=shot_seed(options["seed"], start),
                   engine=engine, first_iters=options["first_frame_iters"], frame_iters=options["iters_per_frame"],
                   policy=FramePolicy.from_dict(options["policy"]), source=options["source"])
     pictures = FramePictures(engine, *options["frame_size"], options["edges"])
@@ -300,5 +261,5 @@ def run_segments(plan: SegmentPlan, clip, frames, settings: dict, *, engine, cli
     return result
 
 
-__all__ = ["CUT_MIN_CHANGE", "CUT_RATIO", "CUT_WINDOW", "Control", "SegmentPlan", "connected", "find_cuts", "fit_segment",
-           "frame_changes", "plan_segments", "render_segment", "run_segments", "segment_seed", "split"]
+__all__ = ["Control", "SegmentPlan", "connected", "fit_segment", "frame_changes", "plan_segments", "render_segment",
+           "run_segments", "split"]

@@ -40,12 +40,29 @@ def av():
 def clip(tmp_path_factory, av):
     d = tmp_path_factory.mktemp("gui-clip")
     write_video(av, d / "clip.mp4", moving_disc(N, W, H)[0], RATE)
+    write_video(av, d / "cut.mp4", _two_shots(), RATE, audio=False)
     (d / "junk.mp4").write_bytes(np.random.default_rng(1).bytes(3000))
     with av.open(str(d / "empty.mkv"), "w") as c:  # a container with a video stream and no frame
         s = c.add_stream("libx264", rate=RATE)
         s.width, s.height, s.pix_fmt = W, H, "yuv420p"
         c.start_encoding()
     return d
+
+
+def _two_shots():
+    """The disc clip's first CUT frames, then the other sample with a little noise: a cut at CUT."""
+    from PIL import Image
+
+    from trifit.resources import sample_path
+
+    cat = np.asarray(Image.open(sample_path("chelsea.png")).convert("RGB").resize((W, H), Image.Resampling.LANCZOS),
+                     np.float64)
+    rng = np.random.default_rng(2)
+    later = [np.clip(cat + rng.normal(0, 2.0, cat.shape) + 0.5, 0, 255).astype(np.uint8) for _ in range(N - CUT)]
+    return np.concatenate([moving_disc(N, W, H)[0][:CUT], np.stack(later)])
+
+
+CUT = 6
 
 
 @pytest.fixture
@@ -170,3 +187,31 @@ def test_the_steady_control_fits_the_clip_as_the_command_does(qtbot, window, cli
     for got, want in zip(win.clip_scenes, steady):  # the window's fit is the command's, to the bit
         assert got.triangles.tobytes() == want.triangles.tobytes() and got.sigma == want.sigma
     assert steady[-1].triangles.tobytes() != free[-1].triangles.tobytes()  # (the term changed the fit)
+
+
+def test_a_new_shot_gets_a_fit_of_its_own_in_the_window_as_in_the_command(qtbot, window, clip, tmp_path,
+                                                                          monkeypatch):
+    from tqdm import tqdm
+
+    from trifit import Scene
+    from trifit.shots import shot_seed
+
+    monkeypatch.setattr(tqdm, "monitor_interval", 0)  # (no tqdm monitor thread for the leak check)
+    win: MainWindow = window
+    win.controls.first_frame_iters.setValue(FIRST)
+    win.controls.iters_per_frame.setValue(EACH)
+    win.open_file(clip / "cut.mp4", start=True)
+    qtbot.waitUntil(lambda: len(win.clip_scenes) == N and not win.running, timeout=WAIT_MS)
+    assert win.last_error is None and "end of the clip" in win.last_message
+    metas = [s.extra["meta"] for s in win.clip_scenes]
+    assert [m["video"].get("shot") for m in metas] == [None] * CUT + [CUT] * (N - CUT)
+    assert [m["iterations"] for m in metas[CUT - 1:CUT + 2]] == [FIRST + (CUT - 1) * EACH, FIRST, FIRST + EACH]
+    assert metas[CUT]["seed"] == shot_seed(metas[0]["seed"], CUT)
+
+    scenes = tmp_path / "scenes"
+    assert main(["video", str(clip / "cut.mp4"), "-o", str(tmp_path / "out"), "--tris", str(GUI_TRIANGLES),
+                 "--size", str(GUI_SIZE), "--first-frame-iters", str(FIRST), "--iters-per-frame", str(EACH),
+                 "--scenes", str(scenes), "--backend", "gpu", "--quiet"]) == 0
+    for k, got in enumerate(win.clip_scenes):  # the window's fit is the command's, to the bit, on both sides of the cut
+        want = Scene.load(scenes / f"frame_{k:04d}.trifit.json")
+        assert got.triangles.tobytes() == want.triangles.tobytes() and got.sigma == want.sigma, k

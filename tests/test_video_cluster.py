@@ -68,7 +68,8 @@ def local(clip, gpu_ctx):
 
 # ---------------------------------------------------------------------- where segments start
 def test_the_cut_rule():
-    from trifit.videoseg import CUT_MIN_CHANGE, find_cuts, split
+    from trifit.shots import CUT_MIN_CHANGE, find_cuts
+    from trifit.videoseg import split
 
     calm = np.full(12, 0.01)
     assert find_cuts(calm) == []
@@ -90,7 +91,7 @@ def test_the_cut_rule():
 
 
 def test_segment_seeds_depend_on_the_seed_and_the_start_only():
-    from trifit.videoseg import segment_seed
+    from trifit.shots import shot_seed as segment_seed
 
     assert segment_seed(SEED, 0) == SEED  # one segment over the clip is the whole-clip run
     seeds = {segment_seed(SEED, s) for s in range(1, 50)}
@@ -99,8 +100,9 @@ def test_segment_seeds_depend_on_the_seed_and_the_start_only():
 
 
 def test_the_joined_clip_is_cut_at_the_join(clip):
+    from trifit.shots import find_cuts
     from trifit.video import open_clip
-    from trifit.videoseg import find_cuts, frame_changes
+    from trifit.videoseg import frame_changes
 
     changes = frame_changes(open_clip(clip / "frames"), 48)
     assert changes.shape == (N - 1,)
@@ -108,7 +110,7 @@ def test_the_joined_clip_is_cut_at_the_join(clip):
 
 
 def test_each_segment_is_cold_at_its_start_and_warm_after(clip, local):
-    from trifit.videoseg import segment_seed
+    from trifit.shots import shot_seed as segment_seed
 
     for s, e in SEGMENTS:
         for k in range(s, e):

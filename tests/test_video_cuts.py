@@ -1,20 +1,28 @@
-"""A clip's new shot (render/videofit.py ``is_cut``, ``FramePolicy.cut_renew``): the frame after
-a cut re-places a share of the triangles whatever their removal cost, so the new picture is
-fitted from triangles placed where its error is, not only by moving the last shot's. Frames that
-are no cut come out as they did without the rule, to the byte."""
+"""A clip's new shot. A frame the caller finds to start one (render/shots.py) gets a cold fit of
+its own (``FramePolicy.cut_restart``), the same bytes as the segmented run's segment that starts
+there, and a resumed clip starts its later shots alike. A frame that changed as much as a cut
+does but starts no shot (render/videofit.py ``is_cut``, ``FramePolicy.cut_renew``) re-places a
+share of the triangles whatever their removal cost, so the new picture is fitted from triangles
+placed where its error is, not only by moving the last picture's. Frames that are neither come
+out as they did without the rules, to the byte."""
 
 from __future__ import annotations
+
+import json
 
 import numpy as np
 import pytest
 from clips import moving_disc
 from PIL import Image
 
-from trifit.videofit import ClipFit, FramePolicy, is_cut
+from trifit.imageio import as_target
+from trifit.shots import find_cuts, frame_change, shot_seed
+from trifit.videofit import ClipFit, FramePolicy, frames_done, is_cut
 
 W, H = 80, 60
 CLIP_FIT = dict(triangles=30, size=80, first_iters=300, frame_iters=30)
 SHOT = 4  # frames of each shot
+SEED = 5  # the clip's (a later shot's fit draws from shot_seed(SEED, its first frame))
 
 
 def test_a_cut_is_a_mean_change_of_at_least_cut_change():
@@ -41,8 +49,6 @@ def _two_shots():
 
 
 def _fit(frames, engine, policy):
-    from trifit.export import render_large, with_edges
-
     clip = ClipFit(engine=engine, policy=policy, **CLIP_FIT)
     scenes, renewed = [], []
     for f in frames:
@@ -50,10 +56,16 @@ def _fit(frames, engine, policy):
         scenes.append(clip.fit_frame(f))
         renewed.append(clip.fitter.respawned - before)
     clip.close()
+    return scenes, renewed, _psnr(scenes, frames, engine)
+
+
+def _psnr(scenes, frames, engine) -> list[float]:
+    """Each output frame's PSNR (crisp edges at the clip's size, as `trifit video` writes them)."""
+    from trifit.export import render_large, with_edges
+
     outs = [render_large(with_edges(s, W, H, "crisp"), W, H, engine, dtype=np.uint8) for s in scenes]
-    psnr = [float(10 * np.log10(255.0 ** 2 / np.mean((o.astype(np.float64) - f.astype(np.float64)) ** 2)))
+    return [float(10 * np.log10(255.0 ** 2 / np.mean((o.astype(np.float64) - f.astype(np.float64)) ** 2)))
             for o, f in zip(outs, frames)]
-    return scenes, renewed, psnr
 
 
 @pytest.fixture(scope="module")
@@ -79,3 +91,94 @@ def test_the_new_shot_is_fitted_better_than_by_moving_the_last_ones(runs):
     off, on = runs[0.0], runs[FramePolicy().cut_renew]
     gain = np.mean(on[2][SHOT:]) - np.mean(off[2][SHOT:])
     assert gain > 0.2, f"the new shot's frames gained {gain:.2f} dB ({on[2][SHOT:]} against {off[2][SHOT:]})"
+
+
+# ---------------------------------------------------------------------- a new shot's own fit
+def _cuts(frames) -> list[int]:
+    targets = [as_target(f, CLIP_FIT["size"]) for f in frames]
+    return find_cuts([frame_change(a, b) for a, b in zip(targets, targets[1:])])
+
+
+def _scene_bytes(scene) -> str:
+    return scene.to_json()
+
+
+def _whole(frames, engine, *, seed=0, policy=None, stop_after=None, resume_from=None):
+    """The clip fitted whole, a new fit at each cut: (scenes as JSON, the fitters' seeds, checkpoint
+    taken after frame ``stop_after``). ``resume_from``: (checkpoint, frames done) to go on from."""
+    cuts = set(_cuts(frames))
+    if resume_from is None:
+        clip, start = ClipFit(engine=engine, seed=seed, policy=policy, **CLIP_FIT), 0
+    else:
+        checkpoint, start = resume_from
+        clip = ClipFit.resume(frames[start - 1], checkpoint, first_iters=CLIP_FIT["first_iters"],
+                              frame_iters=CLIP_FIT["frame_iters"], engine=engine)
+    scenes, seeds, checkpoint = [], [], None
+    try:
+        for k in range(start, len(frames)):
+            clip.start_frame(frames[k], new_shot=k in cuts).run()
+            scenes.append(_scene_bytes(clip.end_frame()))
+            seeds.append(clip.fitter.settings.seed)
+            if k == stop_after:
+                checkpoint = clip.checkpoint()
+    finally:
+        clip.close()
+    return scenes, seeds, checkpoint
+
+
+@pytest.fixture(scope="module")
+def shots(gpu_engine):
+    frames = _two_shots()
+    whole, seeds, checkpoint = _whole(frames, gpu_engine, seed=SEED, stop_after=SHOT - 1)
+    segment = ClipFit(engine=gpu_engine, seed=shot_seed(SEED, SHOT), **CLIP_FIT)
+    try:
+        alone = [_scene_bytes(segment.fit_frame(f)) for f in frames[SHOT:]]
+    finally:
+        segment.close()
+    return {"frames": frames, "whole": whole, "seeds": seeds, "checkpoint": checkpoint, "segment": alone}
+
+
+def test_the_two_shots_clip_is_cut_at_its_join():
+    assert _cuts(_two_shots()) == [SHOT]
+
+
+@pytest.mark.gpu
+def test_a_new_shot_is_fitted_as_the_segment_that_starts_there(shots):
+    assert shots["seeds"] == [SEED] * SHOT + [shot_seed(SEED, SHOT)] * SHOT
+    assert shots["whole"][SHOT:] == shots["segment"]  # the cold fit and its warm frames, to the byte
+    first = json.loads(shots["whole"][SHOT])["meta"]
+    assert first["iterations"] == CLIP_FIT["first_iters"]
+
+
+@pytest.mark.gpu
+def test_frames_before_a_new_shot_are_as_without_the_rule(shots, gpu_engine):
+    off, _, _ = _whole(shots["frames"][:SHOT + 1], gpu_engine, seed=SEED, policy=FramePolicy(cut_restart=0.0))
+    assert off[:SHOT] == shots["whole"][:SHOT]
+    assert off[SHOT] != shots["whole"][SHOT]
+
+
+@pytest.mark.gpu
+def test_a_resumed_clip_starts_its_later_shots_alike(shots, gpu_engine):
+    frames, whole = shots["frames"], shots["whole"]
+    checkpoint = shots["checkpoint"]  # after frame SHOT - 1: the next frame is the new shot's first
+    assert frames_done(checkpoint, CLIP_FIT["first_iters"], CLIP_FIT["frame_iters"]) == SHOT
+    resumed, seeds, later = _whole(frames, gpu_engine, resume_from=(checkpoint, SHOT), stop_after=SHOT + 1)
+    assert resumed == whole[SHOT:] and seeds[0] == shot_seed(SEED, SHOT)
+    # and from inside the second shot: its fit's iterations count from the shot's start
+    assert frames_done(later, CLIP_FIT["first_iters"], CLIP_FIT["frame_iters"]) == SHOT + 2
+    again, _, _ = _whole(frames, gpu_engine, resume_from=(later, SHOT + 2))
+    assert again == whole[SHOT + 2:]
+
+
+@pytest.mark.gpu
+def test_the_new_shot_is_fitted_better_cold_than_by_renewing_a_share(shots, gpu_engine):
+    from trifit.scene import Scene
+
+    frames = shots["frames"]
+    renewed = _whole(frames, gpu_engine, seed=SEED, policy=FramePolicy(cut_restart=0.0))[0]
+
+    def psnr(scenes):
+        return np.mean(_psnr([Scene.from_json(s) for s in scenes[SHOT:]], frames[SHOT:], gpu_engine))
+
+    gain = psnr(shots["whole"]) - psnr(renewed)
+    assert gain > 0.3, f"the new shot's frames gained {gain:.2f} dB from a fit of their own"

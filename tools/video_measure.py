@@ -34,8 +34,10 @@ from PIL import Image
 import trifit
 from trifit.export import render_large, with_edges
 from trifit.fitter import Fitter
+from trifit.imageio import as_target
 from trifit.resources import sample_path
 from trifit.run import FitRun, StopConditions
+from trifit.shots import find_cuts, frame_change
 from trifit.video import flicker
 from trifit.videofit import ClipFit, FramePolicy
 
@@ -90,8 +92,11 @@ def fit_clip(frames, engine, mode: str, tris: int, size: int, iters: int, first:
     if mode == "warm":
         clip = ClipFit(triangles=tris, size=size, seed=0, engine=engine, first_iters=first, frame_iters=iters,
                        policy=policy)
-        for f in frames:
-            outs.append(picture(clip.fit_frame(f)))
+        targets = [as_target(f, size) for f in frames]  # (the cuts as the frame loop finds them: render/shots.py)
+        cuts = set(find_cuts([frame_change(a, b) for a, b in zip(targets, targets[1:])]))
+        for k, f in enumerate(frames):
+            clip.start_frame(f, new_shot=k in cuts).run()
+            outs.append(picture(clip.end_frame()))
             t_first = t_first or time.perf_counter()
         clip.close()
     else:
