@@ -68,7 +68,7 @@ class FramePolicy:
     renew_below: float = 0.25   # ... of those, only the ones whose removal costs under this fraction of the
                                 # median triangle's: content that vanished, not a still region's triangles
     cut_change: float = 0.1     # a frame this different from the one before (mean absolute change at the working
-                                # size, values in [0, 1]: render/videoseg.py's absolute test for a cut) is a new shot,
+                                # size, values in [0, 1]: render/shots.py's absolute test for a cut) but no new shot,
     cut_renew: float = 0.3      # ... and this fraction of the count is re-placed at its start, the ones whose removal
                                 # costs least whatever their cost (0: a cut is refined like any other frame)
     cut_restart: float = 1.0    # 1: a frame the caller says starts a new shot (render/shots.py) gets a cold fit of its
@@ -194,11 +194,11 @@ def frames_done(checkpoint, first_iters: int, frame_iters: int) -> int | None:
 
 
 def is_cut(previous: np.ndarray | None, current: np.ndarray, policy: FramePolicy) -> list[bool]:
-    """Whether each image's new frame is a new shot: its mean absolute change from the frame
-    before (both (B, H, W, 3) at the working size, in [0, 1]) is at least ``policy.cut_change``.
-    Only the frame before is known here (a clip is fitted as it is decoded), so this is the absolute
-    half of render/videoseg.py's cut test: a change that large is a new picture, or motion so fast
-    that most of the scene must move anyway."""
+    """Whether each image's new frame changed as much as a new shot does: its mean absolute change
+    from the frame before (both (B, H, W, 3) at the working size, in [0, 1]) is at least
+    ``policy.cut_change``, the absolute half of render/shots.py's cut test. A frame refined from the
+    last (no new shot: fast motion, or ``cut_restart`` off) that passes it is a new picture, or motion
+    so fast that most of the scene must move anyway."""
     if previous is None or policy.cut_renew <= 0:
         return [False] * len(current)
     return [bool(np.mean(np.abs(np.asarray(c, np.float64) - np.asarray(q, np.float64))) >= policy.cut_change)
