@@ -13,19 +13,21 @@ inputs, the settings, the seed and the iterations (frame ``k`` of the shot that 
 ``s`` ends at the shot's fit's iteration ``first_iters + (k - s) * frame_iters``), never on timing
 or chunking; a checkpoint taken after a frame resumes the clip exactly (:meth:`ClipFit.resume`).
 
-Why a strategy of its own for the later frames: the default strategy plans a fit from nothing
-(a half-size stage, growth from a third of the count, over-growth and pruning, a sigma anneal
-from 2.5 px) and would throw the previous frame's scene away. A frame of a clip mostly needs the
-scene it has, moved a little: the count stays, sigma stays at the final value the first frame's
-probes chose, and the learning rate restarts at a fraction of a fresh fit's and decays over the
-frame. What changes between frames is handled at the frame's start: triangles that stopped
-contributing, plus the few whose removal would cost least, are re-placed where the new frame's
-error is largest (new content gets triangles, vanished content releases them); a frame that
-changed as much as a new shot does (:func:`is_cut`) but is none (fast motion, or a cut with the
-cold start off) re-places a larger share whatever its cost, so the new picture gets triangles
-placed for it rather than only the last picture's moved. The policy's
-numbers (:class:`FramePolicy`) were picked by measuring PSNR and flicker against cold per-frame
-fits and each other (tools/video_measure.py; docs/QUALITY.md, "Video").
+Why a strategy of its own for the later frames: the default strategy plans a fit from nothing (a
+half-size stage, growth from a third of the count, over-growth and pruning, a sigma anneal from
+2.5 px) and would throw the previous frame's scene away. A frame of a clip mostly needs the scene
+it has, moved a little: the count stays, the edges are as soft as a crisp picture's at the
+working size, as a shot's first frame's fit ended (``FramePolicy.sigma_px``: the frames are
+written crisp, and the sigma probes choose suits the fit's soft render instead), and the learning
+rate restarts at a fraction of a fresh fit's and decays over the frame. What changes between
+frames is handled at the frame's start: triangles that stopped contributing, plus the few whose
+removal would cost least, are re-placed where the new frame's error is largest (new content gets
+triangles, vanished content releases them); a frame that changed as much as a new shot does
+(:func:`is_cut`) but is none (fast motion, or a cut with the cold start off) re-places a larger
+share whatever its cost, so the new picture gets triangles placed for it rather than only the
+last picture's moved. The policy's numbers (:class:`FramePolicy`) were picked by measuring PSNR
+and flicker against cold per-frame fits and each other (tools/video_measure.py; docs/QUALITY.md,
+"Video").
 
 The optional temporal term (``FramePolicy.steady``, `trifit video --steady W`) keeps triangles
 still where the picture is still: at each frame's start every triangle is anchored where the
@@ -73,6 +75,10 @@ class FramePolicy:
                                 # costs least whatever their cost (0: a cut is refined like any other frame)
     cut_restart: float = 1.0    # 1: a frame the caller says starts a new shot (render/shots.py) gets a cold fit of its
                                 # own, as a clip's first frame does; 0: it is refined from the last shot's scene
+    sigma_px: float = 0.25      # the frames' edge softness, px of the working size: a crisp picture's at that size
+                                # (export.CRISP_SIGMA_PX), the edges `trifit video` writes by default; a shot's first
+                                # frame anneals to it without probes (0: the sigma its probes choose, which suits the
+                                # fit's own soft render, for every frame of the shot)
     steady: float = 0.0         # W: the temporal term's weight (0: off), x each triangle's stillness
     moving_above: float = 0.04  # a pixel whose mean change over its channels exceeds this (in [0, 1]) has moved:
                                 # above sensor noise, below what motion at an edge makes
@@ -86,8 +92,14 @@ class FramePolicy:
 
     @classmethod
     def from_dict(cls, d: dict) -> FramePolicy:
+        """A policy as recorded (a checkpoint's); a field a record from before it lacks is off
+        (:data:`ADDED_OFF`), so an older clip's fit goes on as it began."""
         known = {f.name for f in fields(cls)}
-        return cls(**{k: float(v) for k, v in d.items() if k in known})
+        return cls(**{**ADDED_OFF, **{k: float(v) for k, v in d.items() if k in known}})
+
+
+#: FramePolicy's fields added after clips were first recorded, with the value that turns each off
+ADDED_OFF = {"cut_renew": 0.0, "cut_restart": 0.0, "sigma_px": 0.0}
 
 
 class FrameStrategy(DefaultStrategy):
@@ -157,6 +169,8 @@ class FrameStrategy(DefaultStrategy):
         length = max(1, s.planned_iterations - self.frame_start)
         if self.sigma_fixed is not None:
             ends = np.full(self.fit.batch, self.sigma_fixed)
+        elif p.sigma_px > 0:  # (the probed sigma suits the soft render; the pictures are drawn crisp)
+            ends = np.full(self.fit.batch, p.sigma_px / self.fit.short_side)
         else:
             ends = s.sigma_end_px / self.fit.short_side * self.sigma_scales
         return Schedule(float(ends[0] * p.sigma_boost), float(ends[0]), max(1.0, p.sigma_fraction * length), length,
@@ -258,6 +272,9 @@ class ClipFit:
         if settings.get("replicas", 1) not in (0, 1):
             raise TrifitError("a clip is fitted as one replica (a frame starts from the scene the frame before ended with)")
         settings["replicas"] = 1
+        if self.policy.sigma_px > 0:  # every shot's first frame is fitted for crisp frames too: annealed to sigma_px,
+            settings.setdefault("sigma_end_px", self.policy.sigma_px)  # not probed (what the probes choose suits
+            settings.setdefault("sigma_probes", 0)                     # the soft render: docs/QUALITY.md)
         self._make = dict(triangles=triangles, size=size, seed=seed, engine=engine, source=source, **settings)
         self.seed = int(seed)  # the clip's (a later shot's fit draws from shots.shot_seed)
         self.fitter: Fitter | None = None

@@ -182,3 +182,13 @@ def test_the_new_shot_is_fitted_better_cold_than_by_renewing_a_share(shots, gpu_
 
     gain = psnr(shots["whole"]) - psnr(renewed)
     assert gain > 0.3, f"the new shot's frames gained {gain:.2f} dB from a fit of their own"
+
+
+def test_later_frames_are_fitted_as_soft_as_a_crisp_picture_and_old_records_keep_their_policy():
+    from trifit.export import CRISP_SIGMA_PX
+    from trifit.videofit import ADDED_OFF
+
+    assert FramePolicy().sigma_px == CRISP_SIGMA_PX
+    old = {k: v for k, v in FramePolicy().as_dict().items() if k not in ADDED_OFF}  # a record from before them
+    assert FramePolicy.from_dict(old) == FramePolicy(**ADDED_OFF)
+    assert FramePolicy.from_dict(FramePolicy().as_dict()) == FramePolicy()

@@ -16,6 +16,7 @@ largest change between frames). Output frames are rendered at the clip's size wi
   .venv/bin/python tools/video_measure.py --size 80 --tris 30 --iters 30 --first 300 --frames 24 \
       --steady 0,1,3,10 --no-cold      # the temporal term (`trifit video --steady W`)
   .venv/bin/python tools/video_measure.py --clips cut --frames 48 --no-cold --sweep "cut_renew=0,0.1,0.5"
+  .venv/bin/python tools/video_measure.py --clips still,pan --no-cold --sweep "sigma_px=0" --set sigma_probes=6
   .venv/bin/python tools/video_measure.py --write-frames /tmp/clip --frames 120   # a clip for `trifit video`
 """
 
@@ -81,7 +82,8 @@ def psnr(a: np.ndarray, b: np.ndarray) -> float:
     return float(10 * np.log10(1 / mse))
 
 
-def fit_clip(frames, engine, mode: str, tris: int, size: int, iters: int, first: int, policy: FramePolicy):
+def fit_clip(frames, engine, mode: str, tris: int, size: int, iters: int, first: int, policy: FramePolicy,
+             settings: dict | None = None):
     """(output frames uint8, seconds for the frames after the first)."""
     H, W = frames.shape[1:3]
 
@@ -91,7 +93,7 @@ def fit_clip(frames, engine, mode: str, tris: int, size: int, iters: int, first:
     outs, t_first = [], None
     if mode == "warm":
         clip = ClipFit(triangles=tris, size=size, seed=0, engine=engine, first_iters=first, frame_iters=iters,
-                       policy=policy)
+                       policy=policy, **(settings or {}))
         targets = [as_target(f, size) for f in frames]  # (the cuts as the frame loop finds them: render/shots.py)
         cuts = set(find_cuts([frame_change(a, b) for a, b in zip(targets, targets[1:])]))
         for k, f in enumerate(frames):
@@ -110,7 +112,7 @@ def fit_clip(frames, engine, mode: str, tris: int, size: int, iters: int, first:
 
 
 def measure(frames, mask, engine, mode, policy, a) -> dict:
-    outs, seconds = fit_clip(frames, engine, mode, a.tris, a.size, a.iters, a.first, policy)
+    outs, seconds = fit_clip(frames, engine, mode, a.tris, a.size, a.iters, a.first, policy, a.settings)
     ps = [psnr(o, f) for o, f in zip(outs, frames)]
     d_in, d_out = np.diff(frames.astype(np.float64) / 255, axis=0), np.diff(outs.astype(np.float64) / 255, axis=0)
     row = {"mode": mode, **({"policy": policy.as_dict()} if mode == "warm" else {}),
@@ -147,10 +149,13 @@ def main(argv=None) -> int:
     p.add_argument("--steady", default=None, metavar="W,W,...",
                    help="each warm variant with each of these temporal-term weights (FramePolicy.steady)")
     p.add_argument("--no-cold", action="store_true", help="leave out the cold per-frame fits")
+    p.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",
+                   help="a FitSettings value for the warm clips' fits (repeatable), e.g. sigma_probes=0")
     p.add_argument("--json", default=None)
     p.add_argument("--write-frames", default=None, metavar="DIR",
                    help="only write the still clip (--frames frames, 352x264) to DIR as PNGs, for `trifit video`")
     a = p.parse_args(argv)
+    a.settings = {k: json.loads(v) for k, v in (item.split("=", 1) for item in a.set)}
     if a.write_frames:
         from pathlib import Path
 
