@@ -192,3 +192,39 @@ def test_later_frames_are_fitted_as_soft_as_a_crisp_picture_and_old_records_keep
     old = {k: v for k, v in FramePolicy().as_dict().items() if k not in ADDED_OFF}  # a record from before them
     assert FramePolicy.from_dict(old) == FramePolicy(**ADDED_OFF)
     assert FramePolicy.from_dict(FramePolicy().as_dict()) == FramePolicy()
+
+
+@pytest.mark.gpu
+def test_the_command_resumes_across_a_new_shot_to_the_byte(gpu_engine, tmp_path, monkeypatch):
+    """`trifit video`'s run (run_video) stopped just before the cut, or inside the second shot, and
+    run again: the frame loop decodes the frames before the resume point for the cut's window,
+    the fit resumes with its shot, and every scene and output frame is an uninterrupted run's."""
+    from trifit import videorun
+
+    frames = tmp_path / "frames"
+    frames.mkdir()
+    for k, f in enumerate(_two_shots()):
+        Image.fromarray(f).save(frames / f"f{k:02d}.png")
+    args = dict(triangles=CLIP_FIT["triangles"], size=CLIP_FIT["size"], iters_per_frame=CLIP_FIT["frame_iters"],
+                first_frame_iters=CLIP_FIT["first_iters"], seed=SEED, engine=gpu_engine)
+
+    def files(folder, suffix):
+        return {p.name: p.read_bytes() for p in sorted(folder.glob(f"*{suffix}"))}
+
+    whole = videorun.run_video(frames, tmp_path / "whole", scenes_dir=tmp_path / "whole-scenes", **args)
+    assert whole.done == 2 * SHOT
+    want_scenes, want_frames = files(tmp_path / "whole-scenes", ".json"), files(tmp_path / "whole", ".png")
+    assert json.loads(want_scenes[f"frame_{SHOT:04d}.trifit.json"])["meta"]["video"]["shot"] == SHOT
+    monkeypatch.setattr(videorun, "CHECKPOINT_EVERY_S", 0.0)  # (a checkpoint after every frame: a known resume point)
+    for stop in (SHOT - 1, SHOT + 1):
+        out, scenes, fit = tmp_path / f"out{stop}", tmp_path / f"scenes{stop}", []
+
+        def cancel_after(k, scene, stats, stop=stop, fit=fit):
+            if k == stop:
+                fit[0].cancel()
+
+        first = videorun.run_video(frames, out, scenes_dir=scenes, on_clip=fit.append, on_frame=cancel_after, **args)
+        assert first.interrupted and first.done == stop + 1
+        again = videorun.run_video(frames, out, scenes_dir=scenes, **args)
+        assert again.resumed_from == stop + 1 and again.done == 2 * SHOT and not again.interrupted
+        assert files(scenes, ".json") == want_scenes and files(out, ".png") == want_frames
