@@ -170,6 +170,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="fit R copies of the image side by side, each growing with its own random stream; at each "
                         "pruning cycle's start all go on from the best (default 0: two on a GPU for small "
                         "fits -- at most 256 tiles of 16 x 16 px and 20000 tiles x triangles --, else one)")
+    f.add_argument("--sharp", action="store_true",
+                   help="fit for crisp pictures: the edges end as soft as a crisp picture's at the working size "
+                        "(0.25 px), not as soft as the sigma probes choose; crisp pictures score higher, the fit's "
+                        "own render (the PSNR reported) can score lower (docs/QUALITY.md, \"Crisp pictures\")")
     f.add_argument("--resume", type=_path, metavar="SCENE.json",
                    help="start from this scene instead of a fresh one (the triangles its \"locked\" key names stay as "
                         "they are)")
@@ -387,6 +391,9 @@ def cmd_fit(args) -> int:
     settings = {"triangles": args.tris, "size": args.size, "seed": args.seed, "loss": args.loss,
                 "strategy": args.strategy, "replicas": args.replicas}
     from . import export
+
+    if args.sharp:  # (the anneal ends at a crisp picture's softness; the probes would move it towards the soft render's)
+        settings.update(sigma_probes=0, sigma_end_px=export.CRISP_SIGMA_PX)
 
     out = Path(args.output) if args.output else Path(args.image).with_suffix(".trifit.json")
     picture = out.suffix.lower() != ".json"

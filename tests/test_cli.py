@@ -291,3 +291,22 @@ def test_entry_asks_for_one_blas_thread_unless_the_user_set_a_count(monkeypatch)
     monkeypatch.setenv("OPENBLAS_NUM_THREADS", "6")
     assert _entry(monkeypatch, ["--version"]) == ("normal", 0)
     assert os.environ["OPENBLAS_NUM_THREADS"] == "6"
+
+
+@pytest.mark.gpu
+def test_sharp_fits_end_as_soft_as_a_crisp_picture_and_replay(small_png, tmp_path, gpu_ctx):
+    from trifit.export import CRISP_SIGMA_PX
+
+    out = tmp_path / "sharp.trifit.json"
+    assert main(["fit", str(small_png), "--iters", "60", "--size", "24", "--tris", "5", "--backend", "gpu", "--quiet",
+                 "--sharp", "-o", str(out)]) == 0
+    scene = Scene.load(out)
+    assert scene.sigma * min(scene.width, scene.height) == pytest.approx(CRISP_SIGMA_PX, rel=1e-6)
+    assert scene.meta["settings"]["sigma_probes"] == 0
+    again = tmp_path / "again.trifit.json"
+    assert main(["fit", str(small_png), "--replay", str(out), "--backend", "gpu", "--quiet", "-o", str(again)]) == 0
+    assert Scene.load(again).triangles.tobytes() == scene.triangles.tobytes()
+    default = tmp_path / "default.trifit.json"
+    assert main(["fit", str(small_png), "--iters", "60", "--size", "24", "--tris", "5", "--backend", "gpu", "--quiet",
+                 "-o", str(default)]) == 0
+    assert Scene.load(default).meta["settings"]["sigma_probes"] > 0
