@@ -236,7 +236,7 @@ def tally(n: int, progress: bool, on_result=None):
 
 def run_batch(inputs: Iterable[str] | Iterable[Path], outdir, *, triangles: int = 150, size: int = 176,
               stop=None, seed: int = 0, loss: str = "mse", strategy: str = "default", replicas: int = 0,
-              engine=None, backend: str = "auto",
+              sharp: bool = False, engine=None, backend: str = "auto",
               render: bool = False, reports: bool = False, force: bool = False,
               progress: bool = True, on_result: Callable[[ImageResult], None] | None = None,
               sequential: bool = False, batch_chunk: int = BATCH_CHUNK, ctrl_c=None) -> BatchResult:
@@ -266,8 +266,8 @@ def run_batch(inputs: Iterable[str] | Iterable[Path], outdir, *, triangles: int 
     only_iterations = (stop.iterations is not None and stop.time_limit is None
                        and stop.target_psnr is None and stop.plateau is None)
     opts = dict(triangles=triangles, size=size, seed=seed, loss=loss, strategy=strategy, replicas=replicas,
-                render=render, reports=reports, progress=progress, bar=bar, record=record, outdir=outdir,
-                names=names, ctrl_c=ctrl_c)
+                sharp=sharp, render=render, reports=reports, progress=progress, bar=bar, record=record,
+                outdir=outdir, names=names, ctrl_c=ctrl_c)
     try:
         pending = still_to_fit(images, outdir, names, triangles, size, force, record)
         if pending and engine is None:
@@ -341,8 +341,16 @@ def _failure(img_path, scene_path, exc, t0) -> ImageResult:
     return ImageResult(str(img_path), str(scene_path), "failed", error=err, seconds=time.perf_counter() - t0)
 
 
+def _sharp(sharp: bool) -> dict:
+    """The fit settings of ``--sharp`` (export.SHARP_SETTINGS), or none."""
+    from .export import SHARP_SETTINGS
+
+    return dict(SHARP_SETTINGS) if sharp else {}
+
+
 def _fit_sequential(img_path, target, engine, stop, *, triangles, size, seed, loss, strategy, render, reports,
-                    progress, bar, record, outdir, names, replicas=0, local_path=None, ctrl_c=None) -> None:
+                    progress, bar, record, outdir, names, replicas=0, sharp=False, local_path=None,
+                    ctrl_c=None) -> None:
     """The per-image path: a full Fitter (growth, respawn, coarse stage, any stop condition).
     ``local_path``: where the image's bytes are on this machine when that is not ``img_path``
     (a cluster worker's copy, render/cluster.py); ``img_path`` still names it in the scene."""
@@ -358,7 +366,7 @@ def _fit_sequential(img_path, target, engine, stop, *, triangles, size, seed, lo
         if target is None:
             target = load_image(local_path or img_path, size)
         fitter = Fitter(target, triangles=triangles, size=size, seed=seed, engine=engine,
-                        source=str(img_path), loss=loss, strategy=strategy, replicas=replicas)
+                        source=str(img_path), loss=loss, strategy=strategy, replicas=replicas, **_sharp(sharp))
         try:
             def step(stats, _name=img_path.name):
                 bar.set_postfix_str(f"it {stats.iteration} psnr {stats.psnr:.2f}")
@@ -379,7 +387,7 @@ def _fit_sequential(img_path, target, engine, stop, *, triangles, size, seed, lo
 
 
 def _fit_batched(members, engine, stop, *, triangles, size, seed, loss, strategy, render, reports,
-                 progress, bar, record, outdir, names, replicas=0, ctrl_c=None) -> None:
+                 progress, bar, record, outdir, names, replicas=0, sharp=False, ctrl_c=None) -> None:
     """Equal-size images through one BatchFitter; each scene is written as soon as the group
     ends. Should the batched fit itself fail, the group's images are fitted one by one instead."""
     import logging
@@ -388,8 +396,8 @@ def _fit_batched(members, engine, stop, *, triangles, size, seed, loss, strategy
     from .run import FitRun
 
     opts = dict(triangles=triangles, size=size, seed=seed, loss=loss, strategy=strategy, replicas=replicas,
-                render=render, reports=reports, progress=progress, bar=bar, record=record, outdir=outdir,
-                names=names, ctrl_c=ctrl_c)
+                sharp=sharp, render=render, reports=reports, progress=progress, bar=bar, record=record,
+                outdir=outdir, names=names, ctrl_c=ctrl_c)
     if len(members) == 1:
         bar.set_description_str(f"image {bar.n + 1} of {bar.total}: {members[0][0].name[:40]}")
     else:
@@ -397,7 +405,8 @@ def _fit_batched(members, engine, stop, *, triangles, size, seed, loss, strategy
     t0 = time.perf_counter()
     try:
         bf = BatchFitter([t for _, t in members], triangles=triangles, size=size, seeds=seed, engine=engine,
-                         sources=[str(p) for p, _ in members], loss=loss, strategy=strategy, replicas=replicas)
+                         sources=[str(p) for p, _ in members], loss=loss, strategy=strategy, replicas=replicas,
+                         **_sharp(sharp))
         try:
             def step(stats):  # (a group's loss is its images' mean: its PSNR would be no one's)
                 bar.set_postfix_str(f"it {stats.iteration}" + (f" psnr {stats.psnr:.2f}" if len(members) == 1 else ""))

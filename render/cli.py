@@ -225,6 +225,7 @@ def build_parser() -> argparse.ArgumentParser:
     _backend_option(bt)
     bt.add_argument("--strategy", choices=["default", "fixed"], default="default", help="fit policy (see fit)")
     bt.add_argument("--replicas", type=_replicas, default=0, metavar="R", help="replicas of each image (see fit)")
+    bt.add_argument("--sharp", action="store_true", help="fit for crisp pictures (see fit)")
     bt.add_argument("--png", action="store_true",
                     help="also write a picture of each scene (NAME.trifit.png) at its source image's size")
     bt.add_argument("--scale", type=_positive_float, default=None, metavar="K",
@@ -392,8 +393,8 @@ def cmd_fit(args) -> int:
                 "strategy": args.strategy, "replicas": args.replicas}
     from . import export
 
-    if args.sharp:  # (the anneal ends at a crisp picture's softness; the probes would move it towards the soft render's)
-        settings.update(sigma_probes=0, sigma_end_px=export.CRISP_SIGMA_PX)
+    if args.sharp:
+        settings.update(export.SHARP_SETTINGS)
 
     out = Path(args.output) if args.output else Path(args.image).with_suffix(".trifit.json")
     picture = out.suffix.lower() != ".json"
@@ -734,7 +735,7 @@ def cmd_batch(args) -> int:
     if not stop.any():
         stop.iterations = DEFAULT_ITERATIONS
     common = dict(triangles=args.tris, size=args.size, stop=stop, seed=args.seed, loss=args.loss,
-                  strategy=args.strategy, replicas=args.replicas, backend=args.backend,
+                  strategy=args.strategy, replicas=args.replicas, sharp=args.sharp, backend=args.backend,
                   render=(args.scale or True) if args.png else False, reports=args.reports, force=args.force,
                   progress=not args.quiet)
     if args.dask is not None:

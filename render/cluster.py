@@ -258,7 +258,7 @@ def fit_image(source: str, name: str, data: bytes, options: dict) -> dict:
         results: list[ImageResult] = []
         _fit_sequential(Path(source), None, engine, options["stop"], triangles=options["triangles"],
                         size=options["size"], seed=options["seed"], loss=options["loss"], strategy=options["strategy"],
-                        replicas=options.get("replicas", 0),
+                        replicas=options.get("replicas", 0), sharp=options.get("sharp", False),
                         render=options["render"], reports=options["reports"], progress=False, bar=_NoBar(),
                         record=results.append, outdir=out, names={Path(source): name}, local_path=local)
         (r,) = results
@@ -284,7 +284,8 @@ class _NoBar:
 # ---------------------------------------------------------------------- the driver
 def run_cluster_batch(inputs: Iterable[str] | Iterable[Path], outdir, *, dask: str, triangles: int = 150,
                       size: int = 176, stop=None, seed: int = 0, loss: str = "mse", strategy: str = "default",
-                      replicas: int = 0, backend: str = "auto", render: bool | float = False, reports: bool = False,
+                      replicas: int = 0, sharp: bool = False, backend: str = "auto", render: bool | float = False,
+                      reports: bool = False,
                       force: bool = False, progress: bool = True, on_result: Callable[[ImageResult], None] | None = None,
                       note: Callable[[str], None] | None = None) -> BatchResult:
     """``trifit batch ... --dask DASK``: what :func:`trifit.batch.run_batch` does with
@@ -310,7 +311,8 @@ def run_cluster_batch(inputs: Iterable[str] | Iterable[Path], outdir, *, dask: s
         if pending:
             with session(target, backend, note) as client:
                 options = dict(triangles=triangles, size=size, stop=stop, seed=seed, loss=loss, strategy=strategy,
-                               replicas=replicas, render=render, reports=reports, backend=backend, version=__version__)
+                               replicas=replicas, sharp=sharp, render=render, reports=reports, backend=backend,
+                               version=__version__)
                 _drive(client, pending, names, outdir, options, record, bar)
     except KeyboardInterrupt:
         result.interrupted = True

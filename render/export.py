@@ -53,6 +53,9 @@ REFERENCE_TILE_PIXELS = 1024 * 1024
 #: Edge softness of a crisp export, in output pixels: a logistic edge rises 10-90% over ~4.4 sigma,
 #: so about one output pixel -- the antialiasing of a vector rendering, at any size.
 CRISP_SIGMA_PX = 0.25
+#: the fit settings of `--sharp`: the anneal ends at a crisp picture's softness at the working size, and the
+#: sigma probes (which move it towards what suits the fit's own soft render) are off (docs/QUALITY.md, "Crisp pictures")
+SHARP_SETTINGS = {"sigma_probes": 0, "sigma_end_px": CRISP_SIGMA_PX}
 EDGES = ("crisp", "fit")
 
 

@@ -199,3 +199,21 @@ def test_batched_and_sequential_paths(tmp_path, images, gpu_ctx):
         np.testing.assert_allclose(batched.triangles, alone.triangles, atol=1e-5)
     assert "batched" not in Scene.load(seq / "a.trifit.json").meta
     assert _scenes(out) == _scenes(seq) == ["a.trifit.json", "b.trifit.json", "c.trifit.json"]
+
+
+def test_sharp_batches_fit_for_crisp_pictures_on_both_paths(tmp_path, images, gpu_ctx):
+    """--sharp: every scene ends as soft as a crisp picture, batched as one by one (trifit fit --sharp)."""
+    from trifit.export import CRISP_SIGMA_PX
+
+    (images / "broken.png").unlink()
+    fit = ["--tris", "4", "--size", "16", "--iters", "40", "--quiet", "--backend", "gpu", "--sharp"]
+    out, seq = tmp_path / "out", tmp_path / "seq"
+    assert main(["batch", str(images), "-o", str(out), *fit]) == 0
+    assert main(["batch", str(images), "-o", str(seq), "--sequential", *fit]) == 0
+    assert Scene.load(out / "a.trifit.json").meta["batched"] == 2
+    for name in ("a", "b", "c"):
+        batched, alone = Scene.load(out / f"{name}.trifit.json"), Scene.load(seq / f"{name}.trifit.json")
+        for scene in (batched, alone):
+            assert scene.sigma * min(scene.width, scene.height) == pytest.approx(CRISP_SIGMA_PX, rel=1e-6)
+            assert scene.meta["settings"]["sigma_probes"] == 0
+        np.testing.assert_allclose(batched.triangles, alone.triangles, atol=1e-5)
