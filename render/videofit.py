@@ -52,7 +52,7 @@ from .fitloop import Schedule
 from .fitter import Fitter
 from .run import FitRun, StopConditions
 from .scene import Scene
-from .shots import shot_seed
+from .shots import frame_change, shot_seed
 from .strategy import DefaultStrategy, FixedStrategy
 
 
@@ -215,8 +215,7 @@ def is_cut(previous: np.ndarray | None, current: np.ndarray, policy: FramePolicy
     so fast that most of the scene must move anyway."""
     if previous is None or policy.cut_renew <= 0:
         return [False] * len(current)
-    return [bool(np.mean(np.abs(np.asarray(c, np.float64) - np.asarray(q, np.float64))) >= policy.cut_change)
-            for q, c in zip(previous, current)]
+    return [frame_change(q, c) >= policy.cut_change for q, c in zip(previous, current)]
 
 
 def stillness(triangles: np.ndarray, previous: np.ndarray, current: np.ndarray, policy: FramePolicy) -> np.ndarray:

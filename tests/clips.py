@@ -32,6 +32,18 @@ def moving_disc(n: int, w: int, h: int, seed: int = 0):
     return np.stack(frames), ~moving
 
 
+def two_shots(cut: int, n: int, w: int, h: int, seed: int):
+    """(frames uint8 (n, h, w, 3)): the disc clip's first ``cut`` frames (:func:`moving_disc` over
+    ``n``), then ``n - cut`` frames of the other sample with noise of its own (``seed``): a cut at ``cut``."""
+    from trifit.resources import sample_path
+
+    cat = np.asarray(Image.open(sample_path("chelsea.png")).convert("RGB").resize((w, h), Image.Resampling.LANCZOS),
+                     np.float64)
+    rng = np.random.default_rng(seed)
+    later = [np.clip(cat + rng.normal(0, 2.0, cat.shape) + 0.5, 0, 255).astype(np.uint8) for _ in range(n - cut)]
+    return np.concatenate([moving_disc(n, w, h)[0][:cut], np.stack(later)])
+
+
 def write_video(av, path, frames, rate: int, audio: bool = True, options=None) -> None:
     """Lossless H.264 (the noise is kept) at ``rate`` frames/s, with an AAC tone when ``audio``."""
     h, w = frames.shape[1:3]

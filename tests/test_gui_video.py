@@ -17,7 +17,7 @@ import pytest
 pytest.importorskip("PySide6")
 pytest.importorskip("pytestqt")
 
-from clips import assert_same_video, av_or_fail, moving_disc, read_video, write_video  # noqa: E402
+from clips import assert_same_video, av_or_fail, moving_disc, read_video, two_shots, write_video  # noqa: E402
 from conftest import GUI_SIZE, GUI_TRIANGLES, open_window  # noqa: E402
 
 import trifit.app  # noqa: E402,F401  (installs the PySide6 refcount guard first)
@@ -29,6 +29,7 @@ pytestmark = pytest.mark.gui
 WAIT_MS = 30_000
 W, H, N, RATE = 64, 48, 10, 25
 FIRST, EACH = 60, 12        # iterations of the first frame, then of each later one
+CUT = 6                     # cut.mp4's new shot starts at this frame
 
 
 @pytest.fixture(scope="module")
@@ -40,7 +41,7 @@ def av():
 def clip(tmp_path_factory, av):
     d = tmp_path_factory.mktemp("gui-clip")
     write_video(av, d / "clip.mp4", moving_disc(N, W, H)[0], RATE)
-    write_video(av, d / "cut.mp4", _two_shots(), RATE, audio=False)
+    write_video(av, d / "cut.mp4", two_shots(CUT, N, W, H, seed=2), RATE, audio=False)
     (d / "junk.mp4").write_bytes(np.random.default_rng(1).bytes(3000))
     with av.open(str(d / "empty.mkv"), "w") as c:  # a container with a video stream and no frame
         s = c.add_stream("libx264", rate=RATE)
@@ -48,21 +49,6 @@ def clip(tmp_path_factory, av):
         c.start_encoding()
     return d
 
-
-def _two_shots():
-    """The disc clip's first CUT frames, then the other sample with a little noise: a cut at CUT."""
-    from PIL import Image
-
-    from trifit.resources import sample_path
-
-    cat = np.asarray(Image.open(sample_path("chelsea.png")).convert("RGB").resize((W, H), Image.Resampling.LANCZOS),
-                     np.float64)
-    rng = np.random.default_rng(2)
-    later = [np.clip(cat + rng.normal(0, 2.0, cat.shape) + 0.5, 0, 255).astype(np.uint8) for _ in range(N - CUT)]
-    return np.concatenate([moving_disc(N, W, H)[0][:CUT], np.stack(later)])
-
-
-CUT = 6
 
 
 @pytest.fixture

@@ -12,7 +12,7 @@ import json
 
 import numpy as np
 import pytest
-from clips import moving_disc
+from clips import two_shots
 from PIL import Image
 
 from trifit.imageio import as_target
@@ -38,14 +38,7 @@ def test_a_cut_is_a_mean_change_of_at_least_cut_change():
 
 def _two_shots():
     """The tests' still clip for SHOT frames, then SHOT frames of the other sample (its own noise)."""
-    from trifit.resources import sample_path
-
-    first, _ = moving_disc(2 * SHOT, W, H)
-    cat = np.asarray(Image.open(sample_path("chelsea.png")).convert("RGB").resize((W, H), Image.Resampling.LANCZOS),
-                     np.float64)
-    rng = np.random.default_rng(1)
-    second = [np.clip(cat + rng.normal(0, 2.0, cat.shape) + 0.5, 0, 255).astype(np.uint8) for _ in range(SHOT)]
-    return np.concatenate([first[:SHOT], np.stack(second)])
+    return two_shots(SHOT, 2 * SHOT, W, H, seed=1)
 
 
 def _fit(frames, engine, policy):
