@@ -255,6 +255,13 @@ VARIANTS = {
     "small triangles off": {"small_triangle_px": 0.0},
     "small triangles 8": {"small_triangle_px": 8.0},
     "small triangles 11": {"small_triangle_px": 11.0},
+    # the anneal's end sharper, the probes moving each image's sigma from there; and --sharp's settings
+    "sigma end 0.25": {"sigma_end_px": 0.25},
+    "sigma end 0.35": {"sigma_end_px": 0.35},
+    "sigma end 0.2": {"sigma_end_px": 0.2},
+    "sigma end 0.5": {"sigma_end_px": 0.5},
+    "sigma end 0.15": {"sigma_end_px": 0.15},
+    "sharp": {"sigma_probes": 0, "sigma_end_px": 0.25},
 }
 
 
