@@ -24,6 +24,8 @@ class FitParams:
     lr_scale: float = 1.0
     replicas: int = 0               # the image's replicas side by side (a new fit's; 0: the fit's own
                                     # choice, render/replicas.py auto_replicas)
+    sharp: bool = False             # a new picture's fit for crisp pictures (`trifit fit --sharp`:
+                                    # export.SHARP_SETTINGS); a clip's frames always are
 
 
 @dataclass

@@ -135,6 +135,12 @@ def _number(value, name: str, *, integer: bool = False, low: float | None = None
     return value
 
 
+def _flag(value, name: str) -> bool:
+    if not isinstance(value, bool):
+        raise SessionDamaged(f"{name} must be true or false, got {value!r}")
+    return value
+
+
 def params_from_record(record: dict) -> tuple[FitParams, StopConditions]:
     p = record.get("params")
     if not isinstance(p, dict):
@@ -146,6 +152,7 @@ def params_from_record(record: dict) -> tuple[FitParams, StopConditions]:
         sigma_px=_number(p.get("sigma_px"), "params.sigma_px", low=1e-6, high=1000, optional=True),
         lr_scale=_number(p.get("lr_scale", 1.0), "params.lr_scale", low=1e-6, high=100),
         replicas=_number(p.get("replicas", 0), "params.replicas", integer=True, low=0, high=MAX_REPLICAS),
+        sharp=_flag(p.get("sharp", False), "params.sharp"),
     )
     s = record.get("stop") or {}
     if not isinstance(s, dict):

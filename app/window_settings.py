@@ -30,6 +30,7 @@ class WindowSettings:
             sigma_px=s.value("params/sigma_px", 0.0, type=float) or None,
             lr_scale=s.value("params/lr_scale", 1.0, type=float),
             replicas=s.value("params/replicas", 0, type=int),  # (the box keeps it within its range)
+            sharp=s.value("params/sharp", False, type=bool),
         ))
         video = VideoParams()
         self.controls.set_video_params(VideoParams(
@@ -62,6 +63,7 @@ class WindowSettings:
         s.setValue("params/sigma_px", p.sigma_px or 0.0)
         s.setValue("params/lr_scale", p.lr_scale)
         s.setValue("params/replicas", p.replicas)
+        s.setValue("params/sharp", p.sharp)
         video = self.controls.video_params()
         s.setValue("video/iters_per_frame", video.iters_per_frame)
         s.setValue("video/first_frame_iters", video.first_frame_iters)

@@ -156,6 +156,7 @@ def test_kill_9_mid_fit_then_restore(qtbot, engine, settings, tmp_path):
     assert record["iteration"] >= seen[-1] > seen[0] > 0
     assert record["params"]["size"] == SIZE and record["params"]["triangles"] == TRIANGLES
     assert record["params"]["replicas"] == 0  # (the Replicas box's "auto")
+    assert record["params"]["sharp"] is False
     assert (saved.width, saved.height) == (record["width"], record["height"]) and saved.width == SIZE
     assert 1 <= saved.n_triangles <= TRIANGLES
     assert saved.meta["source"] == record["source"]
@@ -388,3 +389,12 @@ def test_a_session_records_replicas_and_older_records_read_as_auto():
     assert params.replicas == 0
     with pytest.raises(SessionDamaged, match="params.replicas is out of range"):
         params_from_record({"params": {"triangles": 10, "size": 64, "replicas": 9}})
+
+
+def test_a_session_records_sharp_edges_and_older_records_read_as_off():
+    from trifit.app.session_record import SessionDamaged, params_from_record
+
+    assert params_from_record({"params": {"triangles": 10, "size": 64, "sharp": True}})[0].sharp is True
+    assert params_from_record({"params": {"triangles": 10, "size": 64}})[0].sharp is False
+    with pytest.raises(SessionDamaged, match="params.sharp must be true or false"):
+        params_from_record({"params": {"triangles": 10, "size": 64, "sharp": 1}})

@@ -424,6 +424,32 @@ def test_reset_applies_the_replicas_box(qtbot, window):
     assert win.settings.value("params/replicas", type=int) == 3
 
 
+def test_sharp_edges_box_fits_the_next_picture_for_crisp_pictures(qtbot, window):
+    # unchecked: the probes choose the final sigma; checked (on Reset): `trifit fit --sharp`'s settings
+    from trifit.export import SHARP_SETTINGS
+    from trifit.fitloop import FitSettings
+
+    win = window
+    assert not win.controls.sharp.isChecked() and not win.controls.params().sharp
+    win.open_image(sample_path("astronaut.png"))
+    wait_loaded(qtbot, win)
+
+    def settings_now():
+        got = []
+        win.worker.submit(lambda f: {k: getattr(f.settings, k) for k in SHARP_SETTINGS}, on_done=got.append)
+        qtbot.waitUntil(lambda: bool(got), timeout=WAIT_MS)
+        return got[0]
+
+    default = FitSettings()
+    assert settings_now() == {k: getattr(default, k) for k in SHARP_SETTINGS} != SHARP_SETTINGS
+    win.controls.sharp.setChecked(True)
+    assert win.controls.params().sharp
+    win.reset_fit()
+    qtbot.waitUntil(lambda: settings_now() == SHARP_SETTINGS, timeout=WAIT_MS)
+    win._save_settings()  # (the next session's window starts with it)
+    assert win.settings.value("params/sharp", type=bool) is True
+
+
 def test_status_says_when_an_overgrown_fit_prunes_back(qtbot, window):
     from trifit.app.worker import Progress
     from trifit.fitter import StepStats
