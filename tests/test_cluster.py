@@ -103,6 +103,22 @@ def test_scenes_are_the_sequential_batch_bytes(images, sequential, cluster, tmp_
     assert not list(out.glob(".*.part"))
 
 
+def test_sharp_scenes_are_the_sequential_sharp_batch_bytes(images, cluster, tmp_path, gpu_engine):
+    """batch --sharp --dask: the fit settings travel with each task (the scenes a local --sharp
+    --sequential run writes, to the byte, and not the default's)."""
+    from trifit.export import SHARP_SETTINGS
+
+    seq, out = tmp_path / "seq", tmp_path / "out"
+    run_batch([str(images)], seq, stop=StopConditions(iterations=ITERS), sequential=True, engine=gpu_engine,
+              progress=False, sharp=True, **SETTINGS)
+    result = _run(images, out, cluster[0], sharp=True)
+    assert (result.done, len(result.failed)) == (6, 1)
+    assert _scenes(out) == _scenes(seq) and len(_scenes(out)) == 6
+    for blob in _scenes(out).values():
+        settings = json.loads(blob)["meta"]["settings"]
+        assert {k: settings[k] for k in SHARP_SETTINGS} == SHARP_SETTINGS
+
+
 def test_a_killed_worker_costs_nothing(images, sequential, cluster, tmp_path, monkeypatch):
     address, client = cluster
     out = tmp_path / "out"
