@@ -435,7 +435,7 @@ class FitWorker:
         if len(fitter.history):  # a resumed fit: its loss curve so far
             self.signals.progress.emit(Progress(None, np.array(fitter.history.iterations),
                                                 np.array(fitter.history.losses), 0))
-        if fitter.gpu_image() is None:
+        if self.engine.backend == "reference":
             # Reference backend: show the initial triangles; the GPU path shows them after a step.
             self.signals.progress.emit(Progress(None, np.empty(0, int), np.empty(0), 0,
                                                 pixels=self.engine.render(fitter.scene)))
@@ -581,10 +581,10 @@ class FitWorker:
         if self._edit_view and now - self._last_edit_view >= EDIT_VIEW_EVERY_S:
             self._last_edit_view = now
             progress.triangles = self._edit_view_now()
-        image = f.gpu_image()
+        image = f.gpu_image()  # (None after an event that made another loop current: the canvas keeps its frame)
         if image is not None:
             progress.gpu_image = image
-        elif now - self._last_preview >= REFERENCE_PREVIEW_EVERY_S:
+        elif self.engine.backend == "reference" and now - self._last_preview >= REFERENCE_PREVIEW_EVERY_S:
             self._last_preview = now
             progress.pixels = self.engine.render(f.scene)
         return progress, step.reason

@@ -528,6 +528,8 @@ class FitState:
         self._loops[key] = loop
         while len(self._loops) > MAX_CACHED_LOOPS:  # the current loop is the newest: never evicted
             release_loop(self._loops.pop(next(iter(self._loops))))
+        if loop is not self._loop:
+            self._loop_rendered = False  # (its image buffer is not this state's render: Fitter.gpu_image)
         self._loop = loop
 
     def _optim(self) -> FitSettings:

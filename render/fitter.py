@@ -170,6 +170,7 @@ class Fitter(FitState):
         self._cached = None         # (loop, iteration, raw, m, v): the state as last read or set
         self._loops: dict = {}      # fit loops by (count, working size), least recently used first
         self._loop = None
+        self._loop_rendered = False  # whether the current loop has run an iteration (its image is this fit's)
         self._device_placement = None  # placement's buffers on the device, made at its first event
         if resume is not None:
             self.settings = resume[1]  # as the fit had them: planned length, live changes
@@ -358,6 +359,7 @@ class Fitter(FitState):
                 self._recover_device(lost)
                 continue
             consecutive = 0
+            self._loop_rendered = True  # (until an event makes another loop current)
             losses = np.asarray(losses).reshape(k, self.batch)
             for b, h in enumerate(self.histories):
                 h.add(start + 1, losses[:, b])
@@ -678,8 +680,12 @@ class Fitter(FitState):
         """(wgpu buffer, width, height, first) of the last forward's image for the GPU backend, else
         None: float32 rgb, row-major, the first image's leading replica's (render/replicas.py) from
         float ``first`` on. During the coarse stage it is the half-size image.
-        Written by the fitting thread's submissions: draw it on the same device, never map it."""
-        got = self._loop.gpu_image()
+        Written by the fitting thread's submissions: draw it on the same device, never map it.
+        None too where the loop made current by the last event (a count change, the half-size
+        stage's end, a device's recovery) has run no iteration yet: its image buffer holds no
+        render of this fit (a new one's is zeros, a kept one's an older count's), so a preview
+        keeps its last frame until the next chunk."""
+        got = self._loop.gpu_image() if self._loop_rendered else None
         if got is None:
             return None
         buffer, width, height = got

@@ -155,6 +155,29 @@ def test_sized_chunks_end_at_the_events_near_their_end(gpu_engine):
         assert end == (upcoming if upcoming - prev <= 7 else min(prev + 5, 150)), (prev, end, ends, events)
 
 
+def test_the_preview_image_after_each_chunk_is_this_fits_render(gpu_engine):
+    """Fitter.gpu_image, what the window draws after each chunk: where an event made another loop
+    current (a count change, the half-size stage's end) its image buffer holds no render of this
+    fit yet -- a new loop's is zeros -- so there is none until the next chunk has run; otherwise it
+    is the render of the fit's leading replica at the iteration reached."""
+    f = Fitter(_target(), triangles=24, size=64, seed=5, engine=gpu_engine, replicas=2, **EVENTFUL)
+    loops, none, shown = [], 0, 0
+    for step in FitRun(f, StopConditions(iterations=150), chunk=3):
+        loops.append((f.n_triangles, f.coarse))  # (the loop's key: its count and working size)
+        got = f.gpu_image()
+        if got is None:
+            none += 1
+            assert len(loops) == 1 or loops[-1] != loops[-2], f"no image at {step.stats.iteration} without a loop change"
+            continue
+        buffer, width, height, first = got
+        image = np.frombuffer(gpu_engine.device.queue.read_buffer(buffer, first * 4, width * height * 12), np.float32)
+        assert (width, height) == (f.working_targets().shape[2], f.working_targets().shape[1])
+        assert image.std() > 0.01, f"a blank preview at iteration {step.stats.iteration}"
+        shown += 1
+    f.close()
+    assert none >= 3 and shown > 30  # (the growth stages, the pruning cycles and the stage's end changed loops)
+
+
 @pytest.mark.parametrize("stop", [StopConditions(target_psnr=24.0, iterations=400),
                                   StopConditions(plateau=20, iterations=600)],
                          ids=["target-psnr", "plateau"])
