@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from . import focus, reference
-from .errors import AdapterError, BatchError, SceneError
+from .errors import AdapterError, BatchError, DeviceLostError, SceneError
 from .gpu.device import ADAPTER_ENV  # noqa: F401 (TRIFIT_ADAPTER, named for the engine's users)
 from .gpu.timing import Counters, HostPhases, median_ms
 from .limits import is_whole
@@ -220,6 +220,15 @@ class Engine:
         """The wgpu device this engine computes on (None for the reference backend). A device
         reset replaces it: whoever draws the engine's buffers must follow (app/window.py)."""
         return self.impl.ctx.device if self.backend == "gpu" else None
+
+    def device_lost(self, exc: BaseException) -> DeviceLostError | None:
+        """``exc`` as a DeviceLostError where it is one or says the GPU device is lost (any call
+        on a lost device fails so), else None: what a fitter recovers from."""
+        if self.backend != "gpu":
+            return exc if isinstance(exc, DeviceLostError) else None
+        from .gpu.device import as_device_lost
+
+        return as_device_lost(exc)
 
     def reset_device(self) -> None:
         """After a lost device: request a new one and a fresh backend on it (counters carry over)."""

@@ -355,7 +355,10 @@ class Fitter(FitState):
                 consecutive += 1
                 self._on_numerical_fault(fault, consecutive)
                 continue
-            except DeviceLostError as lost:
+            except Exception as exc:  # (a lost device can fail the chunk's own buffers first)
+                lost = self.engine.device_lost(exc)
+                if lost is None:
+                    raise
                 self._recover_device(lost)
                 continue
             consecutive = 0
@@ -367,7 +370,14 @@ class Fitter(FitState):
                 # the event's changes would cost a round trip of their own; a recovery runs the event again)
                 self._snapshot_on_host(*self._state("snapshot"), self.coarse, event)
             if event:
-                self.strategy.on_event(self.iteration)
+                try:
+                    self.strategy.on_event(self.iteration)
+                except Exception as exc:  # a device lost in the event: resumed from the last snapshot, it runs again
+                    lost = self.engine.device_lost(exc)
+                    if lost is None:
+                        raise
+                    self._recover_device(lost)
+                    continue
                 self._next_event = self.strategy.next_event(self.iteration)
         dt = time.perf_counter() - t0
         self.wall_s += dt

@@ -71,31 +71,54 @@ def test_a_nan_the_step_makes_is_reported_by_the_next_iteration(chunk, gpu_engin
     assert reported == {"gpu": 6, "reference": 6}
 
 
-@pytest.mark.gpu
-def test_lost_device_is_recreated_and_the_fit_resumes(gpu_ctx):
-    # in a subprocess: destroying the device must not disturb the other tests' shared device
+def _lost_device_fit(fit_options: str, before: str, iterations: int, after: str) -> str:
+    """Run in a process of its own (destroying the device there must not disturb the other tests'
+    shared device): a fit of a 32 x 24 picture with ``fit_options``, ``before``; its device
+    destroyed; ``iterations`` more, which must recreate the device once and warn of the loss;
+    then ``after``. Returns the process's stdout."""
     code = textwrap.dedent("""
         import warnings, numpy as np, render
         eng = render.Engine("gpu")
-        f = render.Fitter(np.random.default_rng(0).uniform(0, 1, (24, 32, 3)), triangles=6, size=32,
-                          engine=eng, chunk=5, host_snapshot_every=10)
-        ids = [np.arange(f.n_triangles) * 7 + 100] * f.batch  # (a slot a replica)
-        f.set_ids_state(ids, 1000)  # (no event from 20 to 35 changes them)
-        f.step(20)
+        f = render.Fitter(np.random.default_rng(0).uniform(0, 1, (24, 32, 3)), size=32, engine=eng, {fit_options})
+        {before}
         old = eng.impl.ctx.device
         f.inject_fault("device-lost")
         with warnings.catch_warnings(record=True) as w:
             warnings.simplefilter("always")
-            st = f.step(15)
+            st = f.step({iterations})
         assert f.recoveries == 1 and eng.impl.ctx.device is not old, "device not recreated"
         assert any("lost" in str(x.message) for x in w), [str(x.message) for x in w]
-        assert f.iteration == 35 and np.isfinite(st.loss)
-        assert list(f.history.iterations) == list(range(1, 36))
-        assert f.triangle_ids_all()[0].tolist() == ids[0].tolist(), "ids not kept"  # (the snapshot's)
+        {after}
         print("RESUMED", f.iteration)
-    """)
+    """).format(fit_options=fit_options, before=before.strip(), iterations=iterations, after=after.strip())
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
-    assert p.returncode == 0 and "RESUMED 35" in p.stdout, p.stderr[-2000:]
+    assert p.returncode == 0, p.stderr[-2000:]
+    return p.stdout
+
+
+@pytest.mark.gpu
+def test_lost_device_is_recreated_and_the_fit_resumes(gpu_ctx):
+    out = _lost_device_fit("triangles=6, chunk=5, host_snapshot_every=10", """
+ids = [np.arange(f.n_triangles) * 7 + 100] * f.batch  # (a slot a replica)
+f.set_ids_state(ids, 1000)  # (no event from 20 to 35 changes them)
+f.step(20)""", 15, """
+assert f.iteration == 35 and np.isfinite(st.loss)
+assert list(f.history.iterations) == list(range(1, 36))
+assert f.triangle_ids_all()[0].tolist() == ids[0].tolist(), "ids not kept"  # (the snapshot's)""")
+    assert "RESUMED 35" in out
+
+
+@pytest.mark.gpu
+def test_a_device_lost_before_an_events_buffers_are_made_is_recovered_too(gpu_ctx):
+    # wgpu fails whatever call meets a lost device first: here the buffers of the first event that
+    # places triangles on the device, made as its chunk is encoded (a validation error, "Parent
+    # device is lost", not a failed submission) -- the fit recovers as from any other loss
+    out = _lost_device_fit("triangles=12, chunk=5, host_snapshot_every=5", """
+f.step(2)  # (a host snapshot; no event has placed triangles yet)
+assert f._device_placement is None and f.places_on_device""", 200, """
+assert f._device_placement is not None, "no event placed triangles"
+assert f.iteration == 202 and np.isfinite(st.loss) and f.n_triangles >= 1""")
+    assert "RESUMED 202" in out
 
 
 @pytest.mark.gpu

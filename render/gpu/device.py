@@ -13,7 +13,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 
-from ..errors import AdapterError
+from ..errors import AdapterError, DeviceLostError
 
 log = logging.getLogger("trifit.gpu")
 
@@ -233,3 +233,16 @@ def probe_subgroup_size(device) -> int:
     size, count = (int(v) for v in np.frombuffer(device.queue.read_buffer(buf), dtype=np.uint32)[:2])
     buf.destroy()
     return size if size * count == 256 else 0
+
+
+def as_device_lost(exc: BaseException) -> DeviceLostError | None:
+    """``exc`` as a DeviceLostError where it says the device is lost -- wgpu raises a validation
+    error ("Parent device is lost") from whatever call meets a lost device first, a buffer's
+    creation as much as a submission --, else None."""
+    if isinstance(exc, DeviceLostError):
+        return exc
+    import wgpu  # (loaded already wherever a wgpu call raised)
+
+    if isinstance(exc, wgpu.GPUError) and "lost" in str(exc).lower():
+        return DeviceLostError(f"the GPU device was lost: {str(exc).splitlines()[-1].strip()}")
+    return None

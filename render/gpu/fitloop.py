@@ -31,9 +31,10 @@ import numpy as np
 import wgpu
 
 from .. import focus
-from ..errors import DeviceLostError, NumericalFault
+from ..errors import NumericalFault
 from ..fitloop import FRESH_ROW, FitSettings, Schedule, values_from_raw
 from .backend import GpuBackend
+from .device import as_device_lost
 from .encode import Recorder, Repeats, per_image, submission_sizes
 from .events import DeviceRows
 from .layouts import OPTIM, SCENE, SCHEDULE, STATE
@@ -854,8 +855,9 @@ class GpuFitLoop:
         try:
             return self._run(n, read_state, read_image, state_kind, flags, sums, costs, ahead, idle)
         except wgpu.GPUError as exc:
-            if "lost" in str(exc).lower():
-                raise DeviceLostError(f"the GPU device was lost: {str(exc).splitlines()[-1].strip()}") from None
+            lost = as_device_lost(exc)
+            if lost is not None:
+                raise lost from None
             raise
 
     def _run(self, n: int, read_state: bool, read_image: bool, state_kind: str, flags, sums, costs,
