@@ -100,6 +100,7 @@ class FitCanvas(QRenderWidget):
         usage = wgpu.BufferUsage.UNIFORM | wgpu.BufferUsage.COPY_DST
         self._view_uniform = device.create_buffer(size=VIEW.size, usage=usage, label="display-view")
         self._unpack_uniform = device.create_buffer(size=UNPACK_SIZE.size, usage=usage, label="display-unpack-size")
+        self._alive_probe = device.create_buffer(size=4, usage=wgpu.BufferUsage.COPY_DST, label="display-alive")
         # edit mode: the selected triangles' outlines and the focus mask (app/edit_tool.py)
         self._outline_buffer = device.create_buffer(size=MAX_OUTLINES * 32, label="display-outline",
                                                     usage=wgpu.BufferUsage.STORAGE | wgpu.BufferUsage.COPY_DST)
@@ -422,6 +423,9 @@ class FitCanvas(QRenderWidget):
             self.clock.deferred += 1
             self._retry_timer.start()
             raise wgpu.DrawCancelled("the fit is using the GPU; drawing a little later")
+        if not self._device_answers():
+            self.clock.cancelled += 1
+            raise wgpu.DrawCancelled("the GPU device was lost; the window draws again on the fit's new one")
         try:
             texture = self._context.get_current_texture()
         except wgpu.DrawCancelled:
@@ -434,6 +438,19 @@ class FitCanvas(QRenderWidget):
         self._encode(encoder, texture.create_view(), self.texture_format, width, height)
         self.device.queue.submit([encoder.finish()])
         self.clock.tick()
+
+    def _device_answers(self) -> bool:
+        """Whether the device is still there. On a lost device the surface's next texture is a
+        panic inside wgpu-native, which aborts the process; a queue write fails first, as an
+        exception. (The fit's next chunk meets the loss too, recovers on a new device, and the
+        window then builds a canvas there: MainWindow._follow_engine_device.)"""
+        try:
+            self.device.queue.write_buffer(self._alive_probe, 0, b"\0\0\0\0")
+        except wgpu.GPUError as exc:
+            if "lost" in str(exc).lower():
+                return False
+            raise
+        return True
 
     def draw_now(self) -> bool:
         """Draw and present synchronously (a new fit frame while the GPU is idle); True if drawn."""

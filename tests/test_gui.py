@@ -524,7 +524,15 @@ win.open_image(sample_path("astronaut.png"), start=True)
 assert wait(lambda: it() >= 20), "the fit did not start"
 old = win.canvas
 assert old.device is engine.device
-win.worker.submit(lambda f: f.inject_fault("device-lost"))
+if sys.argv[2] == "running":
+    win.worker.submit(lambda f: f.inject_fault("device-lost"))
+else:  # lost while paused: the canvas must not draw on it (wgpu-native aborts the process there)
+    win.pause_fit()
+    assert wait(lambda: not win.running), "the fit did not pause"
+    cancelled = old.clock.cancelled
+    engine.lose_device()
+    assert not old.draw_now() and old.clock.cancelled > cancelled, "a draw on the lost device"
+    win.start_fit()
 assert wait(lambda: engine.device is not old.device), "the device was not replaced"
 at = it()
 assert wait(lambda: it() > at + 30), "the fit did not go on after the reset"
@@ -538,11 +546,12 @@ win.close()
 """
 
 
-def test_the_preview_survives_a_device_reset(tmp_path):
+@pytest.mark.parametrize("when", ["running", "paused"])
+def test_the_preview_survives_a_device_reset(tmp_path, when):
     # in a subprocess: the lost device must not take the other tests' shared device with it
     import subprocess
 
-    p = subprocess.run([sys.executable, "-c", _DEVICE_RESET_SCRIPT, str(tmp_path / "s.ini")],
+    p = subprocess.run([sys.executable, "-c", _DEVICE_RESET_SCRIPT, str(tmp_path / "s.ini"), when],
                        capture_output=True, text=True, timeout=240)
     assert p.returncode == 0 and p.stdout.startswith("ok"), p.stdout[-2000:] + p.stderr[-4000:]
 
