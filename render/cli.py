@@ -340,13 +340,14 @@ class LogLines(logging.Formatter):
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     try:
-        args = build_parser().parse_args(argv)
+        parser = build_parser()
+        args = parser.parse_args(argv)
+        if args.command is None:  # a bare `trifit` (its global options only) is `trifit gui`, every default included
+            args = parser.parse_args([*argv, "gui"])
         handler = logging.StreamHandler()
         handler.setFormatter(LogLines(args.verbose))
         logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, handlers=[handler])
-        command = args.command or "gui"
-        if command == "gui" and not hasattr(args, "start"):
-            args.image, args.start = None, False
+        command = args.command
         code = {"fit": cmd_fit, "render": cmd_render, "batch": cmd_batch, "video": cmd_video, "bench": cmd_bench,
                 "gui": cmd_gui}[command](args)
         global _finished

@@ -243,4 +243,6 @@ def test_the_app_opens_what_its_own_dialog_opens(tmp_path, png, monkeypatch):
     (frames / "0001.png").write_bytes(png.read_bytes())
     assert main(["gui", str(frames), "--start", "--backend", "reference"]) == 0
     assert main(["gui", str(png), "--backend", "reference"]) == 0
-    assert opened == [(str(frames), True, "reference"), (str(png), False, "reference")]
+    assert main([]) == 0 and main(["-v"]) == 0  # the README's first command: a bare `trifit` is `trifit gui`
+    assert opened == [(str(frames), True, "reference"), (str(png), False, "reference"), (None, False, "auto"),
+                      (None, False, "auto")]
