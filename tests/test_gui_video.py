@@ -84,7 +84,9 @@ def test_a_clip_is_fitted_frame_by_frame_and_exported_as_the_command_writes_it(q
     assert len(win.clip_scenes) == held and win.status_frame.text() == counter
     win.start_fit()
 
-    qtbot.waitUntil(lambda: len(win.clip_scenes) == N and not win.running, timeout=WAIT_MS)
+    # (the worker pauses, then says why: the two signals can reach the window in separate turns)
+    qtbot.waitUntil(lambda: len(win.clip_scenes) == N and not win.running and "Stopped" in win.last_message,
+                    timeout=WAIT_MS)
     assert started == [(k, N) for k in range(N)]
     assert win.status_frame.text() == f"frame {N} / {N}"
     assert "end of the clip" in win.last_message and win.last_error is None
@@ -187,7 +189,9 @@ def test_a_new_shot_gets_a_fit_of_its_own_in_the_window_as_in_the_command(qtbot,
     win.controls.first_frame_iters.setValue(FIRST)
     win.controls.iters_per_frame.setValue(EACH)
     win.open_file(clip / "cut.mp4", start=True)
-    qtbot.waitUntil(lambda: len(win.clip_scenes) == N and not win.running, timeout=WAIT_MS)
+    # (the worker pauses, then says why: the two signals can reach the window in separate turns)
+    qtbot.waitUntil(lambda: len(win.clip_scenes) == N and not win.running and "Stopped" in win.last_message,
+                    timeout=WAIT_MS)
     assert win.last_error is None and "end of the clip" in win.last_message
     metas = [s.extra["meta"] for s in win.clip_scenes]
     assert [m["video"].get("shot") for m in metas] == [None] * CUT + [CUT] * (N - CUT)
