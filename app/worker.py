@@ -413,13 +413,11 @@ class FitWorker:
         try:
             fitter = self._resumed(cmd) if cmd.resume is not None else None
             if fitter is None:
-                sharp = {}
-                if p.sharp:
-                    from trifit.export import SHARP_SETTINGS
-                    sharp = SHARP_SETTINGS
+                from trifit.export import sharp_settings
+
                 fitter = trifit.Fitter(cmd.image, triangles=p.triangles, size=p.size, seed=p.seed,
                                        engine=self.engine, init_scene=cmd.init_scene, source=cmd.source,
-                                       weights=weights_from_mask(cmd.focus), replicas=p.replicas, **sharp)
+                                       weights=weights_from_mask(cmd.focus), replicas=p.replicas, **sharp_settings(p.sharp))
                 if p.sigma_px is not None:
                     fitter.set_sigma(p.sigma_px)
                 if p.lr_scale != 1.0:

@@ -341,19 +341,13 @@ def _failure(img_path, scene_path, exc, t0) -> ImageResult:
     return ImageResult(str(img_path), str(scene_path), "failed", error=err, seconds=time.perf_counter() - t0)
 
 
-def _sharp(sharp: bool) -> dict:
-    """The fit settings of ``--sharp`` (export.SHARP_SETTINGS), or none."""
-    from .export import SHARP_SETTINGS
-
-    return dict(SHARP_SETTINGS) if sharp else {}
-
-
 def _fit_sequential(img_path, target, engine, stop, *, triangles, size, seed, loss, strategy, render, reports,
                     progress, bar, record, outdir, names, replicas=0, sharp=False, local_path=None,
                     ctrl_c=None) -> None:
     """The per-image path: a full Fitter (growth, respawn, coarse stage, any stop condition).
     ``local_path``: where the image's bytes are on this machine when that is not ``img_path``
     (a cluster worker's copy, render/cluster.py); ``img_path`` still names it in the scene."""
+    from .export import sharp_settings
     from .fitter import Fitter
     from .imageio import load_image
     from .run import FitRun
@@ -366,7 +360,7 @@ def _fit_sequential(img_path, target, engine, stop, *, triangles, size, seed, lo
         if target is None:
             target = load_image(local_path or img_path, size)
         fitter = Fitter(target, triangles=triangles, size=size, seed=seed, engine=engine,
-                        source=str(img_path), loss=loss, strategy=strategy, replicas=replicas, **_sharp(sharp))
+                        source=str(img_path), loss=loss, strategy=strategy, replicas=replicas, **sharp_settings(sharp))
         try:
             def step(stats, _name=img_path.name):
                 bar.set_postfix_str(f"it {stats.iteration} psnr {stats.psnr:.2f}")
@@ -392,6 +386,7 @@ def _fit_batched(members, engine, stop, *, triangles, size, seed, loss, strategy
     ends. Should the batched fit itself fail, the group's images are fitted one by one instead."""
     import logging
 
+    from .export import sharp_settings
     from .fitter import BatchFitter
     from .run import FitRun
 
@@ -406,7 +401,7 @@ def _fit_batched(members, engine, stop, *, triangles, size, seed, loss, strategy
     try:
         bf = BatchFitter([t for _, t in members], triangles=triangles, size=size, seeds=seed, engine=engine,
                          sources=[str(p) for p, _ in members], loss=loss, strategy=strategy, replicas=replicas,
-                         **_sharp(sharp))
+                         **sharp_settings(sharp))
         try:
             def step(stats):  # (a group's loss is its images' mean: its PSNR would be no one's)
                 bar.set_postfix_str(f"it {stats.iteration}" + (f" psnr {stats.psnr:.2f}" if len(members) == 1 else ""))

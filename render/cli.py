@@ -394,8 +394,7 @@ def cmd_fit(args) -> int:
                 "strategy": args.strategy, "replicas": args.replicas}
     from . import export
 
-    if args.sharp:
-        settings.update(export.SHARP_SETTINGS)
+    settings.update(export.sharp_settings(args.sharp))
 
     out = Path(args.output) if args.output else Path(args.image).with_suffix(".trifit.json")
     picture = out.suffix.lower() != ".json"

@@ -56,6 +56,11 @@ CRISP_SIGMA_PX = 0.25
 #: the fit settings of `--sharp`: the anneal ends at a crisp picture's softness at the working size, and the
 #: sigma probes (which move it towards what suits the fit's own soft render) are off (docs/QUALITY.md, "Crisp pictures")
 SHARP_SETTINGS = {"sigma_probes": 0, "sigma_end_px": CRISP_SIGMA_PX}
+
+
+def sharp_settings(sharp: bool) -> dict:
+    """The fit settings ``--sharp`` (or the window's Sharp edges box) adds: :data:`SHARP_SETTINGS`, or none."""
+    return dict(SHARP_SETTINGS) if sharp else {}
 EDGES = ("crisp", "fit")
 
 

@@ -26,7 +26,7 @@ import numpy as np
 from . import __version__, edits, focus
 from .checkpoint import Checkpoint, check_checkpoint, restore as restore_checkpoint, settings_of, take as take_checkpoint
 from .engine import Engine
-from .errors import BatchError, DeviceLostError, ImageError, NumericalFault, SettingsError, TrifitError
+from .errors import BatchError, ImageError, NumericalFault, SettingsError, TrifitError
 from .fitloop import CHANGE_KINDS, EXACT_STOP_TRANSMITTANCE, FitSettings, check_settings, raw_from_scene
 from .fitstate import FitState, HostSnapshot, half_size
 from .history import History, StepStats, loop_timings, psnr_from_mse, release_loop
@@ -356,10 +356,7 @@ class Fitter(FitState):
                 self._on_numerical_fault(fault, consecutive)
                 continue
             except Exception as exc:  # (a lost device can fail the chunk's own buffers first)
-                lost = self.engine.device_lost(exc)
-                if lost is None:
-                    raise
-                self._recover_device(lost)
+                self._recover_device(exc)
                 continue
             consecutive = 0
             self._loop_rendered = True  # (until an event makes another loop current)
@@ -373,10 +370,7 @@ class Fitter(FitState):
                 try:
                     self.strategy.on_event(self.iteration)
                 except Exception as exc:  # a device lost in the event: resumed from the last snapshot, it runs again
-                    lost = self.engine.device_lost(exc)
-                    if lost is None:
-                        raise
-                    self._recover_device(lost)
+                    self._recover_device(exc)
                     continue
                 self._next_event = self.strategy.next_event(self.iteration)
         dt = time.perf_counter() - t0
@@ -436,8 +430,12 @@ class Fitter(FitState):
         last = self._host_snapshot.iteration if self._host_snapshot else -every
         return every > 0 and iteration - last >= every
 
-    def _recover_device(self, lost: DeviceLostError) -> None:
-        """Recreate the device and resume from the last host snapshot (at most host_snapshot_every back)."""
+    def _recover_device(self, exc: Exception) -> None:
+        """Where ``exc`` says the device is lost (Engine.device_lost): recreate the device and resume
+        from the last host snapshot (at most host_snapshot_every back); else raise ``exc`` again."""
+        lost = self.engine.device_lost(exc)
+        if lost is None:
+            raise exc
         self.recoveries += 1
         if self.recoveries > 3 or self._host_snapshot is None:
             raise lost
