@@ -64,7 +64,8 @@ class FrameLoop:
         """From the first frame; ``fit_args`` as ClipFit's (triangles, seed, engine, first_iters, ...)."""
         from .videofit import ClipFit
 
-        return cls(clip, ClipFit(size=size, **fit_args), CutLookahead(_targets(clip, size, 0, overlap)), 0)
+        fit = ClipFit(size=size, **fit_args)
+        return cls(clip, fit, CutLookahead(_targets(clip, size, 0, overlap), fades=fit.policy.fade_restart > 0), 0)
 
     @classmethod
     def resume(cls, clip: Clip, checkpoint, done: int, *, size: int, first_iters: int, frame_iters: int,
@@ -79,6 +80,7 @@ class FrameLoop:
             last, _ = next(frames)
             fit = ClipFit.resume(last, checkpoint, first_iters=first_iters, frame_iters=frame_iters,
                                  engine=engine, source=source)
+            frames.fades = fit.policy.fade_restart > 0  # (as the clip's policy was recorded)
         except BaseException:
             frames.close()
             raise

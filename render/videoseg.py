@@ -36,27 +36,29 @@ from types import SimpleNamespace
 
 import numpy as np
 
-from .shots import find_cuts, frame_change, shot_seed
+from .shots import find_cuts, frame_change, frame_content, shot_seed
 from .videorun import VideoResult, has_scene, kept_work, scene_path, start_work, video_meta
 
 
 # ---------------------------------------------------------------------- where segments start
-def frame_changes(clip, size: int) -> np.ndarray:
-    """(count - 1,) the mean absolute difference of each frame from the one before, at the fit
-    size (a pass over the clip of its own: one frame at a time is held, whatever the clip's length)."""
+def frame_measures(clip, size: int) -> tuple[np.ndarray, np.ndarray]:
+    """((count - 1,), (count,)): the mean absolute difference of each frame from the one before,
+    and each frame's content (render/shots.py), at the fit size (a pass over the clip of its own:
+    one frame at a time is held, whatever the clip's length)."""
     from .imageio import as_target
 
-    changes, previous = [], None
+    changes, contents, previous = [], [], None
     frames = clip.frames(0)
     try:
         for image in frames:
             target = as_target(image, size)
             if previous is not None:
                 changes.append(frame_change(previous, target))
+            contents.append(frame_content(target))
             previous = target
     finally:
         frames.close()
-    return np.asarray(changes, np.float64)
+    return np.asarray(changes, np.float64), np.asarray(contents, np.float64)
 
 
 def split(count: int, every: int, cuts=()) -> list[tuple[int, int]]:
@@ -76,7 +78,11 @@ class SegmentPlan:
 def plan_segments(clip, work, settings: dict, note) -> SegmentPlan:
     """The clip's segments (settings' ``segment``: K) and which of them an earlier run with these
     settings finished; the work folder ready for this run (another run's progress removed)."""
-    segments = split(clip.count, settings["segment"], find_cuts(frame_changes(clip, settings["size"])))
+    from .videofit import FramePolicy
+
+    changes, contents = frame_measures(clip, settings["size"])
+    fades = FramePolicy.from_dict(settings["policy"]).fade_restart > 0
+    segments = split(clip.count, settings["segment"], find_cuts(changes, contents if fades else None))
     kept = kept_work(work, settings, note)
     if not kept:
         shutil.rmtree(work, ignore_errors=True)
@@ -261,5 +267,5 @@ def run_segments(plan: SegmentPlan, clip, frames, settings: dict, *, engine, cli
     return result
 
 
-__all__ = ["Control", "SegmentPlan", "connected", "fit_segment", "frame_changes", "plan_segments", "render_segment",
+__all__ = ["Control", "SegmentPlan", "connected", "fit_segment", "frame_measures", "plan_segments", "render_segment",
            "run_segments", "split"]

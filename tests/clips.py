@@ -44,6 +44,14 @@ def two_shots(cut: int, n: int, w: int, h: int, seed: int):
     return np.concatenate([moving_disc(n, w, h)[0][:cut], np.stack(later)])
 
 
+def fade_in(fade: int, n: int, w: int, h: int):
+    """(frames uint8 (n, h, w, 3)): the disc clip (:func:`moving_disc`) faded in from black over its
+    first ``fade`` frames (frame 0 black)."""
+    frames = moving_disc(n, w, h)[0].astype(np.float64)
+    ramp = np.clip(np.arange(n) / fade, 0.0, 1.0)[:, None, None, None]
+    return np.clip(frames * ramp + 0.5, 0, 255).astype(np.uint8)
+
+
 def write_video(av, path, frames, rate: int, audio: bool = True, options=None) -> None:
     """Lossless H.264 (the noise is kept) at ``rate`` frames/s, with an AAC tone when ``audio``."""
     h, w = frames.shape[1:3]

@@ -102,11 +102,11 @@ def test_segment_seeds_depend_on_the_seed_and_the_start_only():
 def test_the_joined_clip_is_cut_at_the_join(clip):
     from trifit.shots import find_cuts
     from trifit.video import open_clip
-    from trifit.videoseg import frame_changes
+    from trifit.videoseg import frame_measures
 
-    changes = frame_changes(open_clip(clip / "frames"), 48)
-    assert changes.shape == (N - 1,)
-    assert find_cuts(changes) == [SHOT]
+    changes, contents = frame_measures(open_clip(clip / "frames"), 48)
+    assert changes.shape == (N - 1,) and contents.shape == (N,)
+    assert find_cuts(changes, contents) == find_cuts(changes) == [SHOT]  # (photographs: content throughout)
 
 
 def test_each_segment_is_cold_at_its_start_and_warm_after(clip, local):

@@ -12,11 +12,11 @@ import json
 
 import numpy as np
 import pytest
-from clips import two_shots
+from clips import fade_in, two_shots
 from PIL import Image
 
 from trifit.imageio import as_target
-from trifit.shots import find_cuts, frame_change, shot_seed
+from trifit.shots import CONTENT_MIN, find_cuts, frame_change, frame_content, shot_seed
 from trifit.videofit import ClipFit, FramePolicy, frames_done, is_cut
 
 W, H = 80, 60
@@ -221,3 +221,66 @@ def test_the_command_resumes_across_a_new_shot_to_the_byte(gpu_engine, tmp_path,
         again = videorun.run_video(frames, out, scenes_dir=scenes, **args)
         assert again.resumed_from == stop + 1 and again.done == 2 * SHOT and not again.interrupted
         assert files(scenes, ".json") == want_scenes and files(out, ".png") == want_frames
+
+
+# ---------------------------------------------------------------------- a fade in
+FADE, FADE_FRAMES = 6, 12
+
+
+@pytest.fixture(scope="module")
+def fade(gpu_engine, tmp_path_factory):
+    """A fade in from black, as a folder of frames, fitted by `trifit video`'s run with the rule
+    (the default) and without it."""
+    from trifit import videorun
+    from trifit.scene import Scene
+
+    folder = tmp_path_factory.mktemp("fade")
+    frames = fade_in(FADE, FADE_FRAMES, W, H)
+    (folder / "frames").mkdir()
+    for k, f in enumerate(frames):
+        Image.fromarray(f).save(folder / "frames" / f"f{k:02d}.png")
+    args = dict(triangles=CLIP_FIT["triangles"], size=CLIP_FIT["size"], iters_per_frame=CLIP_FIT["frame_iters"],
+                first_frame_iters=CLIP_FIT["first_iters"], seed=SEED, engine=gpu_engine)
+    runs = {}
+    for name, policy in (("on", None), ("off", FramePolicy(fade_restart=0.0))):
+        scenes = folder / f"scenes-{name}"
+        videorun.run_video(folder / "frames", folder / f"out-{name}", scenes_dir=scenes, policy=policy, **args)
+        runs[name] = [Scene.from_json(p.read_text()) for p in sorted(scenes.glob("*.json"))]
+    targets = [as_target(f, CLIP_FIT["size"]) for f in frames]
+    first = next(k for k, t in enumerate(targets) if frame_content(t) >= CONTENT_MIN)
+    return {"frames": frames, "folder": folder, "first": first, **runs}
+
+
+def test_a_fade_in_is_no_cut_but_starts_a_shot_where_its_content_appears():
+    frames = fade_in(FADE, FADE_FRAMES, W, H)
+    targets = [as_target(f, CLIP_FIT["size"]) for f in frames]
+    changes = [frame_change(a, b) for a, b in zip(targets, targets[1:])]
+    first = next(k for k, t in enumerate(targets) if frame_content(t) >= CONTENT_MIN)
+    assert 0 < first < FADE
+    assert find_cuts(changes) == [] and find_cuts(changes, [frame_content(t) for t in targets]) == [first]
+
+
+@pytest.mark.gpu
+def test_a_fade_in_gets_a_fit_of_its_own_where_its_content_appears(fade, gpu_engine):
+    first = fade["first"]
+    shots_on = [s.extra["meta"]["video"].get("shot", 0) for s in fade["on"]]
+    assert shots_on == [0] * first + [first] * (FADE_FRAMES - first)
+    assert all("shot" not in s.extra["meta"]["video"] for s in fade["off"])  # the rule off: one shot
+    assert [s.to_json() for s in fade["on"][:first]] == [s.to_json() for s in fade["off"][:first]]
+    after = slice(FADE, None)  # the frames once faded in
+    gain = np.mean(_psnr(fade["on"][after], fade["frames"][after], gpu_engine)) - \
+        np.mean(_psnr(fade["off"][after], fade["frames"][after], gpu_engine))
+    assert gain > 0.3, f"the frames after the fade gained {gain:.2f} dB from a fit started where content appeared"
+
+
+@pytest.mark.gpu
+def test_a_segmented_run_starts_a_segment_where_a_fade_in_s_content_appears(fade, tmp_path):
+    from trifit.video import open_clip
+    from trifit.videoseg import plan_segments
+
+    def segments(policy):
+        settings = {"segment": 100, "size": CLIP_FIT["size"], "policy": policy.as_dict()}
+        return plan_segments(open_clip(fade["folder"] / "frames"), tmp_path / "work", settings, print).segments
+
+    assert segments(FramePolicy()) == [(0, fade["first"]), (fade["first"], FADE_FRAMES)]
+    assert segments(FramePolicy(fade_restart=0.0)) == [(0, FADE_FRAMES)]

@@ -7,8 +7,9 @@ Clips are made here: ``still`` -- a bundled photograph as a still background wit
 noise (sigma ``--noise`` of 255) and a red disc crossing it; ``pan`` -- a slow pan over the other
 photograph with the same disc; ``cut`` -- the still clip's first half, then the pan's second half,
 and ``cutback`` the other way round (each row also has the PSNR of the 12 frames after the clip's
-largest change between frames). Output frames are rendered at the clip's size with crisp edges, as
-`trifit video` writes them.
+largest change between frames); ``fade`` -- the still clip faded in from black over its first
+quarter (its rows also have the PSNR of the frames after the fade). Output frames are rendered at
+the clip's size with crisp edges, as `trifit video` writes them.
 
   .venv/bin/python tools/video_measure.py --size 80 --tris 30 --iters 30 --first 150 --frames 24
   .venv/bin/python tools/video_measure.py --size 176 --tris 150 --iters 100 --first 600 --frames 48 \
@@ -17,6 +18,7 @@ largest change between frames). Output frames are rendered at the clip's size wi
       --steady 0,1,3,10 --no-cold      # the temporal term (`trifit video --steady W`)
   .venv/bin/python tools/video_measure.py --clips cut --frames 48 --no-cold --sweep "cut_renew=0,0.1,0.5"
   .venv/bin/python tools/video_measure.py --clips still,pan --no-cold --sweep "sigma_px=0" --set sigma_probes=6
+  .venv/bin/python tools/video_measure.py --clips fade --no-cold --sweep "fade_restart=0"
   .venv/bin/python tools/video_measure.py --write-frames /tmp/clip --frames 120   # a clip for `trifit video`
 """
 
@@ -38,7 +40,7 @@ from trifit.fitter import Fitter
 from trifit.imageio import as_target
 from trifit.resources import sample_path
 from trifit.run import FitRun, StopConditions
-from trifit.shots import find_cuts, frame_change
+from trifit.shots import find_cuts, frame_change, frame_content
 from trifit.video import flicker
 from trifit.videofit import ClipFit, FramePolicy
 
@@ -46,7 +48,11 @@ from trifit.videofit import ClipFit, FramePolicy
 def make_clip(kind: str, n: int, W: int, H: int, noise: float, seed: int = 0):
     """(frames uint8 (n, H, W, 3), still mask (H, W) or None). ``cut``: the still clip's first half,
     then a cut to the pan's second half; ``cutback``: the pan's first half, then the still clip's
-    second half (no mask)."""
+    second half (no mask); ``fade``: the still clip faded in from black over its first quarter (no mask)."""
+    if kind == "fade":
+        still, _ = make_clip("still", n, W, H, noise, seed)
+        ramp = np.clip(np.arange(n) / max(n // 4, 1), 0.0, 1.0)[:, None, None, None]
+        return np.clip(still * ramp + 0.5, 0, 255).astype(np.uint8), None
     if kind in ("cut", "cutback"):
         still, _ = make_clip("still", n, W, H, noise, seed)
         pan, _ = make_clip("pan", n, W, H, noise, seed)
@@ -95,7 +101,8 @@ def fit_clip(frames, engine, mode: str, tris: int, size: int, iters: int, first:
         clip = ClipFit(triangles=tris, size=size, seed=0, engine=engine, first_iters=first, frame_iters=iters,
                        policy=policy, **(settings or {}))
         targets = [as_target(f, size) for f in frames]  # (the cuts as the frame loop finds them: render/shots.py)
-        cuts = set(find_cuts([frame_change(a, b) for a, b in zip(targets, targets[1:])]))
+        cuts = set(find_cuts([frame_change(a, b) for a, b in zip(targets, targets[1:])],
+                             [frame_content(t) for t in targets] if policy.fade_restart else None))
         for k, f in enumerate(frames):
             clip.start_frame(f, new_shot=k in cuts).run()
             outs.append(picture(clip.end_frame()))
@@ -118,7 +125,7 @@ def measure(frames, mask, engine, mode, policy, a) -> dict:
     row = {"mode": mode, **({"policy": policy.as_dict()} if mode == "warm" else {}),
            "psnr_later": float(np.mean(ps[1:])), "psnr_worst": float(np.min(ps[1:])), "psnr_first": ps[0],
            "temporal_error": float(np.abs(d_out - d_in).mean()),
-           "frames_per_s": (len(frames) - 1) / seconds}
+           "frames_per_s": (len(frames) - 1) / seconds, "psnr_frames": [round(v, 3) for v in ps]}
     if len(frames) > 1:  # the frames after the largest change (a cut clip's new shot: up to 12 of them)
         d = np.abs(d_in).mean(axis=(1, 2, 3))
         k = int(np.argmax(d)) + 1
@@ -183,6 +190,8 @@ def main(argv=None) -> int:
         frames, mask = make_clip(kind, a.frames, W, H, a.noise, seed)
         for mode, policy in [("cold", FramePolicy())] * (not a.no_cold) + [("warm", q) for q in policies]:
             row = {"clip": kind, "clip_seed": seed, **measure(frames, mask, engine, mode, policy, a)}
+            if kind == "fade":  # (the frames once faded in)
+                row["psnr_after_fade"] = float(np.mean(row["psnr_frames"][a.frames // 4:]))
             rows.append(row)
             print(json.dumps({k: round(v, 4) if isinstance(v, float) else v for k, v in row.items()}), flush=True)
     if a.json:
