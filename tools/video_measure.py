@@ -35,6 +35,7 @@ import numpy as np
 from PIL import Image
 
 import trifit
+from trifit import shots
 from trifit.export import render_large, with_edges
 from trifit.fitter import Fitter
 from trifit.imageio import as_target
@@ -45,13 +46,14 @@ from trifit.video import flicker
 from trifit.videofit import ClipFit, FramePolicy
 
 
-def make_clip(kind: str, n: int, W: int, H: int, noise: float, seed: int = 0):
+def make_clip(kind: str, n: int, W: int, H: int, noise: float, seed: int = 0, fade: int | None = None):
     """(frames uint8 (n, H, W, 3), still mask (H, W) or None). ``cut``: the still clip's first half,
     then a cut to the pan's second half; ``cutback``: the pan's first half, then the still clip's
-    second half (no mask); ``fade``: the still clip faded in from black over its first quarter (no mask)."""
+    second half (no mask); ``fade``: the still clip faded in from black over its first ``fade``
+    frames (a quarter of them by default; no mask)."""
     if kind == "fade":
         still, _ = make_clip("still", n, W, H, noise, seed)
-        ramp = np.clip(np.arange(n) / max(n // 4, 1), 0.0, 1.0)[:, None, None, None]
+        ramp = np.clip(np.arange(n) / max(fade or n // 4, 1), 0.0, 1.0)[:, None, None, None]
         return np.clip(still * ramp + 0.5, 0, 255).astype(np.uint8), None
     if kind in ("cut", "cutback"):
         still, _ = make_clip("still", n, W, H, noise, seed)
@@ -156,6 +158,9 @@ def main(argv=None) -> int:
     p.add_argument("--steady", default=None, metavar="W,W,...",
                    help="each warm variant with each of these temporal-term weights (FramePolicy.steady)")
     p.add_argument("--no-cold", action="store_true", help="leave out the cold per-frame fits")
+    p.add_argument("--fade", type=int, default=None, help="the fade clip's frames of fading in (default: a quarter)")
+    p.add_argument("--content-min", type=float, default=None,
+                   help="render/shots.py's CONTENT_MIN for this run (where content is said to appear)")
     p.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",
                    help="a FitSettings value for the warm clips' fits (repeatable), e.g. sigma_probes=0")
     p.add_argument("--json", default=None)
@@ -171,6 +176,8 @@ def main(argv=None) -> int:
         for k, f in enumerate(frames):
             Image.fromarray(f).save(Path(a.write_frames) / f"f{k:03d}.png")
         return 0
+    if a.content_min is not None:
+        shots.CONTENT_MIN = a.content_min
     engine = trifit.Engine("auto")
     print(f"# {engine.description}", file=sys.stderr)
     W, H = a.size, round(a.size * 3 / 4)
@@ -187,11 +194,11 @@ def main(argv=None) -> int:
                                       for q in policies for w in a.steady.split(",")))
     rows = []
     for kind, seed in itertools.product(a.clips.split(","), (int(v) for v in a.clip_seeds.split(","))):
-        frames, mask = make_clip(kind, a.frames, W, H, a.noise, seed)
+        frames, mask = make_clip(kind, a.frames, W, H, a.noise, seed, a.fade)
         for mode, policy in [("cold", FramePolicy())] * (not a.no_cold) + [("warm", q) for q in policies]:
             row = {"clip": kind, "clip_seed": seed, **measure(frames, mask, engine, mode, policy, a)}
             if kind == "fade":  # (the frames once faded in)
-                row["psnr_after_fade"] = float(np.mean(row["psnr_frames"][a.frames // 4:]))
+                row["psnr_after_fade"] = float(np.mean(row["psnr_frames"][a.fade or a.frames // 4:]))
             rows.append(row)
             print(json.dumps({k: round(v, 4) if isinstance(v, float) else v for k, v in row.items()}), flush=True)
     if a.json:
