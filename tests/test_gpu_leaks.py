@@ -6,34 +6,15 @@ tools/soak.py (docs/RELIABILITY.md, section 6)."""
 
 from __future__ import annotations
 
-import ctypes
 import os
-import sys
 
 import numpy as np
 import pytest
 
 from trifit import Fitter
+from trifit.hostmem import malloc_in_use
 
 pytestmark = pytest.mark.gpu
-
-
-class _MallInfo2(ctypes.Structure):
-    _fields_ = [(name, ctypes.c_size_t) for name in
-                "arena ordblks smblks hblks hblkhd usmblks fsmblks uordblks fordblks keepcost".split()]
-
-
-def _malloc_in_use() -> int | None:
-    """Bytes glibc's malloc has handed out and not had back (None off glibc)."""
-    if not sys.platform.startswith("linux"):
-        return None
-    try:
-        libc = ctypes.CDLL("libc.so.6")
-        libc.mallinfo2.restype = _MallInfo2
-    except (OSError, AttributeError):
-        return None
-    info = libc.mallinfo2()
-    return info.uordblks + info.hblkhd
 
 
 def _target(W=32, H=24):
@@ -56,7 +37,7 @@ def test_count_changes_leak_no_native_memory(gpu_engine):
     """Each count change leaves the last loop's part unused (and, past the kept loops' cap,
     releases a loop): 40 changes with 50-iteration steps. A leaked part is ~130 KiB; what a change
     keeps otherwise (the loss history, the recorded change) is a few KiB."""
-    if _malloc_in_use() is None:
+    if malloc_in_use() is None:
         if os.environ.get("CI", "").lower() == "true":
             pytest.fail("CI=true but glibc's mallinfo2 is missing: native memory cannot be counted")
         pytest.skip("needs glibc's mallinfo2 to count native memory")
@@ -65,11 +46,11 @@ def test_count_changes_leak_no_native_memory(gpu_engine):
     for _ in range(12):  # the kept loops' cache full, pipelines built, the pool warm
         f.set_triangles(int(rng.integers(50, 200)))
         f.step(50)
-    before = _malloc_in_use()
+    before = malloc_in_use()
     changes = 40
     for _ in range(changes):
         f.set_triangles(int(rng.integers(50, 200)))
         f.step(50)
-    grown = (_malloc_in_use() - before) / changes
+    grown = (malloc_in_use() - before) / changes
     f.close()
     assert grown < 40 * 1024, f"{grown / 1024:.1f} KiB of native memory kept per count change"

@@ -6,8 +6,6 @@ bytes; report whether RSS and the pool stay flat (within 5%) after warm-up.
 """
 
 import argparse
-import ctypes
-import functools
 import json
 import resource
 import sys
@@ -19,33 +17,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import numpy as np  # noqa: E402
 
 from trifit import Engine, Fitter  # noqa: E402
+from trifit.hostmem import malloc_in_use  # noqa: E402
 from trifit.resources import sample_path  # noqa: E402
 
 
-class _MallInfo2(ctypes.Structure):
-    _fields_ = [(name, ctypes.c_size_t) for name in
-                "arena ordblks smblks hblks hblkhd usmblks fsmblks uordblks fordblks keepcost".split()]
-
-
-@functools.cache
-def _mallinfo2():
-    """glibc's mallinfo2, loaded once (None off glibc)."""
-    try:
-        libc = ctypes.CDLL("libc.so.6")
-        libc.mallinfo2.restype = _MallInfo2
-    except (OSError, AttributeError):
-        return None
-    return libc.mallinfo2
-
-
 def malloc_mb() -> float:
-    """What glibc's malloc has handed out and not had back, in MiB (0 off glibc): a native leak
-    shows here at once, where RSS hides it until the heap's free pages are used up."""
-    mallinfo2 = _mallinfo2()
-    if mallinfo2 is None:
-        return 0.0
-    info = mallinfo2()
-    return (info.uordblks + info.hblkhd) / 2**20
+    """What glibc's malloc has handed out and not had back, in MiB (0 off glibc; trifit.hostmem)."""
+    return (malloc_in_use() or 0) / 2**20
 
 
 def rss_mb() -> float:
