@@ -325,12 +325,14 @@ def scene_path(work: Path, k: int) -> Path:
 
 def _progress(work: Path, settings: dict, note) -> int:
     """Frames an earlier run with these settings finished (0: none, or other settings -- then
-    its progress is removed); the work folder is ready for this run."""
+    its progress is removed); the work folder is ready for this run. Where the progress goes on,
+    ``settings`` take what it goes on with (:func:`kept_work`)."""
     from .checkpoint import CheckpointError, load_checkpoint
     from .videofit import frames_done
 
     done = 0
-    if kept_work(work, settings, note) and (work / "checkpoint.npz").is_file():
+    kept = kept_work(work, settings, note)
+    if kept is not None and (work / "checkpoint.npz").is_file():
         try:
             done = frames_done(load_checkpoint(work / "checkpoint.npz"), settings["first_frame_iters"],
                                settings["iters_per_frame"]) or 0
@@ -340,25 +342,52 @@ def _progress(work: Path, settings: dict, note) -> int:
         if not all(has_scene(work, k) for k in range(done)):
             note(f"{work} misses scenes of finished frames; starting over")
             done = 0
-    if not done:
+    if done:
+        settings.update(kept)  # (the record's, which the checkpoint's fit goes on with)
+    else:
         shutil.rmtree(work, ignore_errors=True)
     start_work(work, settings)
     return done
 
 
-def kept_work(work: Path, settings: dict, note) -> bool:
-    """Whether ``work`` holds the progress of an earlier run with these settings (said through
-    ``note`` when it holds another run's)."""
+def kept_work(work: Path, settings: dict, note) -> dict | None:
+    """The settings an earlier run's progress in ``work`` goes on with, or None where it holds none
+    (said through ``note`` where it holds another run's): ``settings`` where the run was made with
+    them, or -- where it was made before some of the frame policy's fields existed, and
+    ``settings`` leave those at their defaults -- ``settings`` with the record's policy, those
+    fields off (FramePolicy.from_dict, as the run's own checkpoint restores its fit): an upgrade
+    between two runs keeps the progress, and the clip goes on as it began."""
     record = work / "clip.json"
     if not record.is_file():
-        return False
+        return None
     try:
-        same = json.loads(record.read_text()) == settings
+        recorded = json.loads(record.read_text())
     except (OSError, ValueError):
-        same = False
-    if not same:
-        note(f"{work} holds the progress of a run with other settings or input; starting over")
-    return same
+        recorded = None
+    if recorded == settings:
+        return settings
+    older = _before_added_fields(recorded, settings)
+    if older is not None:
+        return older
+    note(f"{work} holds the progress of a run with other settings or input; starting over")
+    return None
+
+
+def _before_added_fields(recorded, settings: dict) -> dict | None:
+    """``settings`` with ``recorded``'s frame policy where ``recorded`` is these settings but for
+    policy fields it lacks, each at its default in ``settings``; else None."""
+    from .videofit import ADDED_OFF, FramePolicy
+
+    old, new = (d.get("policy") if isinstance(d, dict) else None for d in (recorded, settings))
+    if not isinstance(old, dict) or not isinstance(new, dict):
+        return None
+    added, defaults = set(new) - set(old), FramePolicy().as_dict()
+    if not added or set(old) - set(new) or any(old[k] != new[k] for k in old) or \
+            any(new[k] not in (defaults.get(k), ADDED_OFF.get(k)) for k in added):
+        return None  # (a field set by hand now, or one the record has otherwise: another run)
+    if {**recorded, "policy": new} != settings:
+        return None
+    return {**settings, "policy": FramePolicy.from_dict(old).as_dict()}
 
 
 def start_work(work: Path, settings: dict) -> None:

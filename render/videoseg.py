@@ -77,17 +77,21 @@ class SegmentPlan:
 
 def plan_segments(clip, work, settings: dict, note) -> SegmentPlan:
     """The clip's segments (settings' ``segment``: K) and which of them an earlier run with these
-    settings finished; the work folder ready for this run (another run's progress removed)."""
+    settings finished; the work folder ready for this run (another run's progress removed). Where
+    an earlier run's progress goes on, ``settings`` take what it goes on with (videorun.kept_work)."""
     from .videofit import FramePolicy
 
+    kept = kept_work(work, settings, note)
+    if kept is None:
+        shutil.rmtree(work, ignore_errors=True)
+    else:
+        settings.update(kept)  # (the segments as that run split them, fitted as it fitted them)
     changes, contents = frame_measures(clip, settings["size"])
     fades = FramePolicy.from_dict(settings["policy"]).fade_restart > 0
     segments = split(clip.count, settings["segment"], find_cuts(changes, contents if fades else None))
-    kept = kept_work(work, settings, note)
-    if not kept:
-        shutil.rmtree(work, ignore_errors=True)
     start_work(work, settings)
-    return SegmentPlan(segments, [kept and all(has_scene(work, k) for k in range(s, e)) for s, e in segments])
+    return SegmentPlan(segments, [kept is not None and all(has_scene(work, k) for k in range(s, e))
+                                  for s, e in segments])
 
 
 # ---------------------------------------------------------------------- a segment's work (here, or a worker's)

@@ -284,3 +284,64 @@ def test_a_segmented_run_starts_a_segment_where_a_fade_in_s_content_appears(fade
 
     assert segments(FramePolicy()) == [(0, fade["first"]), (fade["first"], FADE_FRAMES)]
     assert segments(FramePolicy(fade_restart=0.0)) == [(0, FADE_FRAMES)]
+
+
+# ---------------------------------------------------------------------- progress kept across an upgrade
+def test_progress_recorded_before_a_policy_field_existed_goes_on_with_it_off(tmp_path):
+    """A run recorded before FramePolicy gained a field goes on where the settings leave that
+    field at its default (an upgrade between two runs), with the field off as the record's fit
+    has it; a field set otherwise, or any other setting changed, is another run."""
+    from trifit.videofit import ADDED_OFF
+    from trifit.videorun import kept_work, start_work
+
+    settings = {"version": 1, "frames": 8, "size": 80, "policy": FramePolicy().as_dict()}
+    older = {**settings, "policy": {k: v for k, v in settings["policy"].items() if k != "fade_restart"}}
+    notes = []
+    work = tmp_path / "work"
+    start_work(work, older)
+    kept = kept_work(work, dict(settings), notes.append)
+    assert kept == {**settings, "policy": FramePolicy(fade_restart=ADDED_OFF["fade_restart"]).as_dict()}
+    assert notes == []
+    off = {**settings, "policy": FramePolicy(fade_restart=0.0).as_dict()}
+    assert kept_work(work, off, notes.append) == off  # (set as the record has it: the same run)
+    assert kept_work(work, {**settings, "size": 96}, notes.append) is None
+    assert kept_work(work, {**settings, "policy": FramePolicy(cut_renew=0.5).as_dict()}, notes.append) is None
+    assert len(notes) == 2 and all("starting over" in n for n in notes)
+    start_work(work, settings)
+    assert kept_work(work, dict(settings), notes.append) == settings and len(notes) == 2
+
+
+@pytest.mark.gpu
+def test_a_clip_recorded_before_a_policy_field_resumes_to_the_byte(gpu_engine, tmp_path, monkeypatch):
+    """`trifit video` stopped, its work folder's record rewritten as a version without the fade
+    rule writes it, and run again: it goes on from where it stopped (no frame fitted twice), and
+    every scene and frame is an uninterrupted run's (this clip has no fade: the rule changes nothing)."""
+    from trifit import videorun
+
+    frames = tmp_path / "frames"
+    frames.mkdir()
+    for k, f in enumerate(_two_shots()):
+        Image.fromarray(f).save(frames / f"f{k:02d}.png")
+    args = dict(triangles=CLIP_FIT["triangles"], size=CLIP_FIT["size"], iters_per_frame=CLIP_FIT["frame_iters"],
+                first_frame_iters=CLIP_FIT["first_iters"], seed=SEED, engine=gpu_engine)
+    whole = videorun.run_video(frames, tmp_path / "whole", scenes_dir=tmp_path / "whole-scenes", **args)
+    assert whole.done == 2 * SHOT
+    fit, stop, notes = [], SHOT + 1, []
+
+    def cancel_after(k, scene, stats):
+        if k == stop:
+            fit[0].cancel()
+
+    out, scenes = tmp_path / "out", tmp_path / "scenes"
+    monkeypatch.setattr(videorun, "CHECKPOINT_EVERY_S", 0.0)  # (a checkpoint after every frame: a known resume point)
+    first = videorun.run_video(frames, out, scenes_dir=scenes, on_clip=fit.append, on_frame=cancel_after, **args)
+    assert first.interrupted and first.done == stop + 1
+    record = videorun.work_folder(out) / "clip.json"
+    settings = json.loads(record.read_text())
+    del settings["policy"]["fade_restart"]
+    record.write_text(json.dumps(settings))
+    again = videorun.run_video(frames, out, scenes_dir=scenes, note=notes.append, **args)
+    assert again.resumed_from == stop + 1 and again.done == 2 * SHOT
+    assert not any("starting over" in n for n in notes), notes
+    assert {p.name: p.read_bytes() for p in sorted(scenes.glob("*.json"))} == \
+        {p.name: p.read_bytes() for p in sorted((tmp_path / "whole-scenes").glob("*.json"))}
