@@ -61,6 +61,20 @@ def _psnr(scenes, frames, engine) -> list[float]:
             for o, f in zip(outs, frames)]
 
 
+def _frame_folder(folder, frames):
+    """``frames`` as a folder of PNGs, a clip `trifit video` opens."""
+    folder.mkdir(parents=True)
+    for k, f in enumerate(frames):
+        Image.fromarray(f).save(folder / f"f{k:02d}.png")
+    return folder
+
+
+def _run_args(engine) -> dict:
+    """`trifit video`'s run (run_video) at the tests' settings."""
+    return dict(triangles=CLIP_FIT["triangles"], size=CLIP_FIT["size"], iters_per_frame=CLIP_FIT["frame_iters"],
+                first_frame_iters=CLIP_FIT["first_iters"], seed=SEED, engine=engine)
+
+
 @pytest.fixture(scope="module")
 def runs(gpu_engine):
     frames = _two_shots()
@@ -194,12 +208,7 @@ def test_the_command_resumes_across_a_new_shot_to_the_byte(gpu_engine, tmp_path,
     the fit resumes with its shot, and every scene and output frame is an uninterrupted run's."""
     from trifit import videorun
 
-    frames = tmp_path / "frames"
-    frames.mkdir()
-    for k, f in enumerate(_two_shots()):
-        Image.fromarray(f).save(frames / f"f{k:02d}.png")
-    args = dict(triangles=CLIP_FIT["triangles"], size=CLIP_FIT["size"], iters_per_frame=CLIP_FIT["frame_iters"],
-                first_frame_iters=CLIP_FIT["first_iters"], seed=SEED, engine=gpu_engine)
+    frames, args = _frame_folder(tmp_path / "frames", _two_shots()), _run_args(gpu_engine)
 
     def files(folder, suffix):
         return {p.name: p.read_bytes() for p in sorted(folder.glob(f"*{suffix}"))}
@@ -236,11 +245,8 @@ def fade(gpu_engine, tmp_path_factory):
 
     folder = tmp_path_factory.mktemp("fade")
     frames = fade_in(FADE, FADE_FRAMES, W, H)
-    (folder / "frames").mkdir()
-    for k, f in enumerate(frames):
-        Image.fromarray(f).save(folder / "frames" / f"f{k:02d}.png")
-    args = dict(triangles=CLIP_FIT["triangles"], size=CLIP_FIT["size"], iters_per_frame=CLIP_FIT["frame_iters"],
-                first_frame_iters=CLIP_FIT["first_iters"], seed=SEED, engine=gpu_engine)
+    _frame_folder(folder / "frames", frames)
+    args = _run_args(gpu_engine)
     runs = {}
     for name, policy in (("on", None), ("off", FramePolicy(fade_restart=0.0))):
         scenes = folder / f"scenes-{name}"
@@ -318,12 +324,7 @@ def test_a_clip_recorded_before_a_policy_field_resumes_to_the_byte(gpu_engine, t
     every scene and frame is an uninterrupted run's (this clip has no fade: the rule changes nothing)."""
     from trifit import videorun
 
-    frames = tmp_path / "frames"
-    frames.mkdir()
-    for k, f in enumerate(_two_shots()):
-        Image.fromarray(f).save(frames / f"f{k:02d}.png")
-    args = dict(triangles=CLIP_FIT["triangles"], size=CLIP_FIT["size"], iters_per_frame=CLIP_FIT["frame_iters"],
-                first_frame_iters=CLIP_FIT["first_iters"], seed=SEED, engine=gpu_engine)
+    frames, args = _frame_folder(tmp_path / "frames", _two_shots()), _run_args(gpu_engine)
     whole = videorun.run_video(frames, tmp_path / "whole", scenes_dir=tmp_path / "whole-scenes", **args)
     assert whole.done == 2 * SHOT
     fit, stop, notes = [], SHOT + 1, []
