@@ -170,10 +170,12 @@ def build_parser() -> argparse.ArgumentParser:
                    help="fit R copies of the image side by side, each growing with its own random stream; at each "
                         "pruning cycle's start all go on from the best (default 0: two on a GPU for small "
                         "fits -- at most 256 tiles of 16 x 16 px and 20000 tiles x triangles --, else one)")
-    f.add_argument("--sharp", action="store_true",
+    f.add_argument("--sharp", action=argparse.BooleanOptionalAction, default=None,
                    help="fit for crisp pictures: the edges end as soft as a crisp picture's at the working size "
                         "(0.25 px), not as soft as the sigma probes choose; crisp pictures score higher, the fit's "
-                        "own render (the PSNR reported) can score lower (docs/QUALITY.md, \"Crisp pictures\")")
+                        "own render (the PSNR reported) can score lower (docs/QUALITY.md, \"Crisp pictures\"). "
+                        "Default: on where -o names a crisp picture (a raster picture with --edges crisp, or SVG), "
+                        "off for a scene (.json)")
     f.add_argument("--resume", type=_path, metavar="SCENE.json",
                    help="start from this scene instead of a fresh one (the triangles its \"locked\" key names stay as "
                         "they are)")
@@ -394,10 +396,11 @@ def cmd_fit(args) -> int:
                 "strategy": args.strategy, "replicas": args.replicas}
     from . import export
 
-    settings.update(export.sharp_settings(args.sharp))
-
     out = Path(args.output) if args.output else Path(args.image).with_suffix(".trifit.json")
     picture = out.suffix.lower() != ".json"
+    # (fitted for what is written: a crisp picture's edges, unless --sharp says otherwise)
+    settings.update(export.sharp_settings(export.crisp_picture(out.suffix, args.edges) if args.sharp is None
+                                          else args.sharp))
     if picture and out.suffix.lower() not in export.SUFFIXES:
         raise TrifitError(f"{out}: unknown output format {out.suffix or '(none)'}; use .json or one of "
                           f"{', '.join(export.SUFFIXES)}")

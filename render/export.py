@@ -61,6 +61,14 @@ SHARP_SETTINGS = {"sigma_probes": 0, "sigma_end_px": CRISP_SIGMA_PX}
 def sharp_settings(sharp: bool) -> dict:
     """The fit settings ``--sharp`` (or the window's Sharp edges box) adds: :data:`SHARP_SETTINGS`, or none."""
     return dict(SHARP_SETTINGS) if sharp else {}
+
+
+def crisp_picture(suffix: str, edges: str = "crisp") -> bool:
+    """Whether a picture written as ``suffix`` with ``edges`` (:func:`save_render`) draws crisp
+    edges -- a raster picture with crisp edges, or SVG's polygons -- so that a fit for crisp
+    pictures (:data:`SHARP_SETTINGS`) suits it; not ``.npy`` (the scene's own render) or a scene."""
+    suffix = suffix.lower()
+    return suffix == ".svg" or (suffix in RASTER_FORMATS and edges == "crisp")
 EDGES = ("crisp", "fit")
 
 
@@ -541,6 +549,6 @@ class AnimationRecorder:
 
 
 __all__ = [
-    "AnimationRecorder", "RASTER_FORMATS", "SUFFIXES", "iter_tiles", "plan_tiles", "render_large",
+    "AnimationRecorder", "RASTER_FORMATS", "SUFFIXES", "crisp_picture", "iter_tiles", "plan_tiles", "render_large",
     "save_png", "save_render", "save_svg", "svg_text", "tile_scene", "to_uint8",
 ]

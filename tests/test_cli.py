@@ -310,3 +310,20 @@ def test_sharp_fits_end_as_soft_as_a_crisp_picture_and_replay(small_png, tmp_pat
     assert main(["fit", str(small_png), "--iters", "60", "--size", "24", "--tris", "5", "--backend", "gpu", "--quiet",
                  "-o", str(default)]) == 0
     assert Scene.load(default).meta["settings"]["sigma_probes"] > 0
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("output, options, sharp", [
+    ("pic.png", [], True),                 # a crisp picture: fitted for it
+    ("pic.svg", [], True),                 # polygons: crisp too
+    ("pic.png", ["--no-sharp"], False),    # ... unless asked not to
+    ("pic.png", ["--edges", "fit"], False),  # the fit's own edges: the probes choose them
+    ("pic.npy", [], False),                # the scene's own render, as data
+    ("pic.trifit.json", ["--sharp"], True),  # a scene, asked for
+])
+def test_a_fit_whose_output_is_a_crisp_picture_is_fitted_for_it(small_png, tmp_path, gpu_ctx, output, options, sharp):
+    out = tmp_path / output
+    assert main(["fit", str(small_png), "--iters", "10", "--size", "24", "--tris", "3", "--backend", "gpu", "--quiet",
+                 *options, "-o", str(out)]) == 0
+    settings = Scene.load(tmp_path / "pic.trifit.json").meta["settings"]
+    assert (settings["sigma_probes"] == 0 and settings["sigma_end_px"] == 0.25) is sharp, settings
