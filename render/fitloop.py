@@ -420,9 +420,10 @@ class ReferenceFitLoop:
         return False
 
     def run(self, n: int, read_state: bool = False, read_image: bool = False, state_kind: str = "state",
-            flags=None, sums=None, costs=None, ahead=True, idle=None) -> np.ndarray:
+            flags=None, sums=None, costs=None, ahead=True, idle=None, read_records=False) -> np.ndarray:
         """Run n iterations in chunks of settings.chunk, with the GPU loop's rollback semantics
-        (``read_state``, ``read_image``, ``flags``, ``sums``, ``costs``, ``ahead`` and ``idle`` are the GPU loop's hints;
+        (``read_state``, ``read_image``, ``flags``, ``sums``, ``costs``, ``ahead``, ``idle`` and
+        ``read_records`` are the GPU loop's hints;
         the state is on the host here anyway, and growth renders the scene itself: ``last_image`` is None)."""
         out = []
         done = 0

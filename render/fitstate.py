@@ -32,7 +32,10 @@ class HostSnapshot(NamedTuple):
     """What a lost device resumes from (the fitter takes one every ``host_snapshot_every``
     iterations): the state at ``iteration`` with ``count`` triangles, and whether the event at
     that iteration is still to run (a snapshot due where an event follows its chunk holds the
-    state before the event, which the chunk brought back)."""
+    state before the event, which the chunk brought back). With ``records`` (the scene records
+    as the device materialised them, brought back with the state) and ``host`` (the fit's
+    host-side state then: :meth:`FitState._host_state`), the fit resumed from it goes on to the bit
+    as if the device had never been lost (Fitter._recover_device)."""
 
     raw: np.ndarray
     m: np.ndarray
@@ -42,6 +45,8 @@ class HostSnapshot(NamedTuple):
     coarse: bool
     event_pending: bool
     ids: tuple  # FitState.ids_state() then
+    records: np.ndarray | None = None
+    host: dict | None = None
 
 
 @dataclass(frozen=True)
@@ -415,11 +420,29 @@ class FitState:
         self._next_event = self.strategy.next_event(self.iteration)
 
     # ------------------------------------------------------------------ mechanics
-    def _snapshot_on_host(self, raw, m, v, coarse: bool, event_pending: bool = False) -> None:
-        """Keep the state ``raw, m, v`` at this iteration, with the count and triangle ids now, as
-        what a lost device resumes from."""
+    def _snapshot_on_host(self, raw, m, v, coarse: bool, event_pending: bool = False, records=None) -> None:
+        """Keep the state ``raw, m, v`` at this iteration, with the count, the triangle ids and the
+        host-side state now, as what a lost device resumes from; ``records``: the device's scene
+        records of that state (None: the host's, as where the host has just set the state)."""
         self._host_snapshot = HostSnapshot(raw, m, v, self.iteration, self.n_triangles, coarse, event_pending,
-                                           self.ids_state())
+                                           self.ids_state(), records, self._host_state())
+
+    def _host_state(self) -> dict:
+        """What the fit's iterations and events change on the host, beside the parameters: the
+        schedule, the strategy's progress, the random streams, the counters (and how many live
+        changes were recorded, which a resume keeps)."""
+        return {"schedule": self.schedule, "strategy": self.strategy.state(), "full_from": self.full_from,
+                "rngs": [rng.bit_generator.state for rng in self.rngs], "respawned": self.respawned,
+                "faults": self.faults, "lr_fault": self._lr_fault, "changes": len(self.changes)}
+
+    def _restore_host_state(self, host: dict) -> None:
+        """Put back what :meth:`_host_state` kept (before the loop is made: it takes the schedule)."""
+        self.schedule = host["schedule"]
+        self.strategy.load_state(host["strategy"])
+        self.full_from = host["full_from"]
+        for rng, state in zip(self.rngs, host["rngs"]):
+            rng.bit_generator.state = state
+        self.respawned, self.faults, self._lr_fault = host["respawned"], host["faults"], host["lr_fault"]
 
     def _state(self, kind: str = "state"):
         c = self._cached

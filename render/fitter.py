@@ -334,7 +334,8 @@ class Fitter(FitState):
             # (the event's state comes back with the chunk when the strategy will read it; else
             # only a due crash-recovery snapshot brings it, counted apart)
             for_event = event and self.strategy.needs_state(start + k)
-            read_state = for_event or self._snapshot_due(start + k)
+            snapshot = self._snapshot_due(start + k)
+            read_state = for_event or snapshot
             rule = self.strategy.respawn_rule(start + k) if event else None
             on_device = self.places_on_device
             self._cached = None
@@ -350,7 +351,7 @@ class Fitter(FitState):
                                         costs=(self.targets, self.focus) if event and on_device
                                         and self.strategy.prunes(start + k) else None,
                                         ahead=not event or self.strategy.keeps_loop(start + k),
-                                        idle=self._encode_kept_ahead)
+                                        idle=self._encode_kept_ahead, read_records=snapshot)
             except NumericalFault as fault:
                 consecutive += 1
                 self._on_numerical_fault(fault, consecutive)
@@ -365,7 +366,7 @@ class Fitter(FitState):
                 h.add(start + 1, losses[:, b])
             if self._snapshot_due(self.iteration):  # (before the event: the state came with the chunk, while
                 # the event's changes would cost a round trip of their own; a recovery runs the event again)
-                self._snapshot_on_host(*self._state("snapshot"), self.coarse, event)
+                self._snapshot_on_host(*self._state("snapshot"), self.coarse, event, self._brought_records())
             if event:
                 try:
                     self.strategy.on_event(self.iteration)
@@ -432,28 +433,42 @@ class Fitter(FitState):
 
     def _recover_device(self, exc: Exception) -> None:
         """Where ``exc`` says the device is lost (Engine.device_lost): recreate the device and resume
-        from the last host snapshot (at most host_snapshot_every back); else raise ``exc`` again."""
+        from the last host snapshot (at most host_snapshot_every back); else raise ``exc`` again.
+        Where no live change came since the snapshot, the fit's host-side state goes back with
+        the parameters (the schedule, the strategy's progress, the random streams), and from a
+        periodic snapshot the device's own scene records too, so the fit goes on to the bit as if
+        the device had never been lost (tests/test_faults.py); a change since keeps its effect."""
         lost = self.engine.device_lost(exc)
         if lost is None:
             raise exc
         self.recoveries += 1
-        if self.recoveries > 3 or self._host_snapshot is None:
+        snap = self._host_snapshot
+        if self.recoveries > 3 or snap is None:
             raise lost
-        raw, m, v, it, n, coarse, event_pending, ids = self._host_snapshot
+        it = snap.iteration
         msg = f"{lost}; recreating the device and resuming from iteration {it}"
         log.warning(msg)
         warnings.warn(msg, RuntimeWarning, stacklevel=3)
         self.engine.reset_device()
         self._loops.clear()  # their buffers died with the old device
         self._device_placement = None
-        self.coarse = coarse
-        self._relocate_locks(raw, n)
-        self._set(raw, m, v, n, it)
+        if snap.host is not None and snap.host["changes"] == len(self.changes):
+            self._restore_host_state(snap.host)  # (before the loop is made: it takes the schedule)
+        self.coarse = snap.coarse
+        self._relocate_locks(snap.raw, snap.count)
+        self._set(snap.raw, snap.m, snap.v, snap.count, it)
+        if snap.records is not None and hasattr(self._loop, "put_records"):
+            self._loop.put_records(snap.records)  # (the device's own, not the host's rounding: an ulp apart)
         # (the counter does not go back: an id given since the snapshot is never given again)
-        self.set_ids_state(ids[0], max(ids[1], self._next_id))
+        self.set_ids_state(snap.ids[0], max(snap.ids[1], self._next_id))
         for h in self.histories:
             h.truncate(it)
-        self._next_event = self.strategy.next_event(it - 1 if event_pending else it)
+        self._next_event = self.strategy.next_event(it - 1 if snap.event_pending else it)
+
+    def _brought_records(self):
+        """The scene records the last chunk brought back with the state (a GPU loop's), else None."""
+        brought = getattr(self._loop, "brought_records", None)
+        return brought() if brought is not None else None
 
     def inject_fault(self, kind: str = "nan") -> None:
         """Testing aid: ``"nan"`` corrupts a parameter on the device; ``"device-lost"`` destroys the device."""

@@ -121,6 +121,62 @@ assert f.iteration == 202 and np.isfinite(st.loss) and f.n_triangles >= 1""")
     assert "RESUMED 202" in out
 
 
+_EXACT_RECOVERY = """
+    import warnings, numpy as np, render
+    eng = render.Engine("gpu")
+    img = np.random.default_rng(0).uniform(0, 1, (24, 32, 3))
+
+    def fit(lose_at=None, in_event=None):
+        # a 300-iteration plan with every kind of event; the device destroyed after the chunk that
+        # passes iteration lose_at, or as the in_event-th event begins (its first GPU call fails)
+        f = render.Fitter(img, size=32, engine=eng, triangles=12, chunk=7, host_snapshot_every=20, seed=3)
+        events, lost = [0], [False]
+        on_event = f.strategy.on_event
+
+        def event(it):
+            events[0] += 1
+            if events[0] == in_event and not lost[0]:
+                lost[0] = True
+                f.inject_fault("device-lost")
+            return on_event(it)
+
+        f.strategy.on_event = event
+
+        def progress(stats):
+            if lose_at is not None and not lost[0] and stats.iteration >= lose_at:
+                lost[0] = True
+                f.inject_fault("device-lost")
+
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            render.FitRun(f, render.StopConditions(iterations=300)).run(progress)
+        s = f.scene
+        out = (s.triangles.tobytes(), np.asarray(s.background).tobytes(), s.sigma, f.recoveries, events[0])
+        f.close()
+        return out
+
+    whole = fit()
+    print("EVENTS", whole[4])
+    for kw in ({"lose_at": 40}, {"lose_at": 150}, {"lose_at": 260}, {"in_event": 5}, {"in_event": whole[4] - 3}):
+        got = fit(**kw)
+        assert got[3] == 1, (kw, "no recovery")
+        assert got[:3] == whole[:3], (kw, "the scene differs from the uninterrupted fit's")
+        print("SAME", kw)
+"""
+
+
+@pytest.mark.gpu
+def test_a_fit_resumed_after_a_lost_device_is_the_uninterrupted_fit_to_the_bit(gpu_ctx):
+    """A lost device costs time, not a different picture: a fixed plan whose device is destroyed
+    at a chunk's end (in the growth, the pruning cycles, the probes) or inside an event ends with
+    the scene of the fit that never lost it -- the snapshot's host-side state (schedule, strategy,
+    random streams) and the device's own scene records go back with the parameters."""
+    p = subprocess.run([sys.executable, "-c", textwrap.dedent(_EXACT_RECOVERY)], capture_output=True, text=True,
+                       timeout=300)
+    assert p.returncode == 0, p.stderr[-3000:]
+    assert p.stdout.count("SAME") == 5, p.stdout
+
+
 @pytest.mark.gpu
 def test_allocation_beyond_limits_is_refused_before_it_is_tried(gpu_ctx, gpu_engine):
     with pytest.raises(AdapterError, match="MiB"):

@@ -140,7 +140,7 @@ class GpuFitLoop:
                           "params": B * n_params * 4, "moments": B * n_params * 8,
                           "image": B * H * W * 12, "flags": B * n_tris * 4,
                           "sums": 0,  # (sized at the first run that brings sums: the placement's frame)
-                          "costs": B * n_tris * 4}
+                          "costs": B * n_tris * 4, "records": B * self.shape.scene_stride * 4}
         self._out = None
         self._ready = None  # the next chunk's first part, encoded ahead: _encode_ahead
         self.ready_taken = 0  # chunks that began with it
@@ -151,6 +151,7 @@ class GpuFitLoop:
         self._read_flags = None   # (iteration, (alpha, width, height), flags) from the last run's end
         self._read_sums = None    # (iteration, placement, sums (B, tiles), image) from the last run's end
         self._read_costs = None   # (iteration, targets, weights, removal costs (B, T)) from the last run's end
+        self._read_records = None  # (iteration, scene records (B, stride)) from the last run's end
         self._flags_pass = None   # the respawn rule's (args, flags, bind group, args written), made once
         self._gather_bufs = None  # a gather's (source, fresh rows, old count) buffers and permute's copies, made once
         self._gather_groups: dict = {}  # the gather's bind group for each set of old buffers
@@ -323,7 +324,7 @@ class GpuFitLoop:
         """The device's parameters, moments and records changed outside an iteration: what the
         last chunk brought back (state, image, respawn flags, error sums) and the image buffer are
         stale."""
-        self._read_state = self._read_image = self._image_iter = None
+        self._read_state = self._read_image = self._image_iter = self._read_records = None
         self._drop_brought()
 
     def _drop_brought(self) -> None:
@@ -465,7 +466,7 @@ class GpuFitLoop:
         names = names + (["timestamps"] if ts_bytes else [])
         got = dict(zip(names, read_ranges(self._out, [(self._out_at[name], sizes[name]) for name in names])))
         kinds = {"ring": "losses", "timestamps": "losses", "params": state_kind, "moments": state_kind, "image": "image",
-                 "flags": "events", "sums": "events", "costs": "sums"}
+                 "flags": "events", "sums": "events", "costs": "sums", "records": state_kind}
         for name in names:
             self.backend.counters.read(kinds[name], sizes[name])
         return got
@@ -491,6 +492,12 @@ class GpuFitLoop:
         self.backend.counters.submissions += 1
         self.backend.counters.read("records", size)
         return Workspace.read(st, size).reshape(B, stride)
+
+    def brought_records(self) -> np.ndarray | None:
+        """(B, stride) float32: the scene records the last ``run(..., read_records=True)`` brought
+        back, when nothing ran or changed since; else None."""
+        got = self._read_records
+        return got[1].copy() if got is not None and got[0] == self.iter else None
 
     def put_records(self, records) -> None:
         """Write back what :meth:`records` read (after ``set_state`` of the same parameters)."""
@@ -830,7 +837,7 @@ class GpuFitLoop:
 
     def run(self, n: int, read_state: bool = False, read_image: bool = False, state_kind: str = "state",
             flags: tuple[float, int, int] | None = None, sums=None, costs=None, ahead: bool = True,
-            idle=None) -> np.ndarray:
+            idle=None, read_records: bool = False) -> np.ndarray:
         """Run ``n`` iterations; returns their losses, (n,) or (n, B) for a stack (read from the
         ring once per submission). ``read_state``: the last submission also copies the parameters
         and moments back, so a ``get_state`` right after costs no round trip of its own (the
@@ -851,9 +858,11 @@ class GpuFitLoop:
         may run on this loop (its first part is then encoded while the last part runs:
         :meth:`_encode_ahead`); ``idle``: called with no arguments there too, before the readback
         (the host's turn would otherwise only wait: the fitter encodes its kept loops' first
-        parts ahead)."""
+        parts ahead). ``read_records``: the scene records after the last iteration come back too
+        (:meth:`brought_records`), as the device materialised them: what a crash-recovery snapshot
+        keeps, so that a fit resumed from it on a new device goes on to the bit."""
         try:
-            return self._run(n, read_state, read_image, state_kind, flags, sums, costs, ahead, idle)
+            return self._run(n, read_state, read_image, state_kind, flags, sums, costs, ahead, idle, read_records)
         except wgpu.GPUError as exc:
             lost = as_device_lost(exc)
             if lost is not None:
@@ -861,12 +870,12 @@ class GpuFitLoop:
             raise
 
     def _run(self, n: int, read_state: bool, read_image: bool, state_kind: str, flags, sums, costs,
-             ahead: bool, idle) -> np.ndarray:
+             ahead: bool, idle, read_records: bool) -> np.ndarray:
         if sums is not None and self._out_size["sums"] != sums.sums_bytes:
             self._out_size["sums"] = sums.sums_bytes  # (before the chunk's copies into the buffer are encoded)
             self._lay_out()
         out = []
-        self._read_state = self._read_image = None
+        self._read_state = self._read_image = self._read_records = None
         self._drop_brought()
         H, W = self.shape.height, self.shape.width
         host = self.backend.host
@@ -908,8 +917,9 @@ class GpuFitLoop:
                 last = done + k >= n
                 wanted = ["ring"] + (["params", "moments"] if read_state and last else []) + \
                     (["image"] if read_image and last else []) + (["flags"] if flags and last else []) + \
-                    (["sums"] if sums is not None and last else []) + (["costs"] if costs is not None and last else [])
-                sources = {"image": self.ws.buffers["image"], **self.extra}
+                    (["sums"] if sums is not None and last else []) + (["costs"] if costs is not None and last else []) + \
+                    (["records"] if read_records and last else [])
+                sources = {"image": self.ws.buffers["image"], "records": self.ws.buffers["scene"], **self.extra}
                 if "flags" in wanted:  # (a pass after the iterations': the last iteration's records)
                     sources["flags"] = self._encode_flags(enc, flags)
                 if "sums" in wanted:  # (after the iterations: the last forward's image or the records)
@@ -947,6 +957,7 @@ class GpuFitLoop:
                 dead = got["flags"].view(np.uint32).reshape(self.batch, self.n_tris) != 0 if "flags" in got else None
                 tile_sums = got["sums"].view(np.float32).reshape(self.batch, -1) if "sums" in got else None
                 removal = got["costs"].view(np.float32).reshape(self.batch, self.n_tris) if "costs" in got else None
+                records = got["records"].view(np.float32).reshape(self.batch, -1) if "records" in got else None
                 gpu_ms = self.backend.timer.collect(got.get("timestamps"))
                 if gpu_ms:
                     self._gpu_ms_per_it = sum(gpu_ms.values())
@@ -970,6 +981,8 @@ class GpuFitLoop:
                 self._read_sums = (self.iter, sums, tile_sums, sums_image)
             if removal is not None:
                 self._read_costs = (self.iter, costs[0], costs[1], removal.astype(np.float64))
+            if records is not None:
+                self._read_records = (self.iter, records)
         self.sigmas = self.schedule.sigmas(self.iter, self.batch)
         losses = np.concatenate(out) if out else np.empty((0, self.batch))
         return losses if self.batched else losses[:, 0]
