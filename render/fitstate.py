@@ -93,9 +93,9 @@ def in_halves(call, n: int) -> np.ndarray:
 class FitState:
     """State and operations; the subclass sets engine, settings, strategy, targets, batch, width,
     height, rngs, coarse, full_from, schedule, n_triangles, _half, _loops, _loop, _cached,
-    _lr_scale, _lr_fault, _host_snapshot, _next_event and respawned. ``batch`` counts slots: each
-    of ``images`` images is ``replicas`` slots, image-major (render/replicas.py); what the
-    operations do, they do per slot."""
+    _lr_scale, _lr_fault, _host_snapshot, _next_event, respawned, faults, changes and changes_made.
+    ``batch`` counts slots: each of ``images`` images is ``replicas`` slots, image-major
+    (render/replicas.py); what the operations do, they do per slot."""
 
     images = replicas = 1  # (the subclass sets both)
 
@@ -430,10 +430,10 @@ class FitState:
     def _host_state(self) -> dict:
         """What the fit's iterations and events change on the host, beside the parameters: the
         schedule, the strategy's progress, the random streams, the counters (and how many live
-        changes were recorded, which a resume keeps)."""
+        changes this fitter had recorded: a recovery keeps any made since)."""
         return {"schedule": self.schedule, "strategy": self.strategy.state(), "full_from": self.full_from,
                 "rngs": [rng.bit_generator.state for rng in self.rngs], "respawned": self.respawned,
-                "faults": self.faults, "lr_fault": self._lr_fault, "changes": len(self.changes)}
+                "faults": self.faults, "lr_fault": self._lr_fault, "changes": self.changes_made}
 
     def _restore_host_state(self, host: dict) -> None:
         """Put back what :meth:`_host_state` kept (before the loop is made: it takes the schedule)."""

@@ -161,6 +161,7 @@ class Fitter(FitState):
             raise TrifitError(f"a batched fit needs images of one working size, got {sorted({t.shape for t in targets})}")
         self.images = len(targets)
         self.changes: list[list] = []  # [iteration, kind, value]: plans and live changes, in order
+        self.changes_made = 0  # changes recorded by this fitter (what forget_before drops counts too)
         self.wall_s = 0.0
         self.respawned = 0   # triangles re-placed by the respawn rule so far
         self.faults = 0      # NaN/inf losses survived (rolled back, learning rates halved)
@@ -292,6 +293,7 @@ class Fitter(FitState):
     def _record(self, kind: str, value) -> None:
         assert kind in CHANGE_KINDS, kind  # (a replay refuses a recorded kind that is not listed there)
         self.changes.append([self.iteration, kind, value])
+        self.changes_made += 1
 
     def plan(self, total_iterations: int, *, time_budgeted: bool = False, guessed: bool = False) -> None:
         """Fit the schedules (sigma anneal, lr decay, coarse stage, growth, pruning) to this many
@@ -452,7 +454,7 @@ class Fitter(FitState):
         self.engine.reset_device()
         self._loops.clear()  # their buffers died with the old device
         self._device_placement = None
-        if snap.host is not None and snap.host["changes"] == len(self.changes):
+        if snap.host is not None and snap.host["changes"] == self.changes_made:
             self._restore_host_state(snap.host)  # (before the loop is made: it takes the schedule)
         self.coarse = snap.coarse
         self._relocate_locks(snap.raw, snap.count)

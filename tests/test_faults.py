@@ -162,6 +162,18 @@ _EXACT_RECOVERY = """
         assert got[3] == 1, (kw, "no recovery")
         assert got[:3] == whole[:3], (kw, "the scene differs from the uninterrupted fit's")
         print("SAME", kw)
+
+    # a live change after the snapshot keeps its effect through the recovery (a sigma pinned by hand)
+    f = render.Fitter(img, size=32, engine=eng, triangles=12, chunk=7, host_snapshot_every=20, seed=3)
+    f.step(105)
+    f.set_sigma(2.0)
+    f.step(3)
+    f.inject_fault("device-lost")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        f.step(30)
+    assert f.recoveries == 1 and abs(f.scene.sigma * 24 - 2.0) < 1e-6, f.scene.sigma * 24
+    print("KEPT")
 """
 
 
@@ -170,11 +182,12 @@ def test_a_fit_resumed_after_a_lost_device_is_the_uninterrupted_fit_to_the_bit(g
     """A lost device costs time, not a different picture: a fixed plan whose device is destroyed
     at a chunk's end (in the growth, the pruning cycles, the probes) or inside an event ends with
     the scene of the fit that never lost it -- the snapshot's host-side state (schedule, strategy,
-    random streams) and the device's own scene records go back with the parameters."""
+    random streams) and the device's own scene records go back with the parameters; a live change
+    made since the snapshot keeps its effect."""
     p = subprocess.run([sys.executable, "-c", textwrap.dedent(_EXACT_RECOVERY)], capture_output=True, text=True,
                        timeout=300)
     assert p.returncode == 0, p.stderr[-3000:]
-    assert p.stdout.count("SAME") == 5, p.stdout
+    assert p.stdout.count("SAME") == 5 and "KEPT" in p.stdout, p.stdout
 
 
 @pytest.mark.gpu
