@@ -69,6 +69,8 @@ def crisp_picture(suffix: str, edges: str = "crisp") -> bool:
     pictures (:data:`SHARP_SETTINGS`) suits it; not ``.npy`` (the scene's own render) or a scene."""
     suffix = suffix.lower()
     return suffix == ".svg" or (suffix in RASTER_FORMATS and edges == "crisp")
+
+
 EDGES = ("crisp", "fit")
 
 

@@ -69,8 +69,9 @@ def frame_content(target) -> float:
 
 
 def content_appears(contents, i: int) -> bool:
-    """Whether frame ``contents[i]``'s has content where each of the up to CUT_WINDOW frames before
-    it that ``contents`` holds had none (the module doc); False for a frame with none before it."""
+    """Whether the frame whose content is ``contents[i]`` has some where each of the up to
+    CUT_WINDOW frames before it that ``contents`` holds had none (the module doc); False for a
+    frame with none before it."""
     c = np.asarray(contents, np.float64)
     before = c[max(0, i - CUT_WINDOW):i]
     return bool(c[i] >= CONTENT_MIN and len(before) and np.all(before < CONTENT_MIN))

@@ -466,7 +466,7 @@ class GpuFitLoop:
         names = names + (["timestamps"] if ts_bytes else [])
         got = dict(zip(names, read_ranges(self._out, [(self._out_at[name], sizes[name]) for name in names])))
         kinds = {"ring": "losses", "timestamps": "losses", "params": state_kind, "moments": state_kind, "image": "image",
-                 "flags": "events", "sums": "events", "costs": "sums", "records": state_kind}
+                 "flags": "events", "sums": "events", "costs": "sums", "records": "snapshot"}
         for name in names:
             self.backend.counters.read(kinds[name], sizes[name])
         return got
