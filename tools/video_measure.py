@@ -8,7 +8,8 @@ noise (sigma ``--noise`` of 255) and a red disc crossing it; ``pan`` -- a slow p
 photograph with the same disc; ``cut`` -- the still clip's first half, then the pan's second half,
 and ``cutback`` the other way round (each row also has the PSNR of the 12 frames after the clip's
 largest change between frames); ``fade`` -- the still clip faded in from black over its first
-quarter (its rows also have the PSNR of the frames after the fade). Output frames are rendered at
+quarter, and ``dip`` -- the still clip faded out to black, black, and the pan faded in, each a
+sixth of the clip (their rows also have the PSNR of the frames after the fade in). Output frames are rendered at
 the clip's size with crisp edges, as `trifit video` writes them.
 
   .venv/bin/python tools/video_measure.py --size 80 --tris 30 --iters 30 --first 150 --frames 24
@@ -50,11 +51,20 @@ def make_clip(kind: str, n: int, W: int, H: int, noise: float, seed: int = 0, fa
     """(frames uint8 (n, H, W, 3), still mask (H, W) or None). ``cut``: the still clip's first half,
     then a cut to the pan's second half; ``cutback``: the pan's first half, then the still clip's
     second half (no mask); ``fade``: the still clip faded in from black over its first ``fade``
-    frames (a quarter of them by default; no mask)."""
+    frames (a quarter of them by default; no mask); ``dip``: a dip to black between the still clip
+    and the pan (no mask)."""
     if kind == "fade":
         still, _ = make_clip("still", n, W, H, noise, seed)
         ramp = np.clip(np.arange(n) / max(fade or n // 4, 1), 0.0, 1.0)[:, None, None, None]
         return np.clip(still * ramp + 0.5, 0, 255).astype(np.uint8), None
+    if kind == "dip":  # the still clip fades out, a sixth of the clip black, the pan fades in (each fade a sixth)
+        still, _ = make_clip("still", n, W, H, noise, seed)
+        pan, _ = make_clip("pan", n, W, H, noise, seed)
+        k, f = np.arange(n), max(n // 6, 1)
+        out_ramp = np.clip((n // 2 - f - 1 - k) / f + 1.0, 0.0, 1.0)   # 1 until n/2 - f, 0 from n/2
+        in_ramp = np.clip((k - (n // 2 + f)) / f, 0.0, 1.0)            # 0 until n/2 + f, 1 from n/2 + 2f
+        mix = still * out_ramp[:, None, None, None] + pan * in_ramp[:, None, None, None]
+        return np.clip(mix + 0.5, 0, 255).astype(np.uint8), None
     if kind in ("cut", "cutback"):
         still, _ = make_clip("still", n, W, H, noise, seed)
         pan, _ = make_clip("pan", n, W, H, noise, seed)
@@ -199,6 +209,8 @@ def main(argv=None) -> int:
             row = {"clip": kind, "clip_seed": seed, **measure(frames, mask, engine, mode, policy, a)}
             if kind == "fade":  # (the frames once faded in)
                 row["psnr_after_fade"] = float(np.mean(row["psnr_frames"][a.fade or a.frames // 4:]))
+            if kind == "dip":
+                row["psnr_after_fade"] = float(np.mean(row["psnr_frames"][a.frames // 2 + 2 * max(a.frames // 6, 1):]))
             rows.append(row)
             print(json.dumps({k: round(v, 4) if isinstance(v, float) else v for k, v in row.items()}), flush=True)
     if a.json:
