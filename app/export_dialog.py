@@ -8,6 +8,10 @@ easy to miss in words, so the dialog shows the centre of the picture at the chos
 edges, in output pixels shown 2x. The preview is a worker job (``request_preview``), never a
 GUI-thread render, and a newer request makes an older answer stale.
 
+Where the fit was made for its own soft render (the window's Sharp edges box unchecked), the
+dialog says that a fit made for crisp pictures exports crisper ones (docs/QUALITY.md, "Crisp
+pictures").
+
 The path is checked when Export is pressed (format by suffix, folder writable, not the image
 being fitted): a refusal is said in the dialog, which stays open, and no work has begun. An
 existing file is replaced only when Export is pressed again for it.
@@ -55,7 +59,7 @@ class ExportDialog(QtWidgets.QDialog):
     def __init__(self, parent: QtWidgets.QWidget | None, frame: tuple[int, int], path: str,
                  request_preview: Callable[[Callable, Callable, Callable], object], *,
                  by_width: bool = False, scale: float = 4.0, width: int = 1024, edges: str = "crisp",
-                 source: str | None = None):
+                 source: str | None = None, fitted_crisp: bool = True):
         super().__init__(parent)
         self.setWindowTitle("Export picture")
         self.frame = (int(frame[0]), int(frame[1]))
@@ -124,6 +128,15 @@ class ExportDialog(QtWidgets.QDialog):
                                            f"(one output pixel shown as {PREVIEW_ZOOM} × {PREVIEW_ZOOM})")
         preview_caption.setAlignment(QtCore.Qt.AlignmentFlag.AlignCenter)
 
+        # (a fit made for its own soft render: crisp pictures of one made for them score higher)
+        self.fitted_crisp = fitted_crisp
+        self.sharp_hint = QtWidgets.QLabel(
+            "This fit's edges end as soft as its own render suits. For crisper pictures (0.2 to 4 dB "
+            "closer to the image on the photographs measured), tick <b>Sharp edges</b> under Next fit "
+            "and press Reset.")
+        self.sharp_hint.setWordWrap(True)
+        self.sharp_hint.hide()
+
         self.error_label = QtWidgets.QLabel()
         self.error_label.setWordWrap(True)
         self.error_label.setStyleSheet("color: #c03030;")
@@ -141,6 +154,7 @@ class ExportDialog(QtWidgets.QDialog):
         form.addRow("Edges", edge_box)
         left = QtWidgets.QVBoxLayout()
         left.addLayout(form)
+        left.addWidget(self.sharp_hint)
         left.addWidget(self.error_label)
         left.addStretch(1)
         right = QtWidgets.QVBoxLayout()
@@ -179,6 +193,7 @@ class ExportDialog(QtWidgets.QDialog):
                             self.by_width_radio.isChecked(), self.scale_box.value(), self.width_box.value())
 
     def _changed(self, *_args) -> None:
+        self.sharp_hint.setVisible(not self.fitted_crisp and self.edges == "crisp")
         self.scale_box.setEnabled(self.by_scale_radio.isChecked())
         self.width_box.setEnabled(self.by_width_radio.isChecked())
         try:

@@ -185,7 +185,7 @@ class FileActions:
                               by_width=s.value("export/by", "scale") == "width",
                               scale=float(s.value("export/scale", 4.0, type=float)),
                               width=int(s.value("export/png_width", 1024, type=int)),
-                              edges=str(s.value("export/edges", "crisp")))
+                              edges=str(s.value("export/edges", "crisp")), fitted_crisp=self.fit_info.crisp)
         dialog.accepted.connect(lambda: self._export_chosen(dialog))
         dialog.finished.connect(dialog.deleteLater)
         self.export_dialog = dialog

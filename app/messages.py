@@ -51,6 +51,7 @@ class FitInfo:
     iteration: int
     clip: Any = None            # a clip's trifit.video.Clip (frames, size, rate), None for a picture
     focus: np.ndarray | None = None  # the focus mask painted (app/focus_brush.py) the fit weighs by, if any
+    crisp: bool = False         # the fit is made for crisp pictures (Sharp edges, a clip's frames: export.fitted_crisp)
 
 
 @dataclass

@@ -454,10 +454,13 @@ class FitWorker:
         self._last_timings = 0.0
         self._last_preview = 0.0
         source = cmd.path if clip is not None else cmd.source
+        from trifit.export import fitted_crisp
+
         self.signals.loaded.emit(FitInfo(source, fitter.target.copy(), fitter.width, fitter.height,
                                          fitter.settings.triangles, self.engine.backend, fitter.iteration,
                                          clip.clip if clip is not None else None,
-                                         None if self._focus is None else self._focus.copy()))
+                                         None if self._focus is None else self._focus.copy(),
+                                         fitted_crisp(fitter.settings)))
         self._send_edit_view()
 
     def _close_fit(self) -> None:

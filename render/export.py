@@ -63,6 +63,12 @@ def sharp_settings(sharp: bool) -> dict:
     return dict(SHARP_SETTINGS) if sharp else {}
 
 
+def fitted_crisp(settings) -> bool:
+    """Whether a fit with these FitSettings was made for crisp pictures (:data:`SHARP_SETTINGS`:
+    `--sharp`, the window's Sharp edges box, a clip's frames)."""
+    return settings.sigma_probes == 0 and settings.sigma_end_px == SHARP_SETTINGS["sigma_end_px"]
+
+
 def crisp_picture(suffix: str, edges: str = "crisp") -> bool:
     """Whether a picture written as ``suffix`` with ``edges`` (:func:`save_render`) draws crisp
     edges -- a raster picture with crisp edges, or SVG's polygons -- so that a fit for crisp
@@ -551,6 +557,6 @@ class AnimationRecorder:
 
 
 __all__ = [
-    "AnimationRecorder", "RASTER_FORMATS", "SUFFIXES", "crisp_picture", "iter_tiles", "plan_tiles", "render_large",
-    "save_png", "save_render", "save_svg", "svg_text", "tile_scene", "to_uint8",
+    "AnimationRecorder", "RASTER_FORMATS", "SUFFIXES", "crisp_picture", "fitted_crisp", "iter_tiles", "plan_tiles",
+    "render_large", "save_png", "save_render", "save_svg", "svg_text", "tile_scene", "to_uint8",
 ]

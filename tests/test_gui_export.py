@@ -97,6 +97,7 @@ def test_the_dialog_previews_the_edges_and_writes_what_the_cli_writes(qtbot, win
 
     # The preview (a worker job) shows the chosen edges: crisp and as-fitted differ.
     dialog.edge_buttons["crisp"].setChecked(True)
+    assert not win.fit_info.crisp and dialog.sharp_hint.isVisible()  # (a fit for its own render: Sharp edges said)
     qtbot.waitUntil(lambda: dialog.preview_key == ((W, H), "crisp"), timeout=WAIT_MS)
     crisp = dialog.preview_pixels.copy()
     assert dialog.preview_label.pixmap() is not None and not dialog.preview_label.pixmap().isNull()
@@ -104,6 +105,7 @@ def test_the_dialog_previews_the_edges_and_writes_what_the_cli_writes(qtbot, win
     qtbot.waitUntil(lambda: dialog.preview_key == ((W, H), "fit"), timeout=WAIT_MS)
     assert crisp.shape == dialog.preview_pixels.shape
     assert (crisp != dialog.preview_pixels).any(), "the preview does not show the edges chosen"
+    assert not dialog.sharp_hint.isVisible()  # (the fit's own edges: nothing to say)
 
     # Paths that cannot work are refused in the dialog, before any work.
     assert dialog.path_edit.text().endswith("astronaut.trifit.png")  # never the source's own name
@@ -141,6 +143,21 @@ def test_the_dialog_previews_the_edges_and_writes_what_the_cli_writes(qtbot, win
     assert jpeg.state == "done" and jpeg.size == (9 * fw, 9 * fh)
     assert (folder / "out.jpg").read_bytes() == reference_bytes(qtbot, win, jpeg, folder / "ref.jpg", monkeypatch)
     assert sorted(p.name for p in folder.iterdir()) == ["out.jpg", "out.png", "ref.jpg", "ref.png"]
+
+
+def test_a_fit_made_for_crisp_pictures_gets_no_hint(qtbot, window):
+    """The window's Sharp edges box (checked, then Reset): the fit is made for crisp pictures, so
+    the export dialog has nothing to suggest."""
+    win = window
+    win.controls.sharp.setChecked(True)
+    fitting(qtbot, win)
+    assert win.fit_info.crisp
+    win.act_export_png.trigger()
+    dialog = win.export_dialog
+    qtbot.waitUntil(dialog.isVisible, timeout=WAIT_MS)
+    dialog.edge_buttons["crisp"].setChecked(True)
+    assert not dialog.sharp_hint.isVisible()
+    dialog.reject()
 
 
 # ---------------------------------------------------------------------- cancel
