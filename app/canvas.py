@@ -444,10 +444,12 @@ class FitCanvas(QRenderWidget):
         panic inside wgpu-native, which aborts the process; a queue write fails first, as an
         exception. (The fit's next chunk meets the loss too, recovers on a new device, and the
         window then builds a canvas there: MainWindow._follow_engine_device.)"""
+        from trifit.gpu.device import as_device_lost
+
         try:
             self.device.queue.write_buffer(self._alive_probe, 0, b"\0\0\0\0")
         except wgpu.GPUError as exc:
-            if "lost" in str(exc).lower():
+            if as_device_lost(exc) is not None:
                 return False
             raise
         return True

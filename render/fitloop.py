@@ -492,6 +492,10 @@ class ReferenceFitLoop:
             tris[b, idx] = locked
         return tris, np.stack([bg for _, bg in vals])
 
+    def brought_records(self) -> None:
+        """None: a reference loop keeps no scene records (the GPU loop's brought_records)."""
+        return None
+
     def current_values(self):
         vals = [self._values(b) for b in range(self.batch)]
         if not self.batched:

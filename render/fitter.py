@@ -366,9 +366,9 @@ class Fitter(FitState):
             losses = np.asarray(losses).reshape(k, self.batch)
             for b, h in enumerate(self.histories):
                 h.add(start + 1, losses[:, b])
-            if self._snapshot_due(self.iteration):  # (before the event: the state came with the chunk, while
-                # the event's changes would cost a round trip of their own; a recovery runs the event again)
-                self._snapshot_on_host(*self._state("snapshot"), self.coarse, event, self._brought_records())
+            if snapshot:  # (before the event: the state came with the chunk, while the event's changes
+                # would cost a round trip of their own; a recovery runs the event again)
+                self._snapshot_on_host(*self._state("snapshot"), self.coarse, event, self._loop.brought_records())
             if event:
                 try:
                     self.strategy.on_event(self.iteration)
@@ -459,18 +459,13 @@ class Fitter(FitState):
         self.coarse = snap.coarse
         self._relocate_locks(snap.raw, snap.count)
         self._set(snap.raw, snap.m, snap.v, snap.count, it)
-        if snap.records is not None and hasattr(self._loop, "put_records"):
+        if snap.records is not None:  # (a GPU loop's snapshot)
             self._loop.put_records(snap.records)  # (the device's own, not the host's rounding: an ulp apart)
         # (the counter does not go back: an id given since the snapshot is never given again)
         self.set_ids_state(snap.ids[0], max(snap.ids[1], self._next_id))
         for h in self.histories:
             h.truncate(it)
         self._next_event = self.strategy.next_event(it - 1 if snap.event_pending else it)
-
-    def _brought_records(self):
-        """The scene records the last chunk brought back with the state (a GPU loop's), else None."""
-        brought = getattr(self._loop, "brought_records", None)
-        return brought() if brought is not None else None
 
     def inject_fault(self, kind: str = "nan") -> None:
         """Testing aid: ``"nan"`` corrupts a parameter on the device; ``"device-lost"`` destroys the device."""

@@ -21,6 +21,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from trifit import Engine, StopConditions  # noqa: E402
+from trifit.export import SHARP_SETTINGS  # noqa: E402
 from trifit.quality import fit_and_score  # noqa: E402
 from trifit.resources import sample_path  # noqa: E402
 
@@ -261,7 +262,7 @@ VARIANTS = {
     "sigma end 0.2": {"sigma_end_px": 0.2},
     "sigma end 0.5": {"sigma_end_px": 0.5},
     "sigma end 0.15": {"sigma_end_px": 0.15},
-    "sharp": {"sigma_probes": 0, "sigma_end_px": 0.25},
+    "sharp": dict(SHARP_SETTINGS),
 }
 
 
