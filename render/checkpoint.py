@@ -67,6 +67,7 @@ class Checkpoint:
 def take(fit) -> Checkpoint:
     """The fitter's state now (one state readback; call it between steps, on the fitting thread)."""
     raw, m, v = fit._state()
+    host = fit.host_state()
     state = {
         "format": FORMAT,
         "version": VERSION,
@@ -78,18 +79,18 @@ def take(fit) -> Checkpoint:
         "seeds": [int(s) for s in fit.seeds],
         "initial_settings": dict(fit._initial_settings),
         "settings": fit.settings.as_dict(),
-        "schedule": _schedule_dict(fit.schedule),
-        "strategy": {"name": fit.strategy.name, **fit.strategy.state()},
+        "schedule": _schedule_dict(host["schedule"]),
+        "strategy": {"name": fit.strategy.name, **host["strategy"]},
         "coarse": bool(fit.coarse),
         "has_coarse_stage": bool(fit.has_coarse_stage),
-        "full_from": int(fit.full_from),
-        "rngs": [rng.bit_generator.state for rng in fit.rngs],
+        "full_from": int(host["full_from"]),
+        "rngs": host["rngs"],
         "changes": [list(c) for c in fit.changes],
         "wall_s": float(fit.wall_s),
-        "respawned": int(fit.respawned),
-        "faults": int(fit.faults),
+        "respawned": int(host["respawned"]),
+        "faults": int(host["faults"]),
         "lr_scale": float(fit._lr_scale),
-        "lr_fault": float(fit._lr_fault),
+        "lr_fault": float(host["lr_fault"]),
         "locked": [[int(i) for i in idx] for idx in fit.locks],
         "locked_values": [vals.tolist() for vals in fit._lock_values],
     }
@@ -116,16 +117,15 @@ def restore(fit, ck: Checkpoint) -> None:
     if not st["has_coarse_stage"]:
         fit._half = None  # a refit of a saved scene, or a strategy without one
     try:
-        fit.strategy.load_state(st["strategy"])
+        fit.restore_host_state({"strategy": st["strategy"], "schedule": _schedule_from(st["schedule"]),
+                                "full_from": int(st["full_from"]), "rngs": st["rngs"],
+                                "respawned": int(st["respawned"]), "faults": int(st["faults"]),
+                                "lr_fault": float(st["lr_fault"])})
     except (KeyError, TypeError, ValueError) as exc:
-        raise CheckpointError(f"the checkpoint's strategy state is damaged ({exc})") from None
-    fit.coarse, fit.full_from = bool(st["coarse"]), int(st["full_from"])
-    for rng, rs in zip(fit.rngs, st["rngs"]):
-        rng.bit_generator.state = rs
+        raise CheckpointError(f"the checkpoint's schedule or strategy state is damaged ({exc})") from None
+    fit.coarse = bool(st["coarse"])
     fit.changes = [list(c) for c in st["changes"]]
-    fit.wall_s, fit.respawned, fit.faults = float(st["wall_s"]), int(st["respawned"]), int(st["faults"])
-    fit._lr_scale, fit._lr_fault = float(st["lr_scale"]), float(st["lr_fault"])
-    fit.schedule = _schedule_from(st["schedule"])
+    fit.wall_s, fit._lr_scale = float(st["wall_s"]), float(st["lr_scale"])
     for h, (its, losses) in zip(fit.histories, ck.histories):
         h.iterations.extend(int(i) for i in its)
         h.losses.frombytes(np.ascontiguousarray(losses, dtype=np.float64).tobytes())

@@ -34,8 +34,9 @@ class HostSnapshot(NamedTuple):
     that iteration is still to run (a snapshot due where an event follows its chunk holds the
     state before the event, which the chunk brought back). With ``records`` (the scene records
     as the device materialised them, brought back with the state) and ``host`` (the fit's
-    host-side state then: :meth:`FitState._host_state`), the fit resumed from it goes on to the bit
-    as if the device had never been lost (Fitter._recover_device)."""
+    host-side state then: :meth:`FitState.host_state`) and ``changes`` (how many live changes the
+    fitter had recorded: a recovery keeps any made since), the fit resumed from it goes on to the
+    bit as if the device had never been lost (Fitter._recover_device)."""
 
     raw: np.ndarray
     m: np.ndarray
@@ -47,6 +48,7 @@ class HostSnapshot(NamedTuple):
     ids: tuple  # FitState.ids_state() then
     records: np.ndarray | None = None
     host: dict | None = None
+    changes: int = 0
 
 
 @dataclass(frozen=True)
@@ -425,20 +427,22 @@ class FitState:
         host-side state now, as what a lost device resumes from; ``records``: the device's scene
         records of that state (None: the host's, as where the host has just set the state)."""
         self._host_snapshot = HostSnapshot(raw, m, v, self.iteration, self.n_triangles, coarse, event_pending,
-                                           self.ids_state(), records, self._host_state())
+                                           self.ids_state(), records, self.host_state(), self.changes_made)
 
-    def _host_state(self) -> dict:
-        """What the fit's iterations and events change on the host, beside the parameters: the
-        schedule, the strategy's progress, the random streams, the counters (and how many live
-        changes this fitter had recorded: a recovery keeps any made since)."""
+    def host_state(self) -> dict:
+        """What the fit's iterations and events change on the host, beside the parameters and the
+        triangles' ids: the schedule, the strategy's progress, the random streams and the counters.
+        Its one owner: a device-loss snapshot keeps it as it is, a checkpoint
+        (render/checkpoint.py) writes it as JSON."""
         return {"schedule": self.schedule, "strategy": self.strategy.state(), "full_from": self.full_from,
                 "rngs": [rng.bit_generator.state for rng in self.rngs], "respawned": self.respawned,
-                "faults": self.faults, "lr_fault": self._lr_fault, "changes": self.changes_made}
+                "faults": self.faults, "lr_fault": self._lr_fault}
 
-    def _restore_host_state(self, host: dict) -> None:
-        """Put back what :meth:`_host_state` kept (before the loop is made: it takes the schedule)."""
-        self.schedule = host["schedule"]
+    def restore_host_state(self, host: dict) -> None:
+        """Put back what :meth:`host_state` gave (before the loop is made: it takes the schedule).
+        The strategy's state goes first: it is what a damaged checkpoint most likely fails on."""
         self.strategy.load_state(host["strategy"])
+        self.schedule = host["schedule"]
         self.full_from = host["full_from"]
         for rng, state in zip(self.rngs, host["rngs"]):
             rng.bit_generator.state = state

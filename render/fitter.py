@@ -454,8 +454,8 @@ class Fitter(FitState):
         self.engine.reset_device()
         self._loops.clear()  # their buffers died with the old device
         self._device_placement = None
-        if snap.host is not None and snap.host["changes"] == self.changes_made:
-            self._restore_host_state(snap.host)  # (before the loop is made: it takes the schedule)
+        if snap.host is not None and snap.changes == self.changes_made:
+            self.restore_host_state(snap.host)  # (before the loop is made: it takes the schedule)
         self.coarse = snap.coarse
         self._relocate_locks(snap.raw, snap.count)
         self._set(snap.raw, snap.m, snap.v, snap.count, it)
