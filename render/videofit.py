@@ -77,6 +77,8 @@ class FramePolicy:
                                 # own, as a clip's first frame does; 0: it is refined from the last shot's scene
     fade_restart: float = 1.0   # 1: content that appears after blank frames (a fade in: render/shots.py) starts a
                                 # new shot too; 0: only cuts do (the callers that find shots read it)
+    transition_restart: float = 1.0  # 1: a gradual transition that ends (a dissolve, a fade's end: render/shots.py)
+                                # starts a new shot too (the callers that find shots read it)
     sigma_px: float = 0.25      # the frames' edge softness, px of the working size: a crisp picture's at that size
                                 # (export.CRISP_SIGMA_PX), the edges `trifit video` writes by default; a shot's first
                                 # frame anneals to it without probes (0: the sigma its probes choose, which suits the
@@ -101,7 +103,7 @@ class FramePolicy:
 
 
 #: FramePolicy's fields added after clips were first recorded, with the value that turns each off
-ADDED_OFF = {"cut_renew": 0.0, "cut_restart": 0.0, "sigma_px": 0.0, "fade_restart": 0.0}
+ADDED_OFF = {"cut_renew": 0.0, "cut_restart": 0.0, "sigma_px": 0.0, "fade_restart": 0.0, "transition_restart": 0.0}
 
 
 class FrameStrategy(DefaultStrategy):

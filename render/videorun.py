@@ -36,7 +36,7 @@ from .background import Behind, Prefetch
 from .errors import SceneError, TrifitError
 from .fileutil import atomic_write_bytes, check_distinct, check_writable, make_folder
 from .fitloop import check_settings
-from .shots import CUT_WINDOW, CutLookahead
+from .shots import CONTEXT, CutLookahead
 from .video import Clip, ClipOutput, FramePictures, OutputSpec, open_clip, output_kind
 
 log = logging.getLogger("trifit")
@@ -65,7 +65,9 @@ class FrameLoop:
         from .videofit import ClipFit
 
         fit = ClipFit(size=size, **fit_args)
-        return cls(clip, fit, CutLookahead(_targets(clip, size, 0, overlap), fades=fit.policy.fade_restart > 0), 0)
+        frames = CutLookahead(_targets(clip, size, 0, overlap), fades=fit.policy.fade_restart > 0,
+                              transitions=fit.policy.transition_restart > 0)
+        return cls(clip, fit, frames, 0)
 
     @classmethod
     def resume(cls, clip: Clip, checkpoint, done: int, *, size: int, first_iters: int, frame_iters: int,
@@ -73,14 +75,15 @@ class FrameLoop:
         """After ``done`` frames, from the checkpoint taken at the end of frame ``done - 1``."""
         from .videofit import ClipFit
 
-        # that frame's target first, then on from there; the frames before it for the cuts' changes
-        first = max(0, done - 1 - CUT_WINDOW)
+        # that frame's target first, then on from there; the frames before it for the decisions' context
+        first = max(0, done - 1 - CONTEXT)
         frames = CutLookahead(_targets(clip, size, first, overlap), first, done - 1)
         try:
             last, _ = next(frames)
             fit = ClipFit.resume(last, checkpoint, first_iters=first_iters, frame_iters=frame_iters,
                                  engine=engine, source=source)
-            frames.fades = fit.policy.fade_restart > 0  # (as the clip's policy was recorded)
+            # (as the clip's policy was recorded)
+            frames.fades, frames.transitions = fit.policy.fade_restart > 0, fit.policy.transition_restart > 0
         except BaseException:
             frames.close()
             raise

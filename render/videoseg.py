@@ -36,18 +36,19 @@ from types import SimpleNamespace
 
 import numpy as np
 
-from .shots import find_cuts, frame_change, frame_content, shot_seed
+from .shots import TransitionWatch, find_cuts, frame_change, frame_content, shot_seed
 from .videorun import VideoResult, has_scene, kept_work, scene_path, start_work, video_meta
 
 
 # ---------------------------------------------------------------------- where segments start
-def frame_measures(clip, size: int) -> tuple[np.ndarray, np.ndarray]:
-    """((count - 1,), (count,)): the mean absolute difference of each frame from the one before,
-    and each frame's content (render/shots.py), at the fit size (a pass over the clip of its own:
-    one frame at a time is held, whatever the clip's length)."""
+def frame_measures(clip, size: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """((count - 1,), (count,), (count,)): the mean absolute difference of each frame from the one
+    before, each frame's content and whether it settles a transition by its own window
+    (render/shots.py), at the fit size (a pass over the clip of its own: a few thumbnails and one
+    frame at a time are held, whatever the clip's length)."""
     from .imageio import as_target
 
-    changes, contents, previous = [], [], None
+    changes, contents, previous, watch = [], [], None, TransitionWatch()
     frames = clip.frames(0)
     try:
         for image in frames:
@@ -55,10 +56,11 @@ def frame_measures(clip, size: int) -> tuple[np.ndarray, np.ndarray]:
             if previous is not None:
                 changes.append(frame_change(previous, target))
             contents.append(frame_content(target))
+            watch.push(target, contents[-1])
             previous = target
     finally:
         frames.close()
-    return np.asarray(changes, np.float64), np.asarray(contents, np.float64)
+    return np.asarray(changes, np.float64), np.asarray(contents, np.float64), np.asarray(watch.finish(), bool)
 
 
 def split(count: int, every: int, cuts=()) -> list[tuple[int, int]]:
@@ -86,9 +88,11 @@ def plan_segments(clip, work, settings: dict, note) -> SegmentPlan:
         shutil.rmtree(work, ignore_errors=True)
     else:
         settings.update(kept)  # (the segments as that run split them, fitted as it fitted them)
-    changes, contents = frame_measures(clip, settings["size"])
-    fades = FramePolicy.from_dict(settings["policy"]).fade_restart > 0
-    segments = split(clip.count, settings["segment"], find_cuts(changes, contents if fades else None))
+    changes, contents, settles = frame_measures(clip, settings["size"])
+    policy = FramePolicy.from_dict(settings["policy"])
+    cuts = find_cuts(changes, contents if policy.fade_restart > 0 else None,
+                     settles if policy.transition_restart > 0 else None)
+    segments = split(clip.count, settings["segment"], cuts)
     start_work(work, settings)
     return SegmentPlan(segments, [kept is not None and all(has_scene(work, k) for k in range(s, e))
                                   for s, e in segments])

@@ -44,6 +44,15 @@ def two_shots(cut: int, n: int, w: int, h: int, seed: int):
     return np.concatenate([moving_disc(n, w, h)[0][:cut], np.stack(later)])
 
 
+def dissolve(start: int, length: int, n: int, w: int, h: int, seed: int):
+    """(frames uint8 (n, h, w, 3)): the disc clip (:func:`moving_disc`) cross-dissolving into the
+    other sample (:func:`two_shots`' later frames) over ``length`` frames from ``start``."""
+    a = moving_disc(n, w, h)[0].astype(np.float64)
+    b = two_shots(0, n, w, h, seed).astype(np.float64)
+    ramp = np.clip((np.arange(n) - start) / length, 0.0, 1.0)[:, None, None, None]
+    return np.clip(a * (1 - ramp) + b * ramp + 0.5, 0, 255).astype(np.uint8)
+
+
 def fade_in(fade: int, n: int, w: int, h: int):
     """(frames uint8 (n, h, w, 3)): the disc clip (:func:`moving_disc`) faded in from black over its
     first ``fade`` frames (frame 0 black)."""

@@ -104,9 +104,10 @@ def test_the_joined_clip_is_cut_at_the_join(clip):
     from trifit.video import open_clip
     from trifit.videoseg import frame_measures
 
-    changes, contents = frame_measures(open_clip(clip / "frames"), 48)
-    assert changes.shape == (N - 1,) and contents.shape == (N,)
-    assert find_cuts(changes, contents) == find_cuts(changes) == [SHOT]  # (photographs: content throughout)
+    changes, contents, settles = frame_measures(open_clip(clip / "frames"), 48)
+    assert changes.shape == (N - 1,) and contents.shape == settles.shape == (N,)
+    # (photographs: content throughout; a cut, no transition that ends)
+    assert find_cuts(changes, contents, settles) == find_cuts(changes) == [SHOT]
 
 
 def test_each_segment_is_cold_at_its_start_and_warm_after(clip, local):

@@ -12,7 +12,7 @@ import json
 
 import numpy as np
 import pytest
-from clips import fade_in, two_shots
+from clips import dissolve, fade_in, two_shots
 from PIL import Image
 
 from trifit.imageio import as_target
@@ -236,25 +236,30 @@ def test_the_command_resumes_across_a_new_shot_to_the_byte(gpu_engine, tmp_path,
 FADE, FADE_FRAMES = 6, 12
 
 
-@pytest.fixture(scope="module")
-def fade(gpu_engine, tmp_path_factory):
-    """A fade in from black, as a folder of frames, fitted by `trifit video`'s run with the rule
-    (the default) and without it."""
+def _rule_on_and_off(engine, folder, frames, off: FramePolicy) -> dict:
+    """``frames`` as a folder of frames, fitted by `trifit video`'s run with the default policy
+    ("on") and with ``off``: each run's scenes, in order."""
     from trifit import videorun
     from trifit.scene import Scene
 
-    folder = tmp_path_factory.mktemp("fade")
-    frames = fade_in(FADE, FADE_FRAMES, W, H)
     _frame_folder(folder / "frames", frames)
-    args = _run_args(gpu_engine)
-    runs = {}
-    for name, policy in (("on", None), ("off", FramePolicy(fade_restart=0.0))):
+    runs = {"frames": frames, "folder": folder}
+    for name, policy in (("on", None), ("off", off)):
         scenes = folder / f"scenes-{name}"
-        videorun.run_video(folder / "frames", folder / f"out-{name}", scenes_dir=scenes, policy=policy, **args)
+        videorun.run_video(folder / "frames", folder / f"out-{name}", scenes_dir=scenes, policy=policy,
+                           **_run_args(engine))
         runs[name] = [Scene.from_json(p.read_text()) for p in sorted(scenes.glob("*.json"))]
+    return runs
+
+
+@pytest.fixture(scope="module")
+def fade(gpu_engine, tmp_path_factory):
+    """A fade in from black, fitted with the rules (the default) and without them."""
+    frames = fade_in(FADE, FADE_FRAMES, W, H)
     targets = [as_target(f, CLIP_FIT["size"]) for f in frames]
     first = next(k for k, t in enumerate(targets) if frame_content(t) >= CONTENT_MIN)
-    return {"frames": frames, "folder": folder, "first": first, **runs}
+    off = FramePolicy(fade_restart=0.0, transition_restart=0.0)
+    return {**_rule_on_and_off(gpu_engine, tmp_path_factory.mktemp("fade"), frames, off), "first": first}
 
 
 def test_a_fade_in_is_no_cut_but_starts_a_shot_where_its_content_appears():
@@ -266,30 +271,67 @@ def test_a_fade_in_is_no_cut_but_starts_a_shot_where_its_content_appears():
     assert find_cuts(changes) == [] and find_cuts(changes, [frame_content(t) for t in targets]) == [first]
 
 
+def _gain_of_a_shot_at(runs, start: int, after: int, engine) -> float:
+    """Check that the rule's run (``runs["on"]``) starts a shot at frame ``start`` and only there,
+    the run without it none, both the same bytes before it; the PSNR the frames from ``after``
+    gained by it (dB, mean)."""
+    n = len(runs["frames"])
+    assert [s.extra["meta"]["video"].get("shot", 0) for s in runs["on"]] == [0] * start + [start] * (n - start)
+    assert all("shot" not in s.extra["meta"]["video"] for s in runs["off"])  # the rule off: one shot
+    assert [s.to_json() for s in runs["on"][:start]] == [s.to_json() for s in runs["off"][:start]]
+    return float(np.mean(_psnr(runs["on"][after:], runs["frames"][after:], engine)) -
+                 np.mean(_psnr(runs["off"][after:], runs["frames"][after:], engine)))
+
+
+def _segments(runs, policy: FramePolicy, work) -> list[tuple[int, int]]:
+    """The segments `trifit video --segment 100` splits ``runs``' clip into with ``policy``."""
+    from trifit.video import open_clip
+    from trifit.videoseg import plan_segments
+
+    settings = {"segment": 100, "size": CLIP_FIT["size"], "policy": policy.as_dict()}
+    return plan_segments(open_clip(runs["folder"] / "frames"), work, settings, print).segments
+
+
 @pytest.mark.gpu
 def test_a_fade_in_gets_a_fit_of_its_own_where_its_content_appears(fade, gpu_engine):
-    first = fade["first"]
-    shots_on = [s.extra["meta"]["video"].get("shot", 0) for s in fade["on"]]
-    assert shots_on == [0] * first + [first] * (FADE_FRAMES - first)
-    assert all("shot" not in s.extra["meta"]["video"] for s in fade["off"])  # the rule off: one shot
-    assert [s.to_json() for s in fade["on"][:first]] == [s.to_json() for s in fade["off"][:first]]
-    after = slice(FADE, None)  # the frames once faded in
-    gain = np.mean(_psnr(fade["on"][after], fade["frames"][after], gpu_engine)) - \
-        np.mean(_psnr(fade["off"][after], fade["frames"][after], gpu_engine))
+    gain = _gain_of_a_shot_at(fade, fade["first"], FADE, gpu_engine)  # (after: the frames once faded in)
     assert gain > 0.3, f"the frames after the fade gained {gain:.2f} dB from a fit started where content appeared"
 
 
 @pytest.mark.gpu
 def test_a_segmented_run_starts_a_segment_where_a_fade_in_s_content_appears(fade, tmp_path):
-    from trifit.video import open_clip
-    from trifit.videoseg import plan_segments
+    first, work = fade["first"], tmp_path / "work"
+    assert _segments(fade, FramePolicy(), work) == [(0, first), (first, FADE_FRAMES)]
+    assert _segments(fade, FramePolicy(fade_restart=0.0, transition_restart=0.0), work) == [(0, FADE_FRAMES)]
+    # the fade rule off, the fade's end is a transition that ends: a shot starts there instead
+    (_, split), (_, end) = _segments(fade, FramePolicy(fade_restart=0.0), work)
+    assert split in (FADE - 1, FADE) and end == FADE_FRAMES
 
-    def segments(policy):
-        settings = {"segment": 100, "size": CLIP_FIT["size"], "policy": policy.as_dict()}
-        return plan_segments(open_clip(fade["folder"] / "frames"), tmp_path / "work", settings, print).segments
 
-    assert segments(FramePolicy()) == [(0, fade["first"]), (fade["first"], FADE_FRAMES)]
-    assert segments(FramePolicy(fade_restart=0.0)) == [(0, FADE_FRAMES)]
+# ---------------------------------------------------------------------- a dissolve
+DISSOLVE, DISSOLVE_LEN, DISSOLVE_FRAMES = 4, 6, 18
+
+
+@pytest.fixture(scope="module")
+def dissolved(gpu_engine, tmp_path_factory):
+    """A dissolve from the disc clip into the other sample, fitted with the transition rule (the
+    default) and without it."""
+    frames = dissolve(DISSOLVE, DISSOLVE_LEN, DISSOLVE_FRAMES, W, H, seed=1)
+    runs = _rule_on_and_off(gpu_engine, tmp_path_factory.mktemp("dissolve"), frames, FramePolicy(transition_restart=0.0))
+    return {**runs, "end": DISSOLVE + DISSOLVE_LEN}
+
+
+@pytest.mark.gpu
+def test_a_dissolve_gets_a_fit_of_its_own_where_it_settles(dissolved, gpu_engine):
+    gain = _gain_of_a_shot_at(dissolved, dissolved["end"], dissolved["end"], gpu_engine)
+    assert gain > 0.3, f"the frames after the dissolve gained {gain:.2f} dB from a fit of their own"
+
+
+@pytest.mark.gpu
+def test_a_segmented_run_starts_a_segment_where_a_dissolve_settles(dissolved, tmp_path):
+    end, work = dissolved["end"], tmp_path / "work"
+    assert _segments(dissolved, FramePolicy(), work) == [(0, end), (end, DISSOLVE_FRAMES)]
+    assert _segments(dissolved, FramePolicy(transition_restart=0.0), work) == [(0, DISSOLVE_FRAMES)]
 
 
 # ---------------------------------------------------------------------- progress kept across an upgrade
@@ -319,9 +361,9 @@ def test_progress_recorded_before_a_policy_field_existed_goes_on_with_it_off(tmp
 
 @pytest.mark.gpu
 def test_a_clip_recorded_before_a_policy_field_resumes_to_the_byte(gpu_engine, tmp_path, monkeypatch):
-    """`trifit video` stopped, its work folder's record rewritten as a version without the fade
-    rule writes it, and run again: it goes on from where it stopped (no frame fitted twice), and
-    every scene and frame is an uninterrupted run's (this clip has no fade: the rule changes nothing)."""
+    """`trifit video` stopped, its work folder's record rewritten as a version without the fade and
+    transition rules writes it, and run again: it goes on from where it stopped (no frame fitted twice), and
+    every scene and frame is an uninterrupted run's (this clip has no fade or dissolve: the rules change nothing)."""
     from trifit import videorun
 
     frames, args = _frame_folder(tmp_path / "frames", _two_shots()), _run_args(gpu_engine)
@@ -339,7 +381,7 @@ def test_a_clip_recorded_before_a_policy_field_resumes_to_the_byte(gpu_engine, t
     assert first.interrupted and first.done == stop + 1
     record = videorun.work_folder(out) / "clip.json"
     settings = json.loads(record.read_text())
-    del settings["policy"]["fade_restart"]
+    del settings["policy"]["fade_restart"], settings["policy"]["transition_restart"]
     record.write_text(json.dumps(settings))
     again = videorun.run_video(frames, out, scenes_dir=scenes, note=notes.append, **args)
     assert again.resumed_from == stop + 1 and again.done == 2 * SHOT

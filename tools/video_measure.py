@@ -8,8 +8,10 @@ noise (sigma ``--noise`` of 255) and a red disc crossing it; ``pan`` -- a slow p
 photograph with the same disc; ``cut`` -- the still clip's first half, then the pan's second half,
 and ``cutback`` the other way round (each row also has the PSNR of the 12 frames after the clip's
 largest change between frames); ``fade`` -- the still clip faded in from black over its first
-quarter, and ``dip`` -- the still clip faded out to black, black, and the pan faded in, each a
-sixth of the clip (their rows also have the PSNR of the frames after the fade in). Output frames are rendered at
+quarter, ``dip`` -- the still clip faded out to black, black, and the pan faded in, each a
+sixth of the clip (their rows also have the PSNR of the frames after the fade in), and
+``dissolve`` -- the still clip cross-dissolving into the pan over the clip's third sixth (or
+``--fade`` frames; its rows have the PSNR of the frames after the dissolve). Output frames are rendered at
 the clip's size with crisp edges, as `trifit video` writes them.
 
   .venv/bin/python tools/video_measure.py --size 80 --tris 30 --iters 30 --first 150 --frames 24
@@ -20,6 +22,7 @@ the clip's size with crisp edges, as `trifit video` writes them.
   .venv/bin/python tools/video_measure.py --clips cut --frames 48 --no-cold --sweep "cut_renew=0,0.1,0.5"
   .venv/bin/python tools/video_measure.py --clips still,pan --no-cold --sweep "sigma_px=0" --set sigma_probes=6
   .venv/bin/python tools/video_measure.py --clips fade --no-cold --sweep "fade_restart=0"
+  .venv/bin/python tools/video_measure.py --clips dissolve --no-cold --new-shot-at 24   # a restart there, by hand
   .venv/bin/python tools/video_measure.py --write-frames /tmp/clip --frames 120   # a clip for `trifit video`
 """
 
@@ -42,7 +45,7 @@ from trifit.fitter import Fitter
 from trifit.imageio import as_target
 from trifit.resources import sample_path
 from trifit.run import FitRun, StopConditions
-from trifit.shots import find_cuts, frame_change, frame_content
+from trifit.shots import TransitionWatch, find_cuts, frame_change, frame_content
 from trifit.video import flicker
 from trifit.videofit import ClipFit, FramePolicy
 
@@ -52,7 +55,8 @@ def make_clip(kind: str, n: int, W: int, H: int, noise: float, seed: int = 0, fa
     then a cut to the pan's second half; ``cutback``: the pan's first half, then the still clip's
     second half (no mask); ``fade``: the still clip faded in from black over its first ``fade``
     frames (a quarter of them by default; no mask); ``dip``: a dip to black between the still clip
-    and the pan (no mask)."""
+    and the pan (no mask); ``dissolve``: the still clip cross-dissolving into the pan over ``fade``
+    frames (a sixth of them by default) from a third of the clip (no mask)."""
     if kind == "fade":
         still, _ = make_clip("still", n, W, H, noise, seed)
         ramp = np.clip(np.arange(n) / max(fade or n // 4, 1), 0.0, 1.0)[:, None, None, None]
@@ -65,6 +69,11 @@ def make_clip(kind: str, n: int, W: int, H: int, noise: float, seed: int = 0, fa
         in_ramp = np.clip((k - (n // 2 + f)) / f, 0.0, 1.0)            # 0 until n/2 + f, 1 from n/2 + 2f
         mix = still * out_ramp[:, None, None, None] + pan * in_ramp[:, None, None, None]
         return np.clip(mix + 0.5, 0, 255).astype(np.uint8), None
+    if kind == "dissolve":
+        still, _ = make_clip("still", n, W, H, noise, seed)
+        pan, _ = make_clip("pan", n, W, H, noise, seed)
+        ramp = np.clip((np.arange(n) - n // 3) / max(fade or n // 6, 1), 0.0, 1.0)[:, None, None, None]
+        return np.clip(still * (1 - ramp) + pan * ramp + 0.5, 0, 255).astype(np.uint8), None
     if kind in ("cut", "cutback"):
         still, _ = make_clip("still", n, W, H, noise, seed)
         pan, _ = make_clip("pan", n, W, H, noise, seed)
@@ -100,9 +109,18 @@ def psnr(a: np.ndarray, b: np.ndarray) -> float:
     return float(10 * np.log10(1 / mse))
 
 
+def settles(targets) -> list[bool]:
+    """Whether each frame settles a transition by its own window (render/shots.py)."""
+    watch = TransitionWatch()
+    for t in targets:
+        watch.push(t, frame_content(t))
+    return watch.finish()
+
+
 def fit_clip(frames, engine, mode: str, tris: int, size: int, iters: int, first: int, policy: FramePolicy,
-             settings: dict | None = None):
-    """(output frames uint8, seconds for the frames after the first)."""
+             settings: dict | None = None, new_shots: tuple = ()):
+    """(output frames uint8, seconds for the frames after the first); ``new_shots``: frames that
+    start a shot besides the cuts found (a rule's upper bound, measured by hand)."""
     H, W = frames.shape[1:3]
 
     def picture(scene):
@@ -114,7 +132,8 @@ def fit_clip(frames, engine, mode: str, tris: int, size: int, iters: int, first:
                        policy=policy, **(settings or {}))
         targets = [as_target(f, size) for f in frames]  # (the cuts as the frame loop finds them: render/shots.py)
         cuts = set(find_cuts([frame_change(a, b) for a, b in zip(targets, targets[1:])],
-                             [frame_content(t) for t in targets] if policy.fade_restart else None))
+                             [frame_content(t) for t in targets] if policy.fade_restart else None,
+                             settles(targets) if policy.transition_restart else None)) | set(new_shots)
         for k, f in enumerate(frames):
             clip.start_frame(f, new_shot=k in cuts).run()
             outs.append(picture(clip.end_frame()))
@@ -131,7 +150,8 @@ def fit_clip(frames, engine, mode: str, tris: int, size: int, iters: int, first:
 
 
 def measure(frames, mask, engine, mode, policy, a) -> dict:
-    outs, seconds = fit_clip(frames, engine, mode, a.tris, a.size, a.iters, a.first, policy, a.settings)
+    outs, seconds = fit_clip(frames, engine, mode, a.tris, a.size, a.iters, a.first, policy, a.settings,
+                             tuple(a.new_shot_at))
     ps = [psnr(o, f) for o, f in zip(outs, frames)]
     d_in, d_out = np.diff(frames.astype(np.float64) / 255, axis=0), np.diff(outs.astype(np.float64) / 255, axis=0)
     row = {"mode": mode, **({"policy": policy.as_dict()} if mode == "warm" else {}),
@@ -171,6 +191,8 @@ def main(argv=None) -> int:
     p.add_argument("--fade", type=int, default=None, help="the fade clip's frames of fading in (default: a quarter)")
     p.add_argument("--content-min", type=float, default=None,
                    help="render/shots.py's CONTENT_MIN for this run (where content is said to appear)")
+    p.add_argument("--new-shot-at", type=int, action="append", default=[], metavar="K",
+                   help="frame K of the warm clips starts a shot besides the cuts found (repeatable)")
     p.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",
                    help="a FitSettings value for the warm clips' fits (repeatable), e.g. sigma_probes=0")
     p.add_argument("--json", default=None)
@@ -209,6 +231,8 @@ def main(argv=None) -> int:
             row = {"clip": kind, "clip_seed": seed, **measure(frames, mask, engine, mode, policy, a)}
             if kind == "fade":  # (the frames once faded in)
                 row["psnr_after_fade"] = float(np.mean(row["psnr_frames"][a.fade or a.frames // 4:]))
+            if kind == "dissolve":
+                row["psnr_after_fade"] = float(np.mean(row["psnr_frames"][a.frames // 3 + (a.fade or max(a.frames // 6, 1)):]))
             if kind == "dip":
                 row["psnr_after_fade"] = float(np.mean(row["psnr_frames"][a.frames // 2 + 2 * max(a.frames // 6, 1):]))
             rows.append(row)
