@@ -98,7 +98,8 @@ def frame_thumb(target) -> np.ndarray:
     t = np.asarray(target, np.float32)
     f = max(1, -(-max(t.shape[:2]) // THUMB_SIDE))
     h, w = t.shape[0] // f, t.shape[1] // f
-    return t[:h * f, :w * f].reshape(h, f, w, f, 3).mean(axis=(1, 3), dtype=np.float64).astype(np.float32)
+    rows = t[:h * f, :w * f].reshape(h, f, w * f * 3).sum(axis=1, dtype=np.float64)  # (rows first: contiguous)
+    return (rows.reshape(h, w, f, 3).sum(axis=2) / (f * f)).astype(np.float32)
 
 
 def transition_settles(thumbs, contents, i: int) -> bool:
