@@ -271,7 +271,8 @@ def build_parser() -> argparse.ArgumentParser:
     _picture_options(v)
     v.add_argument("--segment", type=_positive_int, default=None, metavar="K",
                    help="fit independent segments of at most K frames, also split at new shots (scene cuts, fades "
-                        "in), each cold at its first frame and warm after it, and join them in order (README, 'Video')")
+                        "in, dissolves' ends), each cold at its first frame and warm after it, and join them in "
+                        "order (README, 'Video')")
     v.add_argument("--dask", default=None, metavar="local[:N]|tcp://HOST:PORT",
                    help="with --segment: fit the segments in parallel on a Dask cluster (pip install "
                         "'trifit[cluster]'), as batch --dask; the output is what --segment K writes here")

@@ -45,7 +45,7 @@ judged on its own window only, so a decision needs a bounded stretch of frames a
 ``CONTEXT``). Motion at a steady pace never settles this way, so pans and zooms start no shot;
 the window is judged on each frame's thumbnail (block means, at most ``THUMB_SIDE`` px a side),
 which sensor noise hardly moves. Refined warm across a dissolve, a fit keeps the last shot's
-layout of triangles and scores 0.6-0.7 dB under a fit of its own after it (docs/QUALITY.md,
+layout of triangles and scores 0.4-0.9 dB under a fit of its own after it (docs/QUALITY.md,
 "Video: a dissolve"). Callers that keep clips recorded before the rule pass ``transitions=False``.
 
 **Seeds**: a fit that starts at frame s draws from the clip's seed when s = 0 (so one segment over

@@ -334,6 +334,29 @@ def test_a_segmented_run_starts_a_segment_where_a_dissolve_settles(dissolved, tm
     assert _segments(dissolved, FramePolicy(transition_restart=0.0), work) == [(0, DISSOLVE_FRAMES)]
 
 
+@pytest.mark.gpu
+def test_a_run_stopped_inside_a_dissolve_resumes_to_the_byte(dissolved, gpu_engine, tmp_path, monkeypatch):
+    """Stopped inside the dissolve and run again, the frame loop decodes the frames the decision at
+    its end needs again (shots.CONTEXT) and starts the shot there: every scene is an uninterrupted run's."""
+    from trifit import videorun
+
+    monkeypatch.setattr(videorun, "CHECKPOINT_EVERY_S", 0.0)  # (a checkpoint after every frame: a known resume point)
+    stop, fit, scenes = DISSOLVE + 2, [], tmp_path / "scenes"
+
+    def cancel_after(k, scene, stats):
+        if k == stop:
+            fit[0].cancel()
+
+    frames, out = dissolved["folder"] / "frames", tmp_path / "out"
+    first = videorun.run_video(frames, out, scenes_dir=scenes, on_clip=fit.append, on_frame=cancel_after,
+                               **_run_args(gpu_engine))
+    assert first.interrupted and first.done == stop + 1
+    again = videorun.run_video(frames, out, scenes_dir=scenes, **_run_args(gpu_engine))
+    assert again.resumed_from == stop + 1 and again.done == DISSOLVE_FRAMES
+    assert [p.read_bytes() for p in sorted(scenes.glob("*.json"))] == \
+        [p.read_bytes() for p in sorted((dissolved["folder"] / "scenes-on").glob("*.json"))]
+
+
 # ---------------------------------------------------------------------- progress kept across an upgrade
 def test_progress_recorded_before_a_policy_field_existed_goes_on_with_it_off(tmp_path):
     """A run recorded before FramePolicy gained a field goes on where the settings leave that
