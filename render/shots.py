@@ -57,7 +57,8 @@ starts, never of which task, worker or order fitted it.
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
+from typing import NamedTuple
 
 import numpy as np
 
@@ -100,6 +101,25 @@ def frame_thumb(target) -> np.ndarray:
     h, w = t.shape[0] // f, t.shape[1] // f
     rows = t[:h * f, :w * f].reshape(h, f, w * f * 3).sum(axis=1, dtype=np.float64)  # (rows first: contiguous)
     return (rows.reshape(h, w, f, 3).sum(axis=2) / (f * f)).astype(np.float32)
+
+
+class Measured(NamedTuple):
+    """A frame's target with what the rules read of it (:func:`measured`)."""
+
+    target: np.ndarray
+    change: float | None   # frame_change from the frame before (None: the first measured)
+    content: float         # frame_content
+    thumb: np.ndarray      # frame_thumb
+
+
+def measured(targets: Iterable) -> Iterator[Measured]:
+    """Each target with its change from the one before, its content and its thumbnail: what the
+    rules read of a frame, computed where the targets are made (the video loop's decoding thread:
+    not on the thread that fits)."""
+    previous = None
+    for t in targets:
+        yield Measured(t, None if previous is None else frame_change(previous, t), frame_content(t), frame_thumb(t))
+        previous = t
 
 
 def transition_settles(thumbs, contents, i: int) -> bool:
@@ -157,7 +177,7 @@ def find_cuts(changes, contents=None, settles=None) -> list[int]:
 
 class TransitionWatch:
     """:func:`transition_settles` for each frame of a clip passed through in order, holding only
-    the thumbnails its windows need: :meth:`push` each frame's target and content, and the
+    the thumbnails its windows need: :meth:`push` each frame's thumbnail and content, and the
     answers come out CUT_WINDOW frames behind; :meth:`finish` gives the last frames' (False)."""
 
     def __init__(self):
@@ -166,8 +186,8 @@ class TransitionWatch:
         self._pushed = 0
         self.settles: list[bool] = []
 
-    def push(self, target, content: float) -> None:
-        self._thumbs.append(frame_thumb(target))
+    def push(self, thumb: np.ndarray, content: float) -> None:
+        self._thumbs.append(thumb)
         self._contents.append(float(content))
         self._pushed += 1
         i = self._pushed - 1 - CUT_WINDOW  # the frame whose window is now whole
@@ -194,7 +214,8 @@ class CutLookahead:
     CUT_WINDOW frames are decoded ahead of the one handed out, and what the decisions need of the
     frames before it is kept.
 
-    ``targets``: the working-size targets of frames ``first``, ``first + 1``, ... The frames
+    ``targets``: the working-size targets of frames ``first``, ``first + 1``, ..., or those
+    targets :func:`measured` (where they are made, so the caller's thread does not). The frames
     before ``start`` (from ``first``) are decoded for what later decisions need of them only, e.g.
     on a resume, which needs the CONTEXT + 1 frames before the first it fits for the same
     decisions. ``fades``, ``transitions``: whether content that appears, and a transition that
@@ -220,17 +241,19 @@ class CutLookahead:
         if self._ended:
             return False
         try:
-            target = next(self._targets)
+            item = next(self._targets)
         except StopIteration:
             self._ended = True
             return False
         k, self._decoded = self._decoded, self._decoded + 1
-        if self._last is not None:
-            self._changes[k] = frame_change(self._last, target)
-        self._contents[k] = frame_content(target)
-        self._thumbs[k] = frame_thumb(target)
-        self._last = target
-        self._ahead.append((k, target))
+        if not isinstance(item, Measured):
+            item = Measured(item, None if self._last is None else frame_change(self._last, item), frame_content(item),
+                            frame_thumb(item))
+            self._last = item.target
+        if item.change is not None:
+            self._changes[k] = item.change
+        self._contents[k], self._thumbs[k] = item.content, item.thumb
+        self._ahead.append((k, item.target))
         return True
 
     def __iter__(self):
@@ -269,5 +292,5 @@ class CutLookahead:
 
 
 __all__ = ["CONTENT_MIN", "CONTEXT", "CUT_MIN_CHANGE", "CUT_RATIO", "CUT_WINDOW", "SETTLED", "THUMB_SIDE",
-           "TRANSITION_SPAN", "CutLookahead", "TransitionWatch", "content_appears", "cut_at", "find_cuts", "frame_change",
-           "frame_content", "frame_thumb", "shot_seed", "transition_settles"]
+           "TRANSITION_SPAN", "CutLookahead", "Measured", "TransitionWatch", "content_appears", "cut_at", "find_cuts",
+           "frame_change", "frame_content", "frame_thumb", "measured", "shot_seed", "transition_settles"]

@@ -36,7 +36,7 @@ from .background import Behind, Prefetch
 from .errors import SceneError, TrifitError
 from .fileutil import atomic_write_bytes, check_distinct, check_writable, make_folder
 from .fitloop import check_settings
-from .shots import CONTEXT, CutLookahead
+from .shots import CONTEXT, CutLookahead, measured
 from .video import Clip, ClipOutput, FramePictures, OutputSpec, open_clip, output_kind
 
 log = logging.getLogger("trifit")
@@ -139,9 +139,8 @@ def _targets(clip: Clip, size: int, start: int, overlap: bool) -> Prefetch:
         from .imageio import as_target
 
         frames = clip.frames(start)
-        try:
-            for image in frames:
-                yield as_target(image, size)
+        try:  # (measured here: the decoding thread reads what the shot rules need, not the fit's)
+            yield from measured(as_target(image, size) for image in frames)
         finally:
             frames.close()
     return Prefetch(make, DECODE_AHEAD, threaded=overlap, name="trifit-video-decode")

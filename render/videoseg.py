@@ -36,7 +36,7 @@ from types import SimpleNamespace
 
 import numpy as np
 
-from .shots import TransitionWatch, find_cuts, frame_change, frame_content, shot_seed
+from .shots import TransitionWatch, find_cuts, measured, shot_seed
 from .videorun import VideoResult, has_scene, kept_work, scene_path, start_work, video_meta
 
 
@@ -48,16 +48,14 @@ def frame_measures(clip, size: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]
     frame at a time are held, whatever the clip's length)."""
     from .imageio import as_target
 
-    changes, contents, previous, watch = [], [], None, TransitionWatch()
+    changes, contents, watch = [], [], TransitionWatch()
     frames = clip.frames(0)
     try:
-        for image in frames:
-            target = as_target(image, size)
-            if previous is not None:
-                changes.append(frame_change(previous, target))
-            contents.append(frame_content(target))
-            watch.push(target, contents[-1])
-            previous = target
+        for m in measured(as_target(image, size) for image in frames):
+            if m.change is not None:
+                changes.append(m.change)
+            contents.append(m.content)
+            watch.push(m.thumb, m.content)
     finally:
         frames.close()
     return np.asarray(changes, np.float64), np.asarray(contents, np.float64), np.asarray(watch.finish(), bool)

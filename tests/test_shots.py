@@ -18,6 +18,7 @@ from trifit.shots import (
     frame_change,
     frame_content,
     frame_thumb,
+    measured,
     transition_settles,
 )
 
@@ -39,8 +40,8 @@ def _clip(rng, n: int) -> list[np.ndarray]:
 
 def _settles(frames) -> list[bool]:
     watch = TransitionWatch()
-    for f in frames:
-        watch.push(f, frame_content(f))
+    for m in measured(frames):
+        watch.push(m.thumb, m.content)
     return watch.finish()
 
 
@@ -63,7 +64,8 @@ def test_the_lookahead_finds_the_cuts_the_whole_clip_pass_finds(seed):
             if cut] == cuts
     for start in range(1, len(frames)):  # a resume: the frame before first, the context before that
         first = max(0, start - 1 - CONTEXT)
-        resumed = CutLookahead(iter(frames[first:]), first, start - 1)
+        source = iter(frames[first:]) if start % 2 else measured(frames[first:])  # (measured where they are made)
+        resumed = CutLookahead(source, first, start - 1)
         resumed.fades, resumed.transitions = fades, transitions  # (set after it is made, as a resume does)
         target, _ = next(resumed)
         assert target is frames[start - 1]

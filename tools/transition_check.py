@@ -16,7 +16,7 @@ import numpy as np
 from PIL import Image
 
 from trifit.imageio import as_target
-from trifit.shots import TransitionWatch, find_cuts, frame_change, frame_content
+from trifit.shots import TransitionWatch, find_cuts, frame_change, frame_content, measured
 
 
 def _load(path: Path, width: int) -> Image.Image:
@@ -53,8 +53,8 @@ def starts(frames, size: int, rng) -> list[int]:
     """The shot starts of ``frames`` (float 0-255, with 2/255 noise added) by render/shots.py's rules."""
     targets = [as_target(np.clip(f + rng.normal(0, 2.0, f.shape) + 0.5, 0, 255).astype(np.uint8), size) for f in frames]
     watch = TransitionWatch()
-    for t in targets:
-        watch.push(t, frame_content(t))
+    for m in measured(targets):
+        watch.push(m.thumb, m.content)
     return find_cuts([frame_change(a, b) for a, b in zip(targets, targets[1:])],
                      [frame_content(t) for t in targets], watch.finish())
 

@@ -45,7 +45,7 @@ from trifit.fitter import Fitter
 from trifit.imageio import as_target
 from trifit.resources import sample_path
 from trifit.run import FitRun, StopConditions
-from trifit.shots import TransitionWatch, find_cuts, frame_change, frame_content
+from trifit.shots import TransitionWatch, find_cuts, frame_change, frame_content, measured
 from trifit.video import flicker
 from trifit.videofit import ClipFit, FramePolicy
 
@@ -112,8 +112,8 @@ def psnr(a: np.ndarray, b: np.ndarray) -> float:
 def settles(targets) -> list[bool]:
     """Whether each frame settles a transition by its own window (render/shots.py)."""
     watch = TransitionWatch()
-    for t in targets:
-        watch.push(t, frame_content(t))
+    for m in measured(targets):
+        watch.push(m.thumb, m.content)
     return watch.finish()
 
 
