@@ -816,10 +816,12 @@ def cmd_video(args) -> int:
     rate = fitted / result.seconds if result.seconds > 0 else 0.0
     psnr = f"; mean PSNR {sum(result.psnr) / len(result.psnr):.2f} dB" if result.psnr else ""
     wrote = f"wrote {result.output}" if result.output else "no frame finished, nothing written"
+    shown = ", ".join(str(k) for k in result.shots[:8]) + (", ..." if len(result.shots) > 8 else "")
+    shots = f"; {len(result.shots)} new shot{'s' * (len(result.shots) != 1)} (at frame {shown})" if result.shots else ""
     if not args.quiet or result.interrupted:
         print(f"trifit: {'interrupted: ' if result.interrupted else ''}{result.done} of {clip.count} frames"
               f"{f' ({result.resumed_from} from an earlier run)' if result.resumed_from else ''}, "
-              f"{fitted} fitted in {result.seconds:.1f} s ({rate:.2f} frames/s){psnr}; {wrote}", file=sys.stderr)
+              f"{fitted} fitted in {result.seconds:.1f} s ({rate:.2f} frames/s){psnr}{shots}; {wrote}", file=sys.stderr)
     return EXIT_INTERRUPTED if result.interrupted else EXIT_OK
 
 

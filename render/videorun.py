@@ -157,6 +157,8 @@ class VideoResult:
     psnr: list[float] = field(default_factory=list)  # this run's frames, at the working size
     interrupted: bool = False
     written: int = 0            # a segmented run's output frames written, from the first on (render/videoseg.py)
+    shots: list[int] = field(default_factory=list)  # frames that started new shots: the segmented run's all,
+                                # the whole-clip run's among the frames it fitted (render/shots.py)
 
 
 def work_folder(output) -> Path:
@@ -222,6 +224,7 @@ def run_video(input_path, output, *, triangles: int = 150, size: int = 176, iter
             except BaseException:
                 frames.output.discard()
                 raise
+            result.shots = plan.shots
         complete = result.written == clip.count
     else:
         done = _progress(work, settings, note)
@@ -313,6 +316,8 @@ def _fit_frames(clip: Clip, frames: _Frames, behind: Behind, settings: dict, res
                 checkpoint, saved = loop.fit.checkpoint(), time.perf_counter()
             behind.call(frames.write, k, scene, pictures.of(scene), checkpoint)
             result.done = k + 1
+            if k > 0 and loop.fit.shot == k:
+                result.shots.append(k)
             stats = loop.fitter.step(0)
             result.psnr.append(stats.psnr)
             if on_frame is not None:

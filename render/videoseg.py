@@ -31,7 +31,7 @@ from __future__ import annotations
 import contextlib
 import shutil
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from types import SimpleNamespace
 
 import numpy as np
@@ -73,6 +73,7 @@ def split(count: int, every: int, cuts=()) -> list[tuple[int, int]]:
 class SegmentPlan:
     segments: list[tuple[int, int]]   # (first frame, end), in order
     done: list[bool]                  # whose scenes an earlier run left, all of them
+    shots: list[int] = field(default_factory=list)  # the frames that start new shots (render/shots.py)
 
 
 def plan_segments(clip, work, settings: dict, note) -> SegmentPlan:
@@ -93,7 +94,7 @@ def plan_segments(clip, work, settings: dict, note) -> SegmentPlan:
     segments = split(clip.count, settings["segment"], cuts)
     start_work(work, settings)
     return SegmentPlan(segments, [kept is not None and all(has_scene(work, k) for k in range(s, e))
-                                  for s, e in segments])
+                                  for s, e in segments], [c for c in cuts if 0 < c < clip.count])
 
 
 # ---------------------------------------------------------------------- a segment's work (here, or a worker's)

@@ -214,7 +214,7 @@ def test_the_command_resumes_across_a_new_shot_to_the_byte(gpu_engine, tmp_path,
         return {p.name: p.read_bytes() for p in sorted(folder.glob(f"*{suffix}"))}
 
     whole = videorun.run_video(frames, tmp_path / "whole", scenes_dir=tmp_path / "whole-scenes", **args)
-    assert whole.done == 2 * SHOT
+    assert whole.done == 2 * SHOT and whole.shots == [SHOT]
     want_scenes, want_frames = files(tmp_path / "whole-scenes", ".json"), files(tmp_path / "whole", ".png")
     assert json.loads(want_scenes[f"frame_{SHOT:04d}.trifit.json"])["meta"]["video"]["shot"] == SHOT
     monkeypatch.setattr(videorun, "CHECKPOINT_EVERY_S", 0.0)  # (a checkpoint after every frame: a known resume point)
@@ -229,6 +229,7 @@ def test_the_command_resumes_across_a_new_shot_to_the_byte(gpu_engine, tmp_path,
         assert first.interrupted and first.done == stop + 1
         again = videorun.run_video(frames, out, scenes_dir=scenes, **args)
         assert again.resumed_from == stop + 1 and again.done == 2 * SHOT and not again.interrupted
+        assert first.shots + again.shots == [SHOT]  # (each run names the shots among the frames it fitted)
         assert files(scenes, ".json") == want_scenes and files(out, ".png") == want_frames
 
 
@@ -353,7 +354,23 @@ def test_a_run_stopped_inside_a_dissolve_resumes_to_the_byte(dissolved, gpu_engi
     assert first.interrupted and first.done == stop + 1
     again = videorun.run_video(frames, out, scenes_dir=scenes, **_run_args(gpu_engine))
     assert again.resumed_from == stop + 1 and again.done == DISSOLVE_FRAMES
+    assert first.shots == [] and again.shots == [dissolved["end"]]
     assert [p.read_bytes() for p in sorted(scenes.glob("*.json"))] == \
+        [p.read_bytes() for p in sorted((dissolved["folder"] / "scenes-on").glob("*.json"))]
+
+
+@pytest.mark.gpu
+def test_the_command_says_where_new_shots_started(dissolved, tmp_path, capsys, gpu_ctx):
+    """`trifit video` on the dissolve clip: the summary names the frame the new shot started at,
+    and its scenes are the API run's bytes."""
+    from trifit.cli import main
+
+    args = ["--tris", str(CLIP_FIT["triangles"]), "--size", str(CLIP_FIT["size"]), "--seed", str(SEED),
+            "--iters-per-frame", str(CLIP_FIT["frame_iters"]), "--first-frame-iters", str(CLIP_FIT["first_iters"])]
+    assert main(["video", str(dissolved["folder"] / "frames"), "-o", str(tmp_path / "out"), *args,
+                 "--scenes", str(tmp_path / "scenes")]) == 0
+    assert f"1 new shot (at frame {dissolved['end']})" in capsys.readouterr().err
+    assert [p.read_bytes() for p in sorted((tmp_path / "scenes").glob("*.json"))] == \
         [p.read_bytes() for p in sorted((dissolved["folder"] / "scenes-on").glob("*.json"))]
 
 
@@ -391,7 +408,7 @@ def test_a_clip_recorded_before_a_policy_field_resumes_to_the_byte(gpu_engine, t
 
     frames, args = _frame_folder(tmp_path / "frames", _two_shots()), _run_args(gpu_engine)
     whole = videorun.run_video(frames, tmp_path / "whole", scenes_dir=tmp_path / "whole-scenes", **args)
-    assert whole.done == 2 * SHOT
+    assert whole.done == 2 * SHOT and whole.shots == [SHOT]
     fit, stop, notes = [], SHOT + 1, []
 
     def cancel_after(k, scene, stats):
