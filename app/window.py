@@ -223,7 +223,7 @@ class MainWindow(FileActions, SessionActions, WindowSettings, QtWidgets.QMainWin
         self.status_iteration = QtWidgets.QLabel("iteration –")
         self.status_rate = QtWidgets.QLabel("– it/s")
         self.status_psnr = QtWidgets.QLabel("PSNR –")
-        self.status_frame = QtWidgets.QLabel()   # a clip's: "frame 12 / 48"
+        self.status_frame = QtWidgets.QLabel()   # a clip's: "frame 12 / 48" (", a new shot from frame 9")
         self.status_frame.hide()
         for label in (self.status_adapter, self.status_frame, self.status_triangles, self.status_iteration,
                       self.status_rate, self.status_psnr):
@@ -385,13 +385,14 @@ class MainWindow(FileActions, SessionActions, WindowSettings, QtWidgets.QMainWin
         if info.source:
             self._add_recent(info.source)
 
-    def _on_frame_started(self, k: int, count: int, target) -> None:
-        """A clip's frame began: its target beside the render, the counter on."""
+    def _on_frame_started(self, k: int, count: int, shot: int, target) -> None:
+        """A clip's frame began: its target beside the render, the counter on (and, in a later
+        shot -- a cut, a fade in, a dissolve's end: render/shots.py -- where that shot began)."""
         if k > 0:  # (the first frame's is the new fit's, shown when it was loaded)
             if self.fit_info is not None:
                 self.fit_info.target = target
             self.canvas.set_target(target, keep_render=True)
-        self.status_frame.setText(f"frame {k + 1} / {count}")
+        self.status_frame.setText(f"frame {k + 1} / {count}" + (f", a new shot from frame {shot + 1}" if shot else ""))
 
     def _on_frame_done(self, k: int, scene) -> None:
         if k == len(self.clip_scenes):  # (frames of a clip replaced meanwhile are not kept)

@@ -109,7 +109,8 @@ class FitWorkerSignals(QtCore.QObject):
     failed = QtCore.Signal(str, str)        # title, message (the current fit is untouched)
     job_done = QtCore.Signal(int, object)
     job_failed = QtCore.Signal(int, str)
-    frame_started = QtCore.Signal(int, int, object)  # a clip's frame began: index, frames in all, its target
+    frame_started = QtCore.Signal(int, int, int, object)  # a clip's frame began: index, frames in all, the first
+                                                          # frame of its shot (render/shots.py), its target
     frame_done = QtCore.Signal(int, object)          # ... and was fitted: index, its scene (render.Scene)
     applied = QtCore.Signal(str, float)     # a live change reached the fit: kind, seconds after it was sent
     autosaved = QtCore.Signal(str, int)     # where the autosave went, the iteration it holds
@@ -495,7 +496,7 @@ class FitWorker:
             return
         self._install(loop.fitter, cmd, p, loop)
         self._run, self._steps = run, iter(run)
-        self.signals.frame_started.emit(0, cmd.clip.count, loop.target)
+        self.signals.frame_started.emit(0, cmd.clip.count, 0, loop.target)
         if cmd.start:
             self._set_running(True)
 
@@ -510,7 +511,7 @@ class FitWorker:
             return False
         self._fitter = loop.fitter  # (a new shot's frame has a fit of its own: the last one's is closed)
         self._steps = iter(self._run)
-        self.signals.frame_started.emit(loop.next, loop.clip.count, loop.target)
+        self.signals.frame_started.emit(loop.next, loop.clip.count, loop.fit.shot, loop.target)
         return True
 
     def _end_frame(self) -> str | None:

@@ -67,7 +67,7 @@ def test_a_clip_is_fitted_frame_by_frame_and_exported_as_the_command_writes_it(q
     win.controls.first_frame_iters.setValue(FIRST)
     win.controls.iters_per_frame.setValue(EACH)
     started, shown = [], []
-    win.worker.signals.frame_started.connect(lambda k, n, target: started.append((k, n)))
+    win.worker.signals.frame_started.connect(lambda k, n, shot, target: started.append((k, n)))
     set_target = win.canvas.set_target
     win.canvas.set_target = lambda pixels, keep_render=False: (shown.append(pixels), set_target(pixels, keep_render))
 
@@ -188,11 +188,15 @@ def test_a_new_shot_gets_a_fit_of_its_own_in_the_window_as_in_the_command(qtbot,
     win: MainWindow = window
     win.controls.first_frame_iters.setValue(FIRST)
     win.controls.iters_per_frame.setValue(EACH)
+    shots = []
+    win.worker.signals.frame_started.connect(lambda k, n, shot, target: shots.append(shot))
     win.open_file(clip / "cut.mp4", start=True)
     # (the worker pauses, then says why: the two signals can reach the window in separate turns)
     qtbot.waitUntil(lambda: len(win.clip_scenes) == N and not win.running and "Stopped" in win.last_message,
                     timeout=WAIT_MS)
     assert win.last_error is None and "end of the clip" in win.last_message
+    assert shots == [0] * CUT + [CUT] * (N - CUT)  # each frame as it began: where its shot began
+    assert win.status_frame.text() == f"frame {N} / {N}, a new shot from frame {CUT + 1}"
     metas = [s.extra["meta"] for s in win.clip_scenes]
     assert [m["video"].get("shot") for m in metas] == [None] * CUT + [CUT] * (N - CUT)
     assert [m["iterations"] for m in metas[CUT - 1:CUT + 2]] == [FIRST + (CUT - 1) * EACH, FIRST, FIRST + EACH]
