@@ -112,13 +112,19 @@ class Measured(NamedTuple):
     thumb: np.ndarray      # frame_thumb
 
 
+def measure(target, previous=None) -> Measured:
+    """What the rules read of a frame's target (``previous``: the target of the frame before it, None
+    for the first)."""
+    return Measured(target, None if previous is None else frame_change(previous, target), frame_content(target),
+                    frame_thumb(target))
+
+
 def measured(targets: Iterable) -> Iterator[Measured]:
-    """Each target with its change from the one before, its content and its thumbnail: what the
-    rules read of a frame, computed where the targets are made (the video loop's decoding thread:
-    not on the thread that fits)."""
+    """Each target with what :func:`measure` reads of it against the one before, computed where the
+    targets are made (the video loop's decoding thread: not on the thread that fits)."""
     previous = None
     for t in targets:
-        yield Measured(t, None if previous is None else frame_change(previous, t), frame_content(t), frame_thumb(t))
+        yield measure(t, previous)
         previous = t
 
 
@@ -247,8 +253,7 @@ class CutLookahead:
             return False
         k, self._decoded = self._decoded, self._decoded + 1
         if not isinstance(item, Measured):
-            item = Measured(item, None if self._last is None else frame_change(self._last, item), frame_content(item),
-                            frame_thumb(item))
+            item = measure(item, self._last)
             self._last = item.target
         if item.change is not None:
             self._changes[k] = item.change
@@ -293,4 +298,4 @@ class CutLookahead:
 
 __all__ = ["CONTENT_MIN", "CONTEXT", "CUT_MIN_CHANGE", "CUT_RATIO", "CUT_WINDOW", "SETTLED", "THUMB_SIDE",
            "TRANSITION_SPAN", "CutLookahead", "Measured", "TransitionWatch", "content_appears", "cut_at", "find_cuts",
-           "frame_change", "frame_content", "frame_thumb", "measured", "shot_seed", "transition_settles"]
+           "frame_change", "frame_content", "frame_thumb", "measure", "measured", "shot_seed", "transition_settles"]

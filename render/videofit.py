@@ -94,6 +94,11 @@ class FramePolicy:
     def as_dict(self) -> dict:
         return asdict(self)
 
+    def shot_rules(self) -> tuple[bool, bool]:
+        """(fades, transitions): whether content that appears and a transition that ends start a
+        shot besides cuts (render/shots.py; what every caller that finds shots passes on)."""
+        return self.fade_restart > 0, self.transition_restart > 0
+
     @classmethod
     def from_dict(cls, d: dict) -> FramePolicy:
         """A policy as recorded (a checkpoint's); a field a record from before it lacks is off

@@ -65,8 +65,8 @@ class FrameLoop:
         from .videofit import ClipFit
 
         fit = ClipFit(size=size, **fit_args)
-        frames = CutLookahead(_targets(clip, size, 0, overlap), fades=fit.policy.fade_restart > 0,
-                              transitions=fit.policy.transition_restart > 0)
+        fades, transitions = fit.policy.shot_rules()
+        frames = CutLookahead(_targets(clip, size, 0, overlap), fades=fades, transitions=transitions)
         return cls(clip, fit, frames, 0)
 
     @classmethod
@@ -83,7 +83,7 @@ class FrameLoop:
             fit = ClipFit.resume(last, checkpoint, first_iters=first_iters, frame_iters=frame_iters,
                                  engine=engine, source=source)
             # (as the clip's policy was recorded)
-            frames.fades, frames.transitions = fit.policy.fade_restart > 0, fit.policy.transition_restart > 0
+            frames.fades, frames.transitions = fit.policy.shot_rules()
         except BaseException:
             frames.close()
             raise

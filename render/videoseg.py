@@ -88,9 +88,8 @@ def plan_segments(clip, work, settings: dict, note) -> SegmentPlan:
     else:
         settings.update(kept)  # (the segments as that run split them, fitted as it fitted them)
     changes, contents, settles = frame_measures(clip, settings["size"])
-    policy = FramePolicy.from_dict(settings["policy"])
-    cuts = find_cuts(changes, contents if policy.fade_restart > 0 else None,
-                     settles if policy.transition_restart > 0 else None)
+    fades, transitions = FramePolicy.from_dict(settings["policy"]).shot_rules()
+    cuts = find_cuts(changes, contents if fades else None, settles if transitions else None)
     segments = split(clip.count, settings["segment"], cuts)
     start_work(work, settings)
     return SegmentPlan(segments, [kept is not None and all(has_scene(work, k) for k in range(s, e))

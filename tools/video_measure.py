@@ -131,9 +131,10 @@ def fit_clip(frames, engine, mode: str, tris: int, size: int, iters: int, first:
         clip = ClipFit(triangles=tris, size=size, seed=0, engine=engine, first_iters=first, frame_iters=iters,
                        policy=policy, **(settings or {}))
         targets = [as_target(f, size) for f in frames]  # (the cuts as the frame loop finds them: render/shots.py)
+        fades, transitions = policy.shot_rules()
         cuts = set(find_cuts([frame_change(a, b) for a, b in zip(targets, targets[1:])],
-                             [frame_content(t) for t in targets] if policy.fade_restart else None,
-                             settles(targets) if policy.transition_restart else None)) | set(new_shots)
+                             [frame_content(t) for t in targets] if fades else None,
+                             settles(targets) if transitions else None)) | set(new_shots)
         for k, f in enumerate(frames):
             clip.start_frame(f, new_shot=k in cuts).run()
             outs.append(picture(clip.end_frame()))
