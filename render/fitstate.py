@@ -17,7 +17,7 @@ from typing import NamedTuple
 import numpy as np
 
 from .errors import AdapterError, DeviceLostError, TrifitError
-from .fitloop import FRESH_ROW, LR_VERTEX_SIZE, FitSettings, raw_triangles, sigmoid, values_from_raw
+from .fitloop import FRESH_ROW, LR_VERTEX_SIZE, FitSettings, logit, raw_triangles, sigmoid, values_from_raw
 from .history import release_loop
 from .imageio import as_target
 from .replicas import winners
@@ -90,6 +90,11 @@ def in_halves(call, n: int) -> np.ndarray:
             return np.concatenate([run(lo, mid), run(mid, hi)])
 
     return run(0, n)
+
+
+#: where recolour clips a mapped colour: a colour the map pushes past 0 or 1 is held an 8-bit step
+#: inside (it shows the same), not at the logit's clamp, far out on the sigmoid's flat tail
+RECOLOUR_RANGE = (1 / 255, 1 - 1 / 255)
 
 
 class FitState:
@@ -347,6 +352,22 @@ class FitState:
             self.respawned += len(d)
         self.tri_ids = ids
         self._join(out, self.n_triangles, images=[b for b, d in enumerate(dead) if len(d)])
+
+    def recolour(self, gain: np.ndarray, offset: np.ndarray) -> None:
+        """Map each image's colours -- every triangle's but the locked ones', and the background's --
+        by ``gain x colour + offset`` per channel (both (B, 3)), clipped to RECOLOUR_RANGE; moments
+        kept. Where no colour leaves that range the render maps alike: it is a blend of those
+        colours whose weights sum to 1."""
+        gain, offset = np.asarray(gain, np.float64), np.asarray(offset, np.float64)
+        parts = self._split()
+        (tri, rest), moments = parts[0], parts[1:]
+        tri, rest = tri.copy(), rest.copy()
+        for b in range(self.batch):
+            spare = np.ones(self.n_triangles, bool)
+            spare[np.asarray(self.locks[b], np.int64)] = False
+            tri[b, spare, 6:9] = logit(np.clip(gain[b] * sigmoid(tri[b, spare, 6:9]) + offset[b], *RECOLOUR_RANGE))
+            rest[b, :3] = logit(np.clip(gain[b] * sigmoid(rest[b, :3]) + offset[b], *RECOLOUR_RANGE))
+        self._join([(tri, rest), *moments], self.n_triangles)
 
     def select_replicas(self) -> np.ndarray | None:
         """Every replica of each image takes the state of the image's replica with the lowest

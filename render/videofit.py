@@ -52,7 +52,7 @@ from .fitloop import Schedule
 from .fitter import Fitter
 from .run import FitRun, StopConditions
 from .scene import Scene
-from .shots import frame_change, shot_seed
+from .shots import CONTENT_MIN, frame_change, frame_content, shot_seed
 from .strategy import DefaultStrategy, FixedStrategy
 
 
@@ -79,6 +79,9 @@ class FramePolicy:
                                 # new shot too; 0: only cuts do (the callers that find shots read it)
     transition_restart: float = 1.0  # 1: a gradual transition that ends (a dissolve, a fade's end: render/shots.py)
                                 # starts a new shot too (the callers that find shots read it)
+    exposure: float = 1.0       # 1: at a later frame's start the scene's colours follow the picture's change of
+                                # exposure (a fade, a light change): per channel, the map that takes the last frame's
+                                # mean and spread of values to this one's (:func:`exposure_change`); 0: kept
     sigma_px: float = 0.25      # the frames' edge softness, px of the working size: a crisp picture's at that size
                                 # (export.CRISP_SIGMA_PX), the edges `trifit video` writes by default; a shot's first
                                 # frame anneals to it without probes (0: the sigma its probes choose, which suits the
@@ -108,7 +111,8 @@ class FramePolicy:
 
 
 #: FramePolicy's fields added after clips were first recorded, with the value that turns each off
-ADDED_OFF = {"cut_renew": 0.0, "cut_restart": 0.0, "sigma_px": 0.0, "fade_restart": 0.0, "transition_restart": 0.0}
+ADDED_OFF = {"cut_renew": 0.0, "cut_restart": 0.0, "sigma_px": 0.0, "fade_restart": 0.0, "transition_restart": 0.0,
+             "exposure": 0.0}
 
 
 class FrameStrategy(DefaultStrategy):
@@ -150,6 +154,10 @@ class FrameStrategy(DefaultStrategy):
         fit = self.fit
         self.frame_start = fit.iteration
         p, n = self.policy, fit.n_triangles
+        if p.exposure > 0 and previous is not None:
+            gain, offset = exposure_change(previous, fit.targets)
+            if np.any(gain != 1.0) or np.any(offset != 0.0):
+                fit.recolour(gain, offset)
         cut = is_cut(previous, fit.targets, p)  # (per image: a new shot's frame renews more, whatever the cost)
         ks = [min(n - 1, math.ceil(share * n)) if share > 0 else 0 for share in
               (p.cut_renew if c else p.renew for c in cut)]
@@ -214,6 +222,29 @@ def frames_done(checkpoint, first_iters: int, frame_iters: int) -> int | None:
         return None
     shot = int(checkpoint.state.get("strategy", {}).get("shot", 0))
     return shot + 1 + (it - first_iters) // frame_iters
+
+
+def exposure_change(previous: np.ndarray, current: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(gain (B, 3), offset (B, 3)): per image and channel, the map ``gain x value + offset`` that
+    takes the previous frame's mean and standard deviation of values to the current frame's (both
+    (B, H, W, 3) at the working size, in [0, 1]), where it explains most of the change: the mapped
+    previous frame is nearer the current one by at least half their mean absolute difference. A
+    fade or a change of light scales and shifts the values, and the map takes one frame to the
+    next; motion, noise or a new picture it hardly explains, and the scene keeps its colours (a
+    moving picture's values are never mapped to their best fit, which would shrink its contrast).
+    The identity too where either frame has no content (render/shots.py): a blank frame's spread is
+    its noise."""
+    prev, cur = np.asarray(previous, np.float64), np.asarray(current, np.float64)
+    gain, offset = np.ones((len(cur), 3)), np.zeros((len(cur), 3))
+    for b, (q, c) in enumerate(zip(prev, cur)):
+        if frame_content(q) < CONTENT_MIN or frame_content(c) < CONTENT_MIN:
+            continue
+        sq, sc = q.std(axis=(0, 1)), c.std(axis=(0, 1))
+        g = np.where(sq > 0, sc / np.where(sq > 0, sq, 1.0), 1.0)
+        o = c.mean(axis=(0, 1)) - g * q.mean(axis=(0, 1))
+        if np.mean(np.abs(g * q + o - c)) <= 0.5 * np.mean(np.abs(q - c)):
+            gain[b], offset[b] = g, o
+    return gain, offset
 
 
 def is_cut(previous: np.ndarray | None, current: np.ndarray, policy: FramePolicy) -> list[bool]:

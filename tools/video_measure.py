@@ -9,9 +9,10 @@ photograph with the same disc; ``cut`` -- the still clip's first half, then the 
 and ``cutback`` the other way round (each row also has the PSNR of the 12 frames after the clip's
 largest change between frames); ``fade`` -- the still clip faded in from black over its first
 quarter, ``dip`` -- the still clip faded out to black, black, and the pan faded in, each a
-sixth of the clip (their rows also have the PSNR of the frames after the fade in), and
+sixth of the clip or ``--fade`` frames (their rows also have the PSNR of the frames after the fade in), and
 ``dissolve`` -- the still clip cross-dissolving into the pan over the clip's third sixth (or
-``--fade`` frames; its rows have the PSNR of the frames after the dissolve). Output frames are rendered at
+``--fade`` frames; its rows have the PSNR of the frames after the dissolve), and ``light`` -- the pan
+as its light dims to 0.6 and comes back over the clip. Output frames are rendered at
 the clip's size with crisp edges, as `trifit video` writes them.
 
   .venv/bin/python tools/video_measure.py --size 80 --tris 30 --iters 30 --first 150 --frames 24
@@ -61,14 +62,18 @@ def make_clip(kind: str, n: int, W: int, H: int, noise: float, seed: int = 0, fa
         still, _ = make_clip("still", n, W, H, noise, seed)
         ramp = np.clip(np.arange(n) / max(fade or n // 4, 1), 0.0, 1.0)[:, None, None, None]
         return np.clip(still * ramp + 0.5, 0, 255).astype(np.uint8), None
-    if kind == "dip":  # the still clip fades out, a sixth of the clip black, the pan fades in (each fade a sixth)
+    if kind == "dip":  # the still clip fades out, black, the pan fades in (each fade ``fade`` frames, a sixth by default)
         still, _ = make_clip("still", n, W, H, noise, seed)
         pan, _ = make_clip("pan", n, W, H, noise, seed)
-        k, f = np.arange(n), max(n // 6, 1)
+        k, f = np.arange(n), max(fade or n // 6, 1)
         out_ramp = np.clip((n // 2 - f - 1 - k) / f + 1.0, 0.0, 1.0)   # 1 until n/2 - f, 0 from n/2
         in_ramp = np.clip((k - (n // 2 + f)) / f, 0.0, 1.0)            # 0 until n/2 + f, 1 from n/2 + 2f
         mix = still * out_ramp[:, None, None, None] + pan * in_ramp[:, None, None, None]
         return np.clip(mix + 0.5, 0, 255).astype(np.uint8), None
+    if kind == "light":  # the pan as its light dims to 0.6 and comes back (an exposure drift over the clip)
+        pan, _ = make_clip("pan", n, W, H, noise, seed)
+        gain = 1.0 - 0.4 * (1.0 - np.cos(2 * np.pi * np.arange(n) / n)) / 2
+        return np.clip(pan * gain[:, None, None, None] + 0.5, 0, 255).astype(np.uint8), None
     if kind == "dissolve":
         still, _ = make_clip("still", n, W, H, noise, seed)
         pan, _ = make_clip("pan", n, W, H, noise, seed)
@@ -189,7 +194,9 @@ def main(argv=None) -> int:
     p.add_argument("--steady", default=None, metavar="W,W,...",
                    help="each warm variant with each of these temporal-term weights (FramePolicy.steady)")
     p.add_argument("--no-cold", action="store_true", help="leave out the cold per-frame fits")
-    p.add_argument("--fade", type=int, default=None, help="the fade clip's frames of fading in (default: a quarter)")
+    p.add_argument("--fade", type=int, default=None,
+                   help="the fade clip's frames of fading in (default: a quarter); the dip's fades and black, "
+                   "and the dissolve (default: a sixth)")
     p.add_argument("--content-min", type=float, default=None,
                    help="render/shots.py's CONTENT_MIN for this run (where content is said to appear)")
     p.add_argument("--new-shot-at", type=int, action="append", default=[], metavar="K",
@@ -235,7 +242,7 @@ def main(argv=None) -> int:
             if kind == "dissolve":
                 row["psnr_after_fade"] = float(np.mean(row["psnr_frames"][a.frames // 3 + (a.fade or max(a.frames // 6, 1)):]))
             if kind == "dip":
-                row["psnr_after_fade"] = float(np.mean(row["psnr_frames"][a.frames // 2 + 2 * max(a.frames // 6, 1):]))
+                row["psnr_after_fade"] = float(np.mean(row["psnr_frames"][a.frames // 2 + 2 * max(a.fade or a.frames // 6, 1):]))
             rows.append(row)
             print(json.dumps({k: round(v, 4) if isinstance(v, float) else v for k, v in row.items()}), flush=True)
     if a.json:
