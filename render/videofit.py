@@ -52,7 +52,7 @@ from .fitloop import Schedule
 from .fitter import Fitter
 from .run import FitRun, StopConditions
 from .scene import Scene
-from .shots import CONTENT_MIN, frame_change, frame_content, shot_seed
+from .shots import CONTENT_MIN, frame_change, frame_content, frame_thumb, shot_seed
 from .strategy import DefaultStrategy, FixedStrategy
 
 
@@ -128,6 +128,7 @@ class FrameStrategy(DefaultStrategy):
         self.frame_start = 0  # set by after() / begin_frame(), or a checkpoint's state
         self.shot = 0         # the clip's frame this fit started at (its shot's first)
         self.clip_seed = int(fit.initial_settings["seed"])  # the clip's seed (a later shot's fit has its own)
+        self._thumbs = None   # (the targets, their thumbnails): the next frame's exposure map reuses them
 
     @classmethod
     def after(cls, previous: DefaultStrategy, policy: FramePolicy | None = None, *, shot: int = 0,
@@ -155,7 +156,10 @@ class FrameStrategy(DefaultStrategy):
         self.frame_start = fit.iteration
         p, n = self.policy, fit.n_triangles
         if p.exposure > 0 and previous is not None:
-            gain, offset = exposure_change(previous, fit.targets)
+            kept = self._thumbs
+            before = kept[1] if kept is not None and kept[0] is previous else frame_thumbs(previous)
+            self._thumbs = (fit.targets, frame_thumbs(fit.targets))
+            gain, offset = exposure_change(before, self._thumbs[1])
             if np.any(gain != 1.0) or np.any(offset != 0.0):
                 fit.recolour(gain, offset)
         cut = is_cut(previous, fit.targets, p)  # (per image: a new shot's frame renews more, whatever the cost)
@@ -224,10 +228,17 @@ def frames_done(checkpoint, first_iters: int, frame_iters: int) -> int | None:
     return shot + 1 + (it - first_iters) // frame_iters
 
 
+def frame_thumbs(targets) -> np.ndarray:
+    """(B, h, w, 3) float64: each image's thumbnail (render/shots.py ``frame_thumb``: block means,
+    which a map of the values takes alike, at a small share of a frame's cost)."""
+    return np.stack([frame_thumb(t) for t in targets]).astype(np.float64)
+
+
 def exposure_change(previous: np.ndarray, current: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(gain (B, 3), offset (B, 3)): per image and channel, the map ``gain x value + offset`` that
     takes the previous frame's mean and standard deviation of values to the current frame's (both
-    (B, H, W, 3) at the working size, in [0, 1]), where it explains most of the change: the mapped
+    (B, H, W, 3) in [0, 1]: the frames at the working size, or their :func:`frame_thumbs`, as the
+    frame loop passes them), where it explains most of the change: the mapped
     previous frame is nearer the current one by at least half their mean absolute difference. A
     fade or a change of light scales and shifts the values, and the map takes one frame to the
     next; motion, noise or a new picture it hardly explains, and the scene keeps its colours (a
