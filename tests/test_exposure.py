@@ -109,3 +109,31 @@ def test_a_clip_that_dims_is_followed_and_its_frames_before_are_unchanged(gpu_en
     gain = np.mean([_psnr(a, f, gpu_engine) - _psnr(b, f, gpu_engine)
                     for a, b, f in zip(on[start + 1:], off[start + 1:], frames[start + 1:])])
     assert gain > 0.5, f"the dimming frames gained {gain:.2f} dB from the map"
+
+
+@pytest.mark.gpu
+def test_a_clip_resumed_inside_a_change_of_light_goes_on_to_the_byte(gpu_engine):
+    """Checkpointed in the middle of the dimming and resumed, the later frames' maps (the last
+    frame's thumbnails made again from its target) and scenes are the uninterrupted fit's."""
+    frames = _dimming(9, 3, 4, 0.4)
+    small = dict(triangles=12, size=48, first_iters=60, frame_iters=15)
+    policy = FramePolicy(transition_restart=0.0)
+    whole = ClipFit(engine=gpu_engine, policy=policy, **small)
+    try:
+        scenes = [whole.fit_frame(f) for f in frames[:5]]
+        checkpoint = whole.checkpoint()
+        scenes += [whole.fit_frame(f) for f in frames[5:]]
+    finally:
+        whole.close()
+    resumed = ClipFit.resume(frames[4], checkpoint, first_iters=60, frame_iters=15, engine=gpu_engine)
+    try:
+        assert resumed.policy.exposure == 1.0
+        again = [resumed.fit_frame(f) for f in frames[5:]]
+    finally:
+        resumed.close()
+    assert [s.to_json() for s in again] == [s.to_json() for s in scenes[5:]]
+    off = ClipFit(engine=gpu_engine, policy=FramePolicy(transition_restart=0.0, exposure=0.0), **small)
+    try:  # (the map was used: without it the dimming frames come out otherwise)
+        assert [off.fit_frame(f) for f in frames][5].to_json() != scenes[5].to_json()
+    finally:
+        off.close()
