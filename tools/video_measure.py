@@ -11,8 +11,9 @@ largest change between frames); ``fade`` -- the still clip faded in from black o
 quarter, ``dip`` -- the still clip faded out to black, black, and the pan faded in, each a
 sixth of the clip or ``--fade`` frames (their rows also have the PSNR of the frames after the fade in), and
 ``dissolve`` -- the still clip cross-dissolving into the pan over the clip's third sixth (or
-``--fade`` frames; its rows have the PSNR of the frames after the dissolve), and ``light`` -- the pan
-as its light dims to 0.6 and comes back over the clip. Output frames are rendered at
+``--fade`` frames; its rows have the PSNR of the frames after the dissolve), ``dim`` -- the still clip's
+light dimming to 0.4 over the same frames (its rows likewise), and ``light`` -- the pan as its light
+dims to 0.6 and comes back over the clip. Output frames are rendered at
 the clip's size with crisp edges, as `trifit video` writes them.
 
   .venv/bin/python tools/video_measure.py --size 80 --tris 30 --iters 30 --first 150 --frames 24
@@ -70,6 +71,10 @@ def make_clip(kind: str, n: int, W: int, H: int, noise: float, seed: int = 0, fa
         in_ramp = np.clip((k - (n // 2 + f)) / f, 0.0, 1.0)            # 0 until n/2 + f, 1 from n/2 + 2f
         mix = still * out_ramp[:, None, None, None] + pan * in_ramp[:, None, None, None]
         return np.clip(mix + 0.5, 0, 255).astype(np.uint8), None
+    if kind == "dim":  # the still clip's light dims to 0.4 over ``fade`` frames (a sixth by default) from a third of the clip
+        still, _ = make_clip("still", n, W, H, noise, seed)
+        ramp = np.clip((np.arange(n) - n // 3) / max(fade or n // 6, 1), 0.0, 1.0)[:, None, None, None]
+        return np.clip(still * (1.0 - 0.6 * ramp) + 0.5, 0, 255).astype(np.uint8), None
     if kind == "light":  # the pan as its light dims to 0.6 and comes back (an exposure drift over the clip)
         pan, _ = make_clip("pan", n, W, H, noise, seed)
         gain = 1.0 - 0.4 * (1.0 - np.cos(2 * np.pi * np.arange(n) / n)) / 2
@@ -239,7 +244,7 @@ def main(argv=None) -> int:
             row = {"clip": kind, "clip_seed": seed, **measure(frames, mask, engine, mode, policy, a)}
             if kind == "fade":  # (the frames once faded in)
                 row["psnr_after_fade"] = float(np.mean(row["psnr_frames"][a.fade or a.frames // 4:]))
-            if kind == "dissolve":
+            if kind in ("dissolve", "dim"):
                 row["psnr_after_fade"] = float(np.mean(row["psnr_frames"][a.frames // 3 + (a.fade or max(a.frames // 6, 1)):]))
             if kind == "dip":
                 row["psnr_after_fade"] = float(np.mean(row["psnr_frames"][a.frames // 2 + 2 * max(a.fade or a.frames // 6, 1):]))
