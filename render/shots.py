@@ -290,6 +290,11 @@ class CutLookahead:
                         or (self.transitions and settles
                             and not any(c or (self.fades and a) or s for c, a, s in earlier)))
 
+    def thumb(self, k: int) -> np.ndarray | None:
+        """Frame k's thumbnail (:func:`frame_thumb`, made where the targets are), while a decision
+        still needs it: from the frame's decoding until TRANSITION_SPAN frames after it is handed out."""
+        return self._thumbs.get(k)
+
     def close(self) -> None:
         close = getattr(self._targets, "close", None)
         if close is not None:

@@ -146,19 +146,22 @@ class FrameStrategy(DefaultStrategy):
         return new
 
     # ------------------------------------------------------------------ the frame
-    def begin_frame(self, previous: np.ndarray | None = None) -> None:
+    def begin_frame(self, previous: np.ndarray | None = None, thumb: np.ndarray | None = None) -> None:
         """A new frame's targets are in (``Fitter.use_targets``): re-place what the new frame
         needs elsewhere; the frame's schedule starts here (the FitRun plans its length).
         ``previous``: the last frame's targets (B, H, W, 3) at the working size (a new shot
-        re-places ``cut_renew`` of the count: :func:`is_cut`); with a ``steady`` policy, every
-        triangle is anchored where it is (the re-placed ones free)."""
+        re-places ``cut_renew`` of the count: :func:`is_cut`); ``thumb``: the new target's
+        thumbnail, where the caller has it (else made here); with an ``exposure`` policy the
+        colours follow the change of light first (:func:`exposure_change`); with a ``steady``
+        policy, every triangle is anchored where it is (the re-placed ones free)."""
         fit = self.fit
         self.frame_start = fit.iteration
         p, n = self.policy, fit.n_triangles
         if p.exposure > 0 and previous is not None:
             kept = self._thumbs
             before = kept[1] if kept is not None and kept[0] is previous else frame_thumbs(previous)
-            self._thumbs = (fit.targets, frame_thumbs(fit.targets))
+            self._thumbs = (fit.targets, frame_thumbs(fit.targets) if thumb is None else
+                            np.asarray(thumb, np.float64)[None])
             gain, offset = exposure_change(before, self._thumbs[1])
             if np.any(gain != 1.0) or np.any(offset != 0.0):
                 fit.recolour(gain, offset)
@@ -362,11 +365,13 @@ class ClipFit:
         self.start_frame(target).run(callback)
         return self.end_frame()
 
-    def start_frame(self, target, new_shot: bool = False, **run_options) -> FitRun:
+    def start_frame(self, target, new_shot: bool = False, thumb: np.ndarray | None = None, **run_options) -> FitRun:
         """The next frame's run, not started: iterate it (a chunk at a time, as the window's
         worker does, pausing between chunks as it likes) or call its ``run()``, then
         :meth:`end_frame`. ``new_shot``: the frame starts a new shot (render/shots.py), so it gets a
-        fit of its own (``FramePolicy.cut_restart``). ``run_options``: FitRun's chunk sizing
+        fit of its own (``FramePolicy.cut_restart``). ``thumb``: the target's thumbnail where the
+        caller made it (render/shots.py ``frame_thumb``; the frame loop's decoding thread does), so
+        the exposure map does not make it here. ``run_options``: FitRun's chunk sizing
         (``chunk_s``, ``first_chunk``); the frame's length is its iteration stop, whatever the chunks."""
         first = self.fitter is None
         if first:
@@ -379,7 +384,7 @@ class ClipFit:
             previous = f.targets
             f.use_targets([target])
             f.forget_before(f.iteration)  # the clip keeps only the current frame's record
-            f.strategy.begin_frame(previous)
+            f.strategy.begin_frame(previous, thumb)
         self.run = FitRun(self.fitter, StopConditions(iterations=self.first_iters if first else self.frame_iters),
                           **run_options)
         if self.cancelled:  # cancelled between two frames: this one ends before its first chunk

@@ -103,7 +103,7 @@ class FrameLoop:
         if self.finished:
             return None
         self.target, cut = next(self._frames)
-        return self.fit.start_frame(self.target, new_shot=cut, **run_options)
+        return self.fit.start_frame(self.target, new_shot=cut, thumb=self._frames.thumb(self.next), **run_options)
 
     def end(self):
         """The frame's scene (with ``meta.video``), once its run has ended; None when it did not finish."""

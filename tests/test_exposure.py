@@ -137,3 +137,39 @@ def test_a_clip_resumed_inside_a_change_of_light_goes_on_to_the_byte(gpu_engine)
         assert [off.fit_frame(f) for f in frames][5].to_json() != scenes[5].to_json()
     finally:
         off.close()
+
+
+@pytest.mark.gpu
+def test_the_frame_loop_and_a_clip_fit_of_its_own_map_alike(gpu_engine, tmp_path, monkeypatch):
+    """`trifit video`'s frame loop hands each frame's thumbnail from its decoding thread; a ClipFit
+    driven frame by frame makes them itself: the same maps, the same scenes to the byte (and the
+    lookahead's thumbnails are the ones the fit would make)."""
+    from PIL import Image
+
+    from trifit import videofit, videorun
+    from trifit.scene import Scene
+
+    frames = _dimming(8, 2, 4, 0.4)
+    folder = tmp_path / "frames"
+    folder.mkdir()
+    for k, f in enumerate(frames):
+        Image.fromarray(f).save(folder / f"frame_{k:03d}.png")
+    small = dict(triangles=12, size=48, seed=4)
+    policy = FramePolicy(transition_restart=0.0)
+    made = []
+    real = videofit.frame_thumbs
+    monkeypatch.setattr(videofit, "frame_thumbs", lambda targets: made.append(1) or real(targets))
+    videorun.run_video(folder, tmp_path / "out", scenes_dir=tmp_path / "scenes", policy=policy, iters_per_frame=15,
+                       first_frame_iters=60, engine=gpu_engine, **small)
+    assert made == [1]  # (every frame's thumbnail came with it; the shot's first frame's was made for the next)
+    loop = [Scene.from_json(p.read_text()) for p in sorted((tmp_path / "scenes").glob("*.json"))]
+    clip = ClipFit(engine=gpu_engine, policy=policy, first_iters=60, frame_iters=15, **small)
+    try:
+        alone = [clip.fit_frame(folder / f"frame_{k:03d}.png") for k in range(len(frames))]
+    finally:
+        clip.close()
+    assert len(made) == 1 + len(frames)  # (the first frame's, then each later frame's own, kept for the next)
+    def numbers(scene):  # (what was fitted; the meta names the source as each was given)
+        return np.asarray(scene.triangles).tobytes(), np.asarray(scene.background).tobytes(), scene.sigma
+
+    assert [numbers(s) for s in loop] == [numbers(s) for s in alone]
