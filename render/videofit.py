@@ -52,7 +52,7 @@ from .fitloop import Schedule
 from .fitter import Fitter
 from .run import FitRun, StopConditions
 from .scene import Scene
-from .shots import CONTENT_MIN, frame_change, frame_thumb, shot_seed
+from .shots import CONTENT_MIN, frame_change, frame_content, frame_thumb, shot_seed
 from .strategy import DefaultStrategy, FixedStrategy
 
 
@@ -251,10 +251,10 @@ def exposure_change(previous: np.ndarray, current: np.ndarray) -> tuple[np.ndarr
     prev, cur = np.asarray(previous, np.float64), np.asarray(current, np.float64)
     gain, offset = np.ones((len(cur), 3)), np.zeros((len(cur), 3))
     for b, (q, c) in enumerate(zip(prev, cur)):
-        mq, mc = q.mean(axis=(0, 1)), c.mean(axis=(0, 1))
-        dq, dc = q - mq, c - mc  # (deviations from the mean colour: the content, the spread, the map's error)
-        if np.mean(np.abs(dq)) < CONTENT_MIN or np.mean(np.abs(dc)) < CONTENT_MIN:
+        if frame_content(q) < CONTENT_MIN or frame_content(c) < CONTENT_MIN:
             continue
+        mq, mc = q.mean(axis=(0, 1)), c.mean(axis=(0, 1))
+        dq, dc = q - mq, c - mc  # (deviations from the mean colour: the spread, the map's error)
         sq, sc = np.sqrt(np.mean(dq * dq, axis=(0, 1))), np.sqrt(np.mean(dc * dc, axis=(0, 1)))
         g = np.where(sq > 0, sc / np.where(sq > 0, sq, 1.0), 1.0)
         if np.mean(np.abs(g * dq - dc)) <= 0.5 * np.mean(np.abs(q - c)):  # (g q + o - c, o = mc - g mq)
