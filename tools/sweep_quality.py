@@ -36,6 +36,8 @@ VARIANTS = {
     "lr_vertex x2": {"lr_vertex": 0.012},
     "lr_vertex /2": {"lr_vertex": 0.003},
     "lr_colour x2": {"lr_colour": 0.1, "lr_alpha": 0.1},
+    "lr_alpha x2": {"lr_alpha": 0.1},     # the opacities' rate alone
+    "lr_alpha /2": {"lr_alpha": 0.025},
     "sigma 4->0.5": {"sigma_start_px": 4.0},
     "sigma 2.5->0.3": {"sigma_end_px": 0.3},
     "sigma 2.5->1.0": {"sigma_end_px": 1.0},
