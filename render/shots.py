@@ -295,6 +295,11 @@ class CutLookahead:
         still needs it: from the frame's decoding until TRANSITION_SPAN frames after it is handed out."""
         return self._thumbs.get(k)
 
+    def change(self, k: int) -> float | None:
+        """Frame k's :func:`frame_change` from frame k - 1 (made where the targets are), from its
+        decoding until CUT_WINDOW frames after it is handed out; None for the first frame decoded."""
+        return self._changes.get(k)
+
     def close(self) -> None:
         close = getattr(self._targets, "close", None)
         if close is not None:

@@ -146,26 +146,31 @@ class FrameStrategy(DefaultStrategy):
         return new
 
     # ------------------------------------------------------------------ the frame
-    def begin_frame(self, previous: np.ndarray | None = None, thumb: np.ndarray | None = None) -> None:
+    def begin_frame(self, previous: np.ndarray | None = None, thumb: np.ndarray | None = None, *,
+                    previous_thumb: np.ndarray | None = None, change: float | None = None) -> None:
         """A new frame's targets are in (``Fitter.use_targets``): re-place what the new frame
         needs elsewhere; the frame's schedule starts here (the FitRun plans its length).
         ``previous``: the last frame's targets (B, H, W, 3) at the working size (a new shot
-        re-places ``cut_renew`` of the count: :func:`is_cut`); ``thumb``: the new target's
-        thumbnail, where the caller has it (else made here); with an ``exposure`` policy the
+        re-places ``cut_renew`` of the count: :func:`is_cut`); with an ``exposure`` policy the
         colours follow the change of light first (:func:`exposure_change`); with a ``steady``
-        policy, every triangle is anchored where it is (the re-placed ones free)."""
+        policy, every triangle is anchored where it is (the re-placed ones free). What the caller
+        measured of one image's frames already, where it has it (else made here): ``thumb`` and
+        ``previous_thumb``, the new and the last target's thumbnails, and ``change``, the
+        :func:`frame_change` between the two."""
         fit = self.fit
         self.frame_start = fit.iteration
         p, n = self.policy, fit.n_triangles
         if p.exposure > 0 and previous is not None:
             kept = self._thumbs
-            before = kept[1] if kept is not None and kept[0] is previous else frame_thumbs(previous)
+            before = kept[1] if kept is not None and kept[0] is previous else \
+                frame_thumbs(previous) if previous_thumb is None else np.asarray(previous_thumb, np.float64)[None]
             self._thumbs = (fit.targets, frame_thumbs(fit.targets) if thumb is None else
                             np.asarray(thumb, np.float64)[None])
             gain, offset = exposure_change(before, self._thumbs[1])
             if np.any(gain != 1.0) or np.any(offset != 0.0):
                 fit.recolour(gain, offset)
-        cut = is_cut(previous, fit.targets, p)  # (per image: a new shot's frame renews more, whatever the cost)
+        # (per image: a new shot's frame renews more, whatever the cost)
+        cut = is_cut(previous, fit.targets, p, None if change is None else [change])
         ks = [min(n - 1, math.ceil(share * n)) if share > 0 else 0 for share in
               (p.cut_renew if c else p.renew for c in cut)]
         renew = [set(d.tolist()) for d in self.stopped_contributing(fit.values()[0])]
@@ -262,15 +267,19 @@ def exposure_change(previous: np.ndarray, current: np.ndarray) -> tuple[np.ndarr
     return gain, offset
 
 
-def is_cut(previous: np.ndarray | None, current: np.ndarray, policy: FramePolicy) -> list[bool]:
+def is_cut(previous: np.ndarray | None, current: np.ndarray, policy: FramePolicy,
+           changes: list[float] | None = None) -> list[bool]:
     """Whether each image's new frame changed as much as a new shot does: its mean absolute change
-    from the frame before (both (B, H, W, 3) at the working size, in [0, 1]) is at least
+    from the frame before (both (B, H, W, 3) at the working size, in [0, 1]; ``changes``: each
+    image's :func:`frame_change` of the two, where the caller has them) is at least
     ``policy.cut_change``, the absolute half of render/shots.py's cut test. A frame refined from the
     last (no new shot: fast motion, or ``cut_restart`` off) that passes it is a new picture, or motion
     so fast that most of the scene must move anyway."""
     if previous is None or policy.cut_renew <= 0:
         return [False] * len(current)
-    return [frame_change(q, c) >= policy.cut_change for q, c in zip(previous, current)]
+    if changes is None:
+        changes = [frame_change(q, c) for q, c in zip(previous, current)]
+    return [c >= policy.cut_change for c in changes]
 
 
 def stillness(triangles: np.ndarray, previous: np.ndarray, current: np.ndarray, policy: FramePolicy) -> np.ndarray:
@@ -366,13 +375,15 @@ class ClipFit:
         self.start_frame(target).run(callback)
         return self.end_frame()
 
-    def start_frame(self, target, new_shot: bool = False, thumb: np.ndarray | None = None, **run_options) -> FitRun:
+    def start_frame(self, target, new_shot: bool = False, thumb: np.ndarray | None = None, *,
+                    previous_thumb: np.ndarray | None = None, change: float | None = None, **run_options) -> FitRun:
         """The next frame's run, not started: iterate it (a chunk at a time, as the window's
         worker does, pausing between chunks as it likes) or call its ``run()``, then
         :meth:`end_frame`. ``new_shot``: the frame starts a new shot (render/shots.py), so it gets a
-        fit of its own (``FramePolicy.cut_restart``). ``thumb``: the target's thumbnail where the
-        caller made it (render/shots.py ``frame_thumb``; the frame loop's decoding thread does), so
-        the exposure map does not make it here. ``run_options``: FitRun's chunk sizing
+        fit of its own (``FramePolicy.cut_restart``). ``thumb``, ``previous_thumb``: the target's and
+        the last target's thumbnails, and ``change``: the frame's change from the last
+        (render/shots.py ``frame_thumb``, ``frame_change``), where the caller made them (the frame
+        loop's decoding thread does), so the fit's thread does not. ``run_options``: FitRun's chunk sizing
         (``chunk_s``, ``first_chunk``); the frame's length is its iteration stop, whatever the chunks."""
         first = self.fitter is None
         if first:
@@ -385,7 +396,7 @@ class ClipFit:
             previous = f.targets
             f.use_targets([target])
             f.forget_before(f.iteration)  # the clip keeps only the current frame's record
-            f.strategy.begin_frame(previous, thumb)
+            f.strategy.begin_frame(previous, thumb, previous_thumb=previous_thumb, change=change)
         self.run = FitRun(self.fitter, StopConditions(iterations=self.first_iters if first else self.frame_iters),
                           **run_options)
         if self.cancelled:  # cancelled between two frames: this one ends before its first chunk

@@ -103,7 +103,9 @@ class FrameLoop:
         if self.finished:
             return None
         self.target, cut = next(self._frames)
-        return self.fit.start_frame(self.target, new_shot=cut, thumb=self._frames.thumb(self.next), **run_options)
+        k, frames = self.next, self._frames  # (what the decoding thread measured: the fit's thread need not)
+        return self.fit.start_frame(self.target, new_shot=cut, thumb=frames.thumb(k), previous_thumb=frames.thumb(k - 1),
+                                    change=frames.change(k), **run_options)
 
     def end(self):
         """The frame's scene (with ``meta.video``), once its run has ended; None when it did not finish."""

@@ -141,9 +141,9 @@ def test_a_clip_resumed_inside_a_change_of_light_goes_on_to_the_byte(gpu_engine)
 
 @pytest.mark.gpu
 def test_the_frame_loop_and_a_clip_fit_of_its_own_map_alike(gpu_engine, tmp_path, monkeypatch):
-    """`trifit video`'s frame loop hands each frame's thumbnail from its decoding thread; a ClipFit
-    driven frame by frame makes them itself: the same maps, the same scenes to the byte (and the
-    lookahead's thumbnails are the ones the fit would make)."""
+    """`trifit video`'s frame loop hands each frame's thumbnail and change from its decoding thread;
+    a ClipFit driven frame by frame makes them itself: the same maps and cut renewals, the same
+    scenes to the byte (the lookahead's thumbnails and changes are the ones the fit would make)."""
     from PIL import Image
 
     from trifit import videofit, videorun
@@ -156,19 +156,21 @@ def test_the_frame_loop_and_a_clip_fit_of_its_own_map_alike(gpu_engine, tmp_path
         Image.fromarray(f).save(folder / f"frame_{k:03d}.png")
     small = dict(triangles=12, size=48, seed=4)
     policy = FramePolicy(transition_restart=0.0)
-    made = []
-    real = videofit.frame_thumbs
+    made, changes = [], []
+    real, real_change = videofit.frame_thumbs, videofit.frame_change
     monkeypatch.setattr(videofit, "frame_thumbs", lambda targets: made.append(1) or real(targets))
+    monkeypatch.setattr(videofit, "frame_change", lambda q, c: changes.append(1) or real_change(q, c))
     videorun.run_video(folder, tmp_path / "out", scenes_dir=tmp_path / "scenes", policy=policy, iters_per_frame=15,
                        first_frame_iters=60, engine=gpu_engine, **small)
-    assert made == [1]  # (every frame's thumbnail came with it; the shot's first frame's was made for the next)
+    # every frame's thumbnail and change from the last came with it, the shot's first frame's for the next too
+    assert made == [] and changes == []
     loop = [Scene.from_json(p.read_text()) for p in sorted((tmp_path / "scenes").glob("*.json"))]
     clip = ClipFit(engine=gpu_engine, policy=policy, first_iters=60, frame_iters=15, **small)
     try:
         alone = [clip.fit_frame(folder / f"frame_{k:03d}.png") for k in range(len(frames))]
     finally:
         clip.close()
-    assert len(made) == 1 + len(frames)  # (the first frame's, then each later frame's own, kept for the next)
+    assert len(made) == len(frames)  # (the second frame's and the first's, then each later frame's, kept for the next)
     def numbers(scene):  # (what was fitted; the meta names the source as each was given)
         return np.asarray(scene.triangles).tobytes(), np.asarray(scene.background).tobytes(), scene.sigma
 

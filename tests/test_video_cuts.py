@@ -34,6 +34,8 @@ def test_a_cut_is_a_mean_change_of_at_least_cut_change():
     assert is_cut(prev, cur, FramePolicy(cut_change=0.05)) == [True, True]
     assert is_cut(prev, cur, FramePolicy(cut_renew=0.0)) == [False, False]  # the rule off
     assert is_cut(None, cur, FramePolicy()) == [False, False]               # a clip's first frame
+    # the changes as the frame loop's decoding thread measured them decide where given
+    assert is_cut(prev, cur, FramePolicy(), changes=[0.0999, 0.1001]) == [False, True]
 
 
 def _two_shots():
