@@ -46,3 +46,22 @@ def test_the_check_finds_an_app_import():
     assert APP_IMPORT.search("    import trifit.app.window")
     assert APP_IMPORT.search("from trifit.app import worker")
     assert not APP_IMPORT.search("from .apply import x")
+
+
+def test_the_architecture_map_names_every_module_and_the_tools_readme_every_tool():
+    """docs/ARCHITECTURE.md is where a newcomer finds each piece: every module of the engine, the
+    app and the shaders has its line there (by file name), and every script in tools/ its row in
+    tools/README.md; a file added without one fails here, and so does a name the map keeps for a
+    file that is gone."""
+    doc = (ROOT / "docs" / "ARCHITECTURE.md").read_text()
+    code = [p for folder in ("render", "app", "shaders") for p in sorted((ROOT / folder).rglob("*"))
+            if p.suffix in (".py", ".wgsl") and p.name != "__init__.py"]
+    unnamed = [str(p.relative_to(ROOT)) for p in code if not re.search(rf"\b{re.escape(p.name)}\b", doc)]
+    assert not unnamed, f"modules docs/ARCHITECTURE.md does not name: {unnamed}"
+    names = {p.name for p in code} | {p.name for p in (ROOT / "tools").iterdir()}
+    gone = sorted(n for n in set(re.findall(r"\b(\w+\.(?:py|wgsl))\b", doc)) if n not in names
+                  and not (ROOT / "tests" / n).exists())
+    assert not gone, f"files docs/ARCHITECTURE.md names that are gone: {gone}"
+    readme = (ROOT / "tools" / "README.md").read_text()
+    tools = sorted(p.name for p in (ROOT / "tools").iterdir() if p.suffix in (".py", ".sh"))
+    assert [t for t in tools if f"`{t}`" not in readme and t not in readme] == []
