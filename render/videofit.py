@@ -162,10 +162,8 @@ class FrameStrategy(DefaultStrategy):
         p, n = self.policy, fit.n_triangles
         if p.exposure > 0 and previous is not None:
             kept = self._thumbs
-            before = kept[1] if kept is not None and kept[0] is previous else \
-                frame_thumbs(previous) if previous_thumb is None else np.asarray(previous_thumb, np.float64)[None]
-            self._thumbs = (fit.targets, frame_thumbs(fit.targets) if thumb is None else
-                            np.asarray(thumb, np.float64)[None])
+            before = kept[1] if kept is not None and kept[0] is previous else _thumbs_of(previous, previous_thumb)
+            self._thumbs = (fit.targets, _thumbs_of(fit.targets, thumb))
             gain, offset = exposure_change(before, self._thumbs[1])
             if np.any(gain != 1.0) or np.any(offset != 0.0):
                 fit.recolour(gain, offset)
@@ -240,6 +238,12 @@ def frame_thumbs(targets) -> np.ndarray:
     """(B, h, w, 3) float64: each image's thumbnail (render/shots.py ``frame_thumb``: block means,
     which a map of the values takes alike, at a small share of a frame's cost)."""
     return np.stack([frame_thumb(t) for t in targets]).astype(np.float64)
+
+
+def _thumbs_of(targets, thumb: np.ndarray | None) -> np.ndarray:
+    """:func:`frame_thumbs` of ``targets``, or the one image's thumbnail ``thumb`` the caller made of
+    them already (render/shots.py ``frame_thumb``), in the same form."""
+    return frame_thumbs(targets) if thumb is None else np.asarray(thumb, np.float64)[None]
 
 
 def exposure_change(previous: np.ndarray, current: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
