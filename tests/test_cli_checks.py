@@ -199,8 +199,15 @@ def test_ctrl_c_ends_a_batch_and_keeps_the_scenes_so_far(tmp_path, gpu_ctx, mode
     reader = threading.Thread(target=lambda: seen.extend(iter(lambda: p.stderr.read(1), "")), daemon=True)
     reader.start()
     deadline = time.monotonic() + 120
-    while not re.search(r"it [1-9][0-9]* ", "".join(seen)) and time.monotonic() < deadline:
-        time.sleep(0.1)  # (the bar shows "it N psnr ..." once a chunk is done)
+
+    def counting() -> bool:  # (the bar shows "it N psnr ..." once a chunk is done, a batched fit's "it N]")
+        return re.search(r"it [1-9][0-9]*[ \]]", "".join(seen)) is not None
+
+    while not counting() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    if not counting():  # (so that a new wording of the bar fails here rather than waiting out the deadline)
+        p.kill()
+        pytest.fail("the bar never counted an iteration: " + "".join(seen)[-800:])
     p.send_signal(signal.SIGINT)
     assert p.wait(timeout=120) == 130
     reader.join(timeout=10)
