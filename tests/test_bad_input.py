@@ -557,7 +557,8 @@ def test_valid_scene_with_meta_loads(tmp_path):
 
 # ====================================================================== the command line
 def _env() -> dict:
-    env = dict(os.environ, PYTHONPATH=str(ROOT), OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1")
+    path = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p)  # (kept: trifit may come from it)
+    env = dict(os.environ, PYTHONPATH=path, OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1")
     env.pop("PYTHONWARNINGS", None)
     return env
 

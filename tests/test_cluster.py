@@ -228,9 +228,8 @@ def test_an_image_that_kills_every_worker_is_a_failure_not_a_hang(images, sequen
     queued there) are recorded as failed, one line each, and the batch goes on."""
     import logging
 
+    distributed = distributed_or_fail()  # (first: it brings dask, and its absence is a skip outside CI)
     import dask
-
-    distributed = distributed_or_fail()
     with dask.config.set({"distributed.scheduler.allowed-failures": 0}), \
             distributed.LocalCluster(n_workers=1, threads_per_worker=1, processes=True, resources={"GPU": 1},
                                      dashboard_address=":0", silence_logs=logging.CRITICAL) as cluster, \
