@@ -38,7 +38,8 @@ def test_reuse_and_idle_cap(gpu_ctx):
 @pytest.mark.parametrize("call", ["render", "removal_costs", "mse_records"])
 def test_a_transient_call_that_fails_gives_its_buffers_back(gpu_ctx, monkeypatch, call):
     """A one-off (transient) call's workspace and pooled buffers go back to the pool when the call
-    fails half-way (here: the submission), as they do when it succeeds."""
+    fails half-way (here: the submission), as they do when it succeeds; and its timestamp spans
+    go too (the next call resolving queries no submission wrote hung on an H100)."""
     from trifit.errors import DeviceLostError
     from trifit.gpu.backend import GpuBackend
 
@@ -63,6 +64,7 @@ def test_a_transient_call_that_fails_gives_its_buffers_back(gpu_ctx, monkeypatch
     with pytest.raises(DeviceLostError):
         calls[call]()
     assert backend.pool.stats()["in_use_bytes"] == before
+    assert backend.timer.pending == ()
     monkeypatch.undo()
     calls[call]()  # and the pool still serves the same call
     assert backend.pool.stats()["in_use_bytes"] == before

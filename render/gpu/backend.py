@@ -112,6 +112,11 @@ class GpuBackend:
             self.timer.resolve(enc)
             img = self._submit_and_read(enc, [(staging, size)], "render")[0]
             return img.reshape(B, height, width, 3)
+        except BaseException:
+            # its spans go: left behind, the next call would resolve their queries, which no
+            # submission wrote (on an H100 the call after a failed one hung: tests/test_pool.py)
+            self.timer.reset()
+            raise
         finally:
             if transient:
                 ws.release()
@@ -222,6 +227,9 @@ class GpuBackend:
             if removal_costs:
                 return losses.astype(np.float64), grads.reshape(B, T).astype(np.float64)
             return losses.astype(np.float64), grads.reshape(B, T + 1, 10).astype(np.float64)
+        except BaseException:
+            self.timer.reset()  # (its spans: see render_batch)
+            raise
         finally:
             for buf in held:
                 self.pool.release(buf)

@@ -86,6 +86,11 @@ class GpuTimer:
     def reset(self) -> None:
         self._names = []
 
+    @property
+    def pending(self) -> tuple[str, ...]:
+        """The spans encoded since the last collect (or reset, or detach)."""
+        return tuple(self._names)
+
     def detach(self) -> list[str]:
         """The spans encoded since the last collect, taken out: the next span starts a new set
         (a command buffer encoded ahead of its turn times its own passes; :meth:`attach` puts
