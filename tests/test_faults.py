@@ -214,3 +214,26 @@ def test_no_adapter_falls_back_with_a_clear_message():
                        capture_output=True, text=True, timeout=120, env=env)
     assert p.returncode == 2  # x.json is missing or the GPU is: one line either way
     assert len(p.stderr.strip().splitlines()) == 1
+
+
+@pytest.mark.gpu
+def test_a_chunk_that_fails_before_its_submission_leaves_no_timestamp_spans(gpu_engine, monkeypatch):
+    """A fit loop's chunk that fails once its timed iteration is encoded, before it is submitted,
+    drops that iteration's timestamp spans, as a failed one-off call does (tests/test_pool.py):
+    the next chunk on the backend would resolve their queries, which nothing wrote."""
+    from trifit.gpu import fitloop
+
+    target = np.random.default_rng(0).uniform(0, 1, (24, 32, 3)).astype(np.float32)
+    f = Fitter(target, triangles=6, size=32, seed=0, engine=gpu_engine)
+    f.step(3)
+
+    def broken(self, enc, k):
+        raise RuntimeError("encoding failed (test)")
+
+    monkeypatch.setattr(fitloop.GpuFitLoop, "_copy_ring", broken)
+    with pytest.raises(RuntimeError, match="encoding failed"):
+        f.step(3)
+    assert gpu_engine.impl.timer.pending == ()
+    monkeypatch.undo()
+    f.step(3)  # (and the fit goes on)
+    assert f.iteration == 6
