@@ -388,6 +388,7 @@ def _fit_batched(members, engine, stop, *, triangles, size, seed, loss, strategy
 
     from .export import sharp_settings
     from .fitter import BatchFitter
+    from .history import psnr_from_mse
     from .run import FitRun
 
     opts = dict(triangles=triangles, size=size, seed=seed, loss=loss, strategy=strategy, replicas=replicas,
@@ -403,8 +404,12 @@ def _fit_batched(members, engine, stop, *, triangles, size, seed, loss, strategy
                          sources=[str(p) for p, _ in members], loss=loss, strategy=strategy, replicas=replicas,
                          **sharp_settings(sharp))
         try:
-            def step(stats):  # (a group's loss is its images' mean: its PSNR would be no one's)
-                bar.set_postfix_str(f"it {stats.iteration}" + (f" psnr {stats.psnr:.2f}" if len(members) == 1 else ""))
+            def step(stats):  # (a group's loss is its images' mean: its PSNR would be no one's; theirs, lowest-highest)
+                text = f"it {stats.iteration}"
+                if loss == "mse":
+                    psnrs = [psnr_from_mse(v) for v in bf.last_losses()]
+                    text += f" psnr {min(psnrs):.2f}" + (f"-{max(psnrs):.2f}" if len(psnrs) > 1 else "")
+                bar.set_postfix_str(text)
 
             run = FitRun(bf, stop)
             if ctrl_c is not None:

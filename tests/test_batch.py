@@ -201,6 +201,18 @@ def test_batched_and_sequential_paths(tmp_path, images, gpu_ctx):
     assert _scenes(out) == _scenes(seq) == ["a.trifit.json", "b.trifit.json", "c.trifit.json"]
 
 
+def test_a_batched_groups_bar_shows_its_images_lowest_and_highest_psnr(tmp_path, images, capsys, gpu_ctx):
+    import re
+
+    (images / "broken.png").unlink()
+    out = tmp_path / "out"
+    assert main(["batch", str(images), "-o", str(out), "--backend", "gpu", *FIT[:-1]]) == 0  # (the bar: no --quiet)
+    shown = re.findall(r"in one batch.*it [1-9][0-9]* psnr ([0-9.]+)-([0-9.]+)", capsys.readouterr().err)
+    assert shown, "the batched group's bar shows no PSNR"
+    lo, hi = map(float, shown[-1])
+    assert 0 < lo <= hi
+
+
 def test_sharp_batches_fit_for_crisp_pictures_on_both_paths(tmp_path, images, gpu_ctx):
     """--sharp: every scene ends as soft as a crisp picture, batched as one by one (trifit fit --sharp)."""
     from trifit.export import CRISP_SIGMA_PX
