@@ -119,7 +119,7 @@ def test_many_iterations_per_submission_and_no_allocation_per_step(gpu_engine, f
 
 @pytest.mark.gpu
 def test_a_chunk_splits_by_the_measured_gpu_and_host_times(gpu_engine):
-    from trifit.gpu.fitloop import submission_sizes
+    from trifit.gpu.fitloop import PART_SLACK, submission_sizes
     f = Fitter(_target(), triangles=15, size=40, seed=0, engine=gpu_engine, chunk=100, first_submission=8,
                strategy="fixed")
     loop = f._loop
@@ -131,7 +131,7 @@ def test_a_chunk_splits_by_the_measured_gpu_and_host_times(gpu_engine):
     if gpu_engine.impl.timer.enabled:
         assert loop._gpu_ms_per_it > 0
         growth = loop._part_growth()
-        assert growth == pytest.approx(min(max(loop._gpu_ms_per_it / loop._host_ms_per_it, 2.0), 64.0))
+        assert growth == pytest.approx(min(max(PART_SLACK * loop._gpu_ms_per_it / loop._host_ms_per_it, 2.0), 64.0))
         c1 = gpu_engine.counters()["submissions"]
         f.step(100)
         assert gpu_engine.counters()["submissions"] - c1 == len(submission_sizes(100, 8, growth))

@@ -43,6 +43,11 @@ from .workspace import COPY_DST, COPY_SRC, MAP_READ, STORAGE, UNIFORM, Shape, Wo
 
 #: encode the next chunk's first part while the GPU runs a chunk's last (:meth:`GpuFitLoop._encode_ahead`)
 ENCODE_AHEAD = True
+#: a chunk's next part is at most this share of (the GPU's time for an iteration / the host's) times
+#: the part the GPU runs meanwhile: at the ratio itself the host finishes encoding just as the GPU
+#: runs dry, and any jitter (a loop's first chunks, a busy host) idles it (docs/PERFORMANCE.md,
+#: "Where a 1 s fit's GPU idles")
+PART_SLACK = 0.5
 
 RING = 256  # loss ring entries; a submission never encodes more iterations than this
 
@@ -804,12 +809,13 @@ class GpuFitLoop:
         return self._ready is not None and self._ready.fits(first, slot, self._out)
 
     def _part_growth(self) -> float:
-        """How much longer each submission of a chunk may be than the one before: the GPU's time
-        for an iteration (its timed passes) over the host's (encoding and finishing), as last
-        measured -- 2 until both are known (render/gpu/encode.py submission_sizes). Timing moves
-        only where the submissions split a chunk, never what they encode."""
+        """How much longer each submission of a chunk may be than the one before: PART_SLACK
+        times the GPU's time for an iteration (its timed passes) over the host's (encoding and
+        finishing), as last measured -- 2 until both are known (render/gpu/encode.py
+        submission_sizes). Timing moves only where the submissions split a chunk, never what
+        they encode."""
         gpu, host = self._gpu_ms_per_it, self._host_ms_per_it
-        return min(max(gpu / host, 2.0), 64.0) if gpu > 0 and host > 0 else 2.0
+        return min(max(PART_SLACK * gpu / host, 2.0), 64.0) if gpu > 0 and host > 0 else 2.0
 
     def _iteration_dispatches(self) -> Repeats:
         """One iteration's (pipeline, bind group, workgroups), resolved once: untimed iterations
