@@ -90,6 +90,25 @@ def _variant(name: str) -> None:
         raise SystemExit(f"unknown variant {name}")
 
 
+def _settings(a) -> dict:
+    """--set KEY=VALUE fit settings (numbers and true/false parsed)."""
+    out = {}
+    for item in a.set or []:
+        key, value = item.split("=", 1)
+        low = value.lower()
+        if low in ("true", "false"):
+            out[key] = low == "true"
+        else:
+            try:
+                out[key] = int(value)
+            except ValueError:
+                try:
+                    out[key] = float(value)
+                except ValueError:
+                    out[key] = value
+    return out
+
+
 def fit(a, engine, target, bracket: bool) -> dict:
     import wgpu
     from wgpu.backends import wgpu_native as wn
@@ -97,7 +116,7 @@ def fit(a, engine, target, bracket: bool) -> dict:
     from trifit.gpu import readback
     from trifit.strategy import FixedStrategy
 
-    Fitter(target, triangles=a.tris, size=a.size, engine=engine).close()  # pipelines first
+    Fitter(target, triangles=a.tris, size=a.size, engine=engine, **_settings(a)).close()  # pipelines first
     device = engine.impl.ctx.device
     subs, reads, events = [], [], []  # host clock (s): (before, after), (start, end, submissions before), ditto
     if bracket:
@@ -153,7 +172,7 @@ def fit(a, engine, target, bracket: bool) -> dict:
         setattr(cls, name, op_of(name, orig))
     try:
         t0 = time.perf_counter()
-        f = Fitter(target, triangles=a.tris, size=a.size, seed=a.seed, engine=engine)
+        f = Fitter(target, triangles=a.tris, size=a.size, seed=a.seed, engine=engine, **_settings(a))
         f.run(StopConditions(time_limit=a.seconds))
         wall = time.perf_counter() - t0
     finally:
@@ -271,6 +290,7 @@ def main():
     p.add_argument("--plain", action="store_true", help="first the same fit without the bracketing")
     p.add_argument("--json", help="write the results here too")
     p.add_argument("--analyse", metavar="JSON", help="only analyse a --json file written before")
+    p.add_argument("--set", action="append", metavar="KEY=VALUE", help="a fit setting (repeatable)")
     p.add_argument("--variant", default="default", help="an experiment: default, spin or slack (_variant)")
     a = p.parse_args()
     if a.analyse:
