@@ -135,10 +135,10 @@ def fit(a, engine, target, bracket: bool) -> dict:
             orig_submit(queue, buffers)
         subs.append((t0, time.perf_counter()))
 
-    def read(self, buffer, ranges):
+    def read(self, buffer, ranges, *rest):
         t0 = time.perf_counter()
         try:
-            return orig_read(self, buffer, ranges)
+            return orig_read(self, buffer, ranges, *rest)
         finally:
             reads.append((t0, time.perf_counter(), len(subs)))
 
