@@ -2,7 +2,9 @@
 the GPU, beside the host's clock at its submissions, readbacks and events.
 
     python tools/gpu_timeline.py [--seconds 1] [--size 176] [--tris 150] [--seed 0] [--image astronaut.png]
-                                 [--plain] [--json OUT]
+                                 [--plain] [--json OUT] [--set KEY=VALUE] [--variant default|spin|slack]
+    python tools/gpu_timeline.py --analyse OUT          # one run's chunk ends split, its idle by operations
+    python tools/gpu_timeline.py --summarise DIR        # tl-VARIANT-IMAGE-SEED.json files: rows and medians
 
 Every ``queue.submit`` of the timed fit goes as [a pass writing timestamp 2i, the fit's command
 buffers, a pass writing timestamp 2i + 1] (command buffers encoded before the fit, so the
@@ -280,6 +282,29 @@ def analyse(run: dict) -> dict:
                                sorted(by_ops.items(), key=lambda kv: -kv[1][1])}}
 
 
+def summarise(folder: Path) -> None:
+    """Per-fit rows and each variant's medians from ``--json`` files named
+    tl-VARIANT-IMAGE-SEED.json in ``folder`` (how the docs/bench/ timelines were laid out)."""
+    rows: dict[str, list] = defaultdict(list)
+    for path in sorted(folder.glob("tl-*-*-*.json")):
+        variant, image, seed = path.stem[3:].rsplit("-", 2)
+        run = json.loads(path.read_text())["runs"][-1]
+        ends = analyse(run)["chunk_end_ms"]
+        within = run["gaps"].get("within a chunk", {}).get("idle_ms_total", 0.0)
+        rows[variant].append((f"{image} s{seed}", run["iterations"], run["gpu_busy_ms"], run["gpu_idle_ms"],
+                              ends.get("chunk ends", 0), *(ends.get(k, 0.0) for k in
+                              ("wake", "after read", "ops", "to submit", "start")), within, run["psnr"]))
+    head = "fit                 its   busy   idle  ends   wake  after   ops  to-sub  start  within  PSNR"
+    for variant, rs in rows.items():
+        print(f"== {variant}\n{head}")
+        for name, *v in rs:
+            print(f"{name:16} {v[0]:6d} {v[1]:6.1f} {v[2]:6.1f} {v[3]:5.0f} {v[4]:6.1f} {v[5]:6.1f} {v[6]:6.1f} "
+                  f"{v[7]:6.1f} {v[8]:6.1f} {v[9]:6.1f} {v[10]:6.3f}")
+        med = np.median(np.array([r[1:] for r in rs], float), axis=0)
+        print(f"{'median':16} {med[0]:6.0f} {med[1]:6.1f} {med[2]:6.1f} {med[3]:5.0f} {med[4]:6.1f} {med[5]:6.1f} "
+              f"{med[6]:6.1f} {med[7]:6.1f} {med[8]:6.1f} {med[9]:6.1f}")
+
+
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("--seconds", type=float, default=1.0)
@@ -290,9 +315,13 @@ def main():
     p.add_argument("--plain", action="store_true", help="first the same fit without the bracketing")
     p.add_argument("--json", help="write the results here too")
     p.add_argument("--analyse", metavar="JSON", help="only analyse a --json file written before")
+    p.add_argument("--summarise", metavar="DIR", help="only summarise the tl-VARIANT-IMAGE-SEED.json files in DIR")
     p.add_argument("--set", action="append", metavar="KEY=VALUE", help="a fit setting (repeatable)")
     p.add_argument("--variant", default="default", help="an experiment: default, spin or slack (_variant)")
     a = p.parse_args()
+    if a.summarise:
+        summarise(Path(a.summarise))
+        return
     if a.analyse:
         for r in json.loads(Path(a.analyse).read_text())["runs"]:
             if "raw" in r:
