@@ -2,7 +2,7 @@
 the GPU, beside the host's clock at its submissions, readbacks and events.
 
     python tools/gpu_timeline.py [--seconds 1] [--size 176] [--tris 150] [--seed 0] [--image astronaut.png]
-                                 [--plain] [--json OUT] [--set KEY=VALUE] [--variant default|spin|slack]
+                                 [--plain] [--json OUT] [--set KEY=VALUE] [--variant default|spin|ratio]
     python tools/gpu_timeline.py --analyse OUT          # one run's chunk ends split, its idle by operations
     python tools/gpu_timeline.py --summarise DIR        # tl-VARIANT-IMAGE-SEED.json files: rows and medians
 
@@ -31,6 +31,8 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from profile_time_to_quality import _settings  # noqa: E402  (--set KEY=VALUE, parsed as that tool does)
 
 from trifit import Engine, Fitter, StopConditions, load_image  # noqa: E402
 from trifit.resources import sample_path  # noqa: E402
@@ -75,40 +77,18 @@ class _SpinningPolls:
 
 
 def _variant(name: str) -> None:
-    """Patch the process for an experiment: "spin" (readbacks poll without blocking), "slack"
-    (each part of a chunk at most half the GPU/host ratio times the one before, not the ratio)."""
-    from trifit.gpu import readback
-    from trifit.gpu.fitloop import GpuFitLoop
+    """Patch the process for an experiment: "spin" (readbacks poll without blocking), "ratio"
+    (each part of a chunk as long as the whole GPU/host ratio allows: render/gpu/fitloop.py
+    PART_SLACK = 1, as before it was 0.5)."""
+    from trifit.gpu import fitloop, readback
 
     if name == "spin":
         native = readback.native()
         native.lib = _SpinningPolls(native.lib)
-    elif name == "slack":
-        def growth(self):
-            gpu, host = self._gpu_ms_per_it, self._host_ms_per_it
-            return min(max(0.5 * gpu / host, 2.0), 64.0) if gpu > 0 and host > 0 else 2.0
-        GpuFitLoop._part_growth = growth
+    elif name == "ratio":
+        fitloop.PART_SLACK = 1.0
     elif name != "default":
         raise SystemExit(f"unknown variant {name}")
-
-
-def _settings(a) -> dict:
-    """--set KEY=VALUE fit settings (numbers and true/false parsed)."""
-    out = {}
-    for item in a.set or []:
-        key, value = item.split("=", 1)
-        low = value.lower()
-        if low in ("true", "false"):
-            out[key] = low == "true"
-        else:
-            try:
-                out[key] = int(value)
-            except ValueError:
-                try:
-                    out[key] = float(value)
-                except ValueError:
-                    out[key] = value
-    return out
 
 
 def fit(a, engine, target, bracket: bool) -> dict:
@@ -317,7 +297,7 @@ def main():
     p.add_argument("--analyse", metavar="JSON", help="only analyse a --json file written before")
     p.add_argument("--summarise", metavar="DIR", help="only summarise the tl-VARIANT-IMAGE-SEED.json files in DIR")
     p.add_argument("--set", action="append", metavar="KEY=VALUE", help="a fit setting (repeatable)")
-    p.add_argument("--variant", default="default", help="an experiment: default, spin or slack (_variant)")
+    p.add_argument("--variant", default="default", help="an experiment: default, spin or ratio (_variant)")
     a = p.parse_args()
     if a.summarise:
         summarise(Path(a.summarise))

@@ -108,15 +108,19 @@ def cells(a) -> dict:
 
 
 def _settings(a) -> dict:
+    """--set KEY=VALUE fit settings: whole numbers, numbers and true / false parsed, else strings."""
     out = {}
     for item in a.set or []:
         key, _, value = item.partition("=")
-        for kind in (int, float):
-            try:
-                value = kind(value)
-                break
-            except ValueError:
-                pass
+        if value.lower() in ("true", "false"):
+            value = value.lower() == "true"
+        else:
+            for kind in (int, float):
+                try:
+                    value = kind(value)
+                    break
+                except ValueError:
+                    pass
         out[key] = value
     return out
 
