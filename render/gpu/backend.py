@@ -94,29 +94,25 @@ class GpuBackend:
         with self.host.phase("alloc"):
             ws, transient = self._workspace_for(shape, transient)
         try:
-            with self.host.phase("pack"):
-                packed = SCENE.pack(tris, bg, sigma)
-            with self.host.phase("upload"):
-                self.counters.upload_bytes += ws.set_frame(None) + ws.write("scene", packed)
-            enc = self.device.create_command_encoder()
-            cpass = enc.begin_compute_pass()
-            if naive:
-                with self.timer.span(cpass, "naive_forward"):
-                    ws.encode_naive_forward(cpass)
-            else:
-                with self.timer.span(cpass, "render"):
-                    ws.encode_render(cpass)
-            cpass.end()
-            size = B * height * width * 3 * 4
-            staging, _ = ws.copy_out(enc, "image", size)
-            self.timer.resolve(enc)
-            img = self._submit_and_read(enc, [(staging, size)], "render")[0]
-            return img.reshape(B, height, width, 3)
-        except BaseException:
-            # its spans go: left behind, the next call would resolve their queries, which no
-            # submission wrote (on an H100 the call after a failed one hung: tests/test_pool.py)
-            self.timer.reset()
-            raise
+            with self.timer.call():
+                with self.host.phase("pack"):
+                    packed = SCENE.pack(tris, bg, sigma)
+                with self.host.phase("upload"):
+                    self.counters.upload_bytes += ws.set_frame(None) + ws.write("scene", packed)
+                enc = self.device.create_command_encoder()
+                cpass = enc.begin_compute_pass()
+                if naive:
+                    with self.timer.span(cpass, "naive_forward"):
+                        ws.encode_naive_forward(cpass)
+                else:
+                    with self.timer.span(cpass, "render"):
+                        ws.encode_render(cpass)
+                cpass.end()
+                size = B * height * width * 3 * 4
+                staging, _ = ws.copy_out(enc, "image", size)
+                self.timer.resolve(enc)
+                img = self._submit_and_read(enc, [(staging, size)], "render")[0]
+                return img.reshape(B, height, width, 3)
         finally:
             if transient:
                 ws.release()
@@ -213,23 +209,21 @@ class GpuBackend:
         ws, transient, held, B, T = self._prepare_loss_pass(enc, tris, bg, sigma, targets, loss, removal_costs,
                                                             transient, weights, records)
         try:
-            self._encode_loss_passes(enc, ws, backward, removal_costs)
-            if not backward:
+            with self.timer.call():
+                self._encode_loss_passes(enc, ws, backward, removal_costs)
+                if not backward:
+                    l_staging, _ = ws.copy_out(enc, "ring", B * 4)
+                    self.timer.resolve(enc)
+                    losses = self._submit_and_read(enc, [(l_staging, B * 4)], "events")[0]
+                    return losses.astype(np.float64), None
+                gsize = B * T * 4 if removal_costs else B * (T + 1) * 10 * 4
+                g_staging, _ = ws.copy_out(enc, "costs" if removal_costs else "grad", gsize)
                 l_staging, _ = ws.copy_out(enc, "ring", B * 4)
                 self.timer.resolve(enc)
-                losses = self._submit_and_read(enc, [(l_staging, B * 4)], "events")[0]
-                return losses.astype(np.float64), None
-            gsize = B * T * 4 if removal_costs else B * (T + 1) * 10 * 4
-            g_staging, _ = ws.copy_out(enc, "costs" if removal_costs else "grad", gsize)
-            l_staging, _ = ws.copy_out(enc, "ring", B * 4)
-            self.timer.resolve(enc)
-            grads, losses = self._submit_and_read(enc, [(g_staging, gsize), (l_staging, B * 4)], "sums")
-            if removal_costs:
-                return losses.astype(np.float64), grads.reshape(B, T).astype(np.float64)
-            return losses.astype(np.float64), grads.reshape(B, T + 1, 10).astype(np.float64)
-        except BaseException:
-            self.timer.reset()  # (its spans: see render_batch)
-            raise
+                grads, losses = self._submit_and_read(enc, [(g_staging, gsize), (l_staging, B * 4)], "sums")
+                if removal_costs:
+                    return losses.astype(np.float64), grads.reshape(B, T).astype(np.float64)
+                return losses.astype(np.float64), grads.reshape(B, T + 1, 10).astype(np.float64)
         finally:
             for buf in held:
                 self.pool.release(buf)

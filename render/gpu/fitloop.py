@@ -868,10 +868,10 @@ class GpuFitLoop:
         (:meth:`brought_records`), as the device materialised them: what a crash-recovery snapshot
         keeps, so that a fit resumed from it on a new device goes on to the bit."""
         try:
-            return self._run(n, read_state, read_image, state_kind, flags, sums, costs, ahead, idle, read_records)
-        except BaseException as exc:
-            self.backend.timer.reset()  # (the chunk's spans: as a failed one-off call's, GpuBackend.render_batch)
-            lost = as_device_lost(exc) if isinstance(exc, wgpu.GPUError) else None
+            with self.backend.timer.call():  # (a failed chunk's spans go, as a failed one-off call's)
+                return self._run(n, read_state, read_image, state_kind, flags, sums, costs, ahead, idle, read_records)
+        except wgpu.GPUError as exc:
+            lost = as_device_lost(exc)
             if lost is not None:
                 raise lost from None
             raise

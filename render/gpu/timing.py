@@ -86,6 +86,17 @@ class GpuTimer:
     def reset(self) -> None:
         self._names = []
 
+    @contextmanager
+    def call(self):
+        """The block of one call's encoding and submission: where it fails, the spans it left go.
+        Left behind, the next call would resolve their queries, which no submission wrote (on an
+        H100 the call after a failed one hung: tests/test_pool.py)."""
+        try:
+            yield
+        except BaseException:
+            self.reset()
+            raise
+
     @property
     def pending(self) -> tuple[str, ...]:
         """The spans encoded since the last collect (or reset, or detach)."""
