@@ -420,10 +420,10 @@ class ReferenceFitLoop:
         return False
 
     def run(self, n: int, read_state: bool = False, read_image: bool = False, state_kind: str = "state",
-            flags=None, sums=None, costs=None, ahead=True, idle=None, read_records=False) -> np.ndarray:
+            flags=None, sums=None, costs=None, ahead=True, idle=None, read_records=False, prepare=None) -> np.ndarray:
         """Run n iterations in chunks of settings.chunk, with the GPU loop's rollback semantics
-        (``read_state``, ``read_image``, ``flags``, ``sums``, ``costs``, ``ahead``, ``idle`` and
-        ``read_records`` are the GPU loop's hints;
+        (``read_state``, ``read_image``, ``flags``, ``sums``, ``costs``, ``ahead``, ``idle``,
+        ``read_records`` and ``prepare`` are the GPU loop's hints;
         the state is on the host here anyway, and growth renders the scene itself: ``last_image`` is None)."""
         out = []
         done = 0

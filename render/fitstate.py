@@ -572,13 +572,47 @@ class FitState:
             if loop is not self._loop and size == shape and loop.encode_ahead():
                 return
 
+    def _make_next_loop(self) -> bool:
+        """While the chunk before the next event runs (GpuFitLoop.run's ``prepare``): the GPU
+        loop of the count and working size that event moves the fit to, as the plan stands, made
+        now where no loop of that key is kept. Its buffers, bind groups and dispatch list are
+        several milliseconds of the host's that, made inside the event, the GPU would wait
+        through (a fit makes one for each count and size it reaches). It is kept beside the
+        current loop, and the event resets it as it resets any kept loop (:meth:`_prepared_loop`),
+        so the fit is the same to the bit; a plan changed before the event leaves it to the
+        loops' cache. Returns whether it made one."""
+        if MAX_CACHED_LOOPS < 2 or not hasattr(self.engine.impl, "placement"):  # (no room beside the current
+            return False  # loop; the reference backend's loops cost nothing to make)
+        at = self._next_event
+        count = self.strategy.count_after(at)
+        full = not self.coarse or at >= self.strategy.coarse_until()
+        target = self.targets if full else self._half
+        key = (self.n_triangles if count is None else count, target.shape)
+        if key in self._loops:
+            return False
+        focus = None if self.focus is None else self.focus if full else self._focus_half
+        loop = self.engine.impl.fit_loop(target, None, key[0], self._optim(), self.schedule, self.iteration,
+                                         weights=focus, ahead=self._shapes_ahead())
+        self._loops[key] = loop
+        self._evict_loops()
+        return True
+
     def _make_current(self, key, loop) -> None:
         self._loops[key] = loop
-        while len(self._loops) > MAX_CACHED_LOOPS:  # the current loop is the newest: never evicted
-            release_loop(self._loops.pop(next(iter(self._loops))))
         if loop is not self._loop:
             self._loop_rendered = False  # (its image buffer is not this state's render: Fitter.gpu_image)
         self._loop = loop
+        self._evict_loops()
+
+    def _evict_loops(self) -> None:
+        """Release the least recently used loops past MAX_CACHED_LOOPS, never the current one
+        nor the newest (a loop made for the next event)."""
+        while len(self._loops) > MAX_CACHED_LOOPS:
+            keys = list(self._loops)
+            oldest = next((k for k in keys[:-1] if self._loops[k] is not self._loop), None)
+            if oldest is None:
+                return
+            release_loop(self._loops.pop(oldest))
 
     def _optim(self) -> FitSettings:
         """The settings with the learning rates in force: as set x the live scale x fault halvings,

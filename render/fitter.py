@@ -353,7 +353,8 @@ class Fitter(FitState):
                                         costs=(self.targets, self.focus) if event and on_device
                                         and self.strategy.prunes(start + k) else None,
                                         ahead=not event or self.strategy.keeps_loop(start + k),
-                                        idle=self._encode_kept_ahead, read_records=snapshot)
+                                        idle=self._encode_kept_ahead, prepare=self._make_next_loop,
+                                        read_records=snapshot)
             except NumericalFault as fault:
                 consecutive += 1
                 self._on_numerical_fault(fault, consecutive)

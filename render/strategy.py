@@ -131,6 +131,12 @@ class FixedStrategy:
         of their loops before the first iteration)."""
         return {self.settings.triangles}
 
+    def count_after(self, iteration: int) -> int | None:
+        """The triangle count the event at ``iteration`` moves the fit to, as the plan stands now
+        (None: it keeps the count): the fitter makes that count's loop while the chunks before
+        the event run."""
+        return None
+
     def probe_scenes(self) -> int:
         """Scenes per image the events score at once (the sigma probes'; 0: none)."""
         return 0
@@ -502,6 +508,10 @@ class DefaultStrategy(FixedStrategy):
 
     def keeps_loop(self, iteration: int) -> bool:
         return self._count_change(iteration) is None and not (self.fit.coarse and iteration >= self.coarse_until())
+
+    def count_after(self, iteration: int) -> int | None:
+        change = self._count_change(iteration) if iteration < _NEVER else None  # (no event ahead)
+        return None if change is None else change[1]
 
     def needs_state(self, iteration: int) -> bool:
         """With events on the device no event reads the state: respawns, count changes (growth,

@@ -129,6 +129,51 @@ def test_chunks_begun_from_parts_encoded_ahead_leave_the_scene_alone(gpu_engine,
     assert with_ahead == without
 
 
+def test_loops_made_while_chunks_run_leave_the_scene_alone(gpu_engine, monkeypatch):
+    """The loop of each count and size a fit reaches is made while the chunks before the event
+    that moves to it run (render/fitstate.py ``_make_next_loop``), and that event resets it as a
+    kept loop: the same bytes as loops made inside the events, through the half-size stage's
+    end, growth, pruning cycles, respawns and probes -- and then no loop is made inside an event."""
+    from trifit import fitstate
+    from trifit.gpu import backend
+
+    made = []  # (whether each loop was made inside an event's count change or the stage's end)
+    inside = [False]
+    make, take = backend.GpuBackend.fit_loop, fitstate.FitState._take_on_device
+
+    def counted(self, *args, **kw):
+        made.append(inside[0])
+        return make(self, *args, **kw)
+
+    def in_event(self, *args, **kw):
+        inside[0] = True
+        try:
+            return take(self, *args, **kw)
+        finally:
+            inside[0] = False
+
+    monkeypatch.setattr(backend.GpuBackend, "fit_loop", counted)
+    monkeypatch.setattr(fitstate.FitState, "_take_on_device", in_event)
+    settings = dict(coarse_min_size=16, sigma_probes=3, host_snapshot_every=400)  # (the default's events)
+
+    def fit(ahead: bool):
+        if not ahead:
+            monkeypatch.setattr(fitstate.FitState, "_make_next_loop", lambda self: False)
+        made.clear()
+        f = Fitter(_target(), triangles=24, size=64, seed=5, engine=gpu_engine, **settings)
+        FitRun(f, StopConditions(iterations=900), chunk=64).run()
+        out = _bytes(f.scene), list(made)
+        f.close()
+        return out
+
+    with_ahead, made_ahead = fit(True)
+    without, made_inside = fit(False)
+    # the first loop with the fitter; every later one while chunks ran, or (without) in the events
+    assert made_ahead[1:] and not any(made_ahead)
+    assert len(made_inside) > 2 and all(made_inside[1:])
+    assert with_ahead == without
+
+
 class _FixedSizer(ChunkSizer):
     def __init__(self, n):
         super().__init__(0.1)

@@ -843,7 +843,7 @@ class GpuFitLoop:
 
     def run(self, n: int, read_state: bool = False, read_image: bool = False, state_kind: str = "state",
             flags: tuple[float, int, int] | None = None, sums=None, costs=None, ahead: bool = True,
-            idle=None, read_records: bool = False) -> np.ndarray:
+            idle=None, read_records: bool = False, prepare=None) -> np.ndarray:
         """Run ``n`` iterations; returns their losses, (n,) or (n, B) for a stack (read from the
         ring once per submission). ``read_state``: the last submission also copies the parameters
         and moments back, so a ``get_state`` right after costs no round trip of its own (the
@@ -864,12 +864,15 @@ class GpuFitLoop:
         may run on this loop (its first part is then encoded while the last part runs:
         :meth:`_encode_ahead`); ``idle``: called with no arguments there too, before the readback
         (the host's turn would otherwise only wait: the fitter encodes its kept loops' first
-        parts ahead). ``read_records``: the scene records after the last iteration come back too
+        parts ahead). ``prepare``: called with no arguments once the run's last part is submitted,
+        whatever its length, before the readback (the fitter makes the loop the event after the
+        run moves to). ``read_records``: the scene records after the last iteration come back too
         (:meth:`brought_records`), as the device materialised them: what a crash-recovery snapshot
         keeps, so that a fit resumed from it on a new device goes on to the bit."""
         try:
             with self.backend.timer.call():  # (a failed chunk's spans go, as a failed one-off call's)
-                return self._run(n, read_state, read_image, state_kind, flags, sums, costs, ahead, idle, read_records)
+                return self._run(n, read_state, read_image, state_kind, flags, sums, costs, ahead, idle, read_records,
+                                 prepare)
         except wgpu.GPUError as exc:
             lost = as_device_lost(exc)
             if lost is not None:
@@ -877,7 +880,7 @@ class GpuFitLoop:
             raise
 
     def _run(self, n: int, read_state: bool, read_image: bool, state_kind: str, flags, sums, costs,
-             ahead: bool, idle, read_records: bool) -> np.ndarray:
+             ahead: bool, idle, read_records: bool, prepare) -> np.ndarray:
         if sums is not None and self._out_size["sums"] != sums.sums_bytes:
             self._out_size["sums"] = sums.sums_bytes  # (before the chunk's copies into the buffer are encoded)
             self._lay_out()
@@ -945,13 +948,15 @@ class GpuFitLoop:
                     self._host_ms_per_it = (host_s + time.perf_counter() - t0) * 1e3 / host_its
                 self.device.queue.submit([command])
                 self.backend.counters.submissions += 1
+            final = done + k >= n
             if ENCODE_AHEAD and first > 0 and parts[-1] >= 2 * first:
                 with host.phase("encode"):  # (while the GPU runs that part: the host would only wait)
-                    final = done + k >= n
                     if ahead or not final:
                         self._encode_ahead(slot ^ 1, first, fast)
                     if idle is not None and final:
                         idle()
+            if prepare is not None and final:  # (work the event after this run would do, whatever
+                prepare()                      # the part's length: the GPU runs it meanwhile)
             with host.phase("readback"):
                 try:
                     got = self._read_out(wanted, ts_bytes, self.batch * k * 4, state_kind)
