@@ -534,11 +534,9 @@ class FitState:
         """The loop for ``key`` (count, working target shape) -- the kept one reset, or a new one --
         told the locks, in the state (raw, m, v), or without one where ``raw`` is None (a gather on
         the device fills it: GpuFitLoop.take). Not yet the current loop; nothing released."""
-        n, target = key[0], self.working_targets()
         loop = self._loops.pop(key, None)
         if loop is None:
-            loop = self.engine.impl.fit_loop(target, raw, n, self._optim(), self.schedule, iteration,
-                                             weights=self.working_focus(), ahead=self._shapes_ahead())
+            loop = self._new_loop(key[0], not self.coarse, iteration, raw)
             self._lock_loop(loop)
             if raw is not None:
                 loop.set_state(raw, m, v)
@@ -546,6 +544,14 @@ class FitState:
             self._lock_loop(loop)
             loop.reset(raw, m, v, iteration, self.schedule, self._optim())
         return loop
+
+    def _new_loop(self, n: int, full: bool, iteration: int, raw=None):
+        """A new fit loop of n triangles at the working size (``full``) or at half of it, in the
+        state ``raw`` or without one: made alike at an event and ahead of one (:meth:`_make_next_loop`)."""
+        target = self.targets if full else self._half
+        focus = None if self.focus is None else self.focus if full else self._focus_half
+        return self.engine.impl.fit_loop(target, raw, n, self._optim(), self.schedule, iteration,
+                                         weights=focus, ahead=self._shapes_ahead())
 
     def _shapes_ahead(self) -> list[tuple[int, int, int, int, bool]]:
         """(batch, height, width, triangles, fit) of every shape the fit may still use: a loop for
@@ -590,10 +596,7 @@ class FitState:
         key = (self.n_triangles if count is None else count, target.shape)
         if key in self._loops:
             return False
-        focus = None if self.focus is None else self.focus if full else self._focus_half
-        loop = self.engine.impl.fit_loop(target, None, key[0], self._optim(), self.schedule, self.iteration,
-                                         weights=focus, ahead=self._shapes_ahead())
-        self._loops[key] = loop
+        self._loops[key] = self._new_loop(key[0], full, self.iteration)
         self._evict_loops()
         return True
 
