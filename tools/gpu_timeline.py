@@ -91,6 +91,17 @@ def _variant(name: str) -> None:
         raise SystemExit(f"unknown variant {name}")
 
 
+def _timed(orig, record):
+    """``orig`` wrapped so that each call hands its start and end on the host's clock to ``record``."""
+    def call(*args, **kw):
+        t0 = time.perf_counter()
+        try:
+            return orig(*args, **kw)
+        finally:
+            record(t0, time.perf_counter())
+    return call
+
+
 def fit(a, engine, target, bracket: bool) -> dict:
     import wgpu
     from wgpu.backends import wgpu_native as wn
@@ -117,41 +128,16 @@ def fit(a, engine, target, bracket: bool) -> dict:
             orig_submit(queue, buffers)
         subs.append((t0, time.perf_counter()))
 
-    def read(self, buffer, ranges, *rest):
-        t0 = time.perf_counter()
-        try:
-            return orig_read(self, buffer, ranges, *rest)
-        finally:
-            reads.append((t0, time.perf_counter(), len(subs)))
-
-    def on_event_of(orig):
-        def on_event(self, iteration):
-            t0 = time.perf_counter()
-            try:
-                return orig(self, iteration)
-            finally:
-                events.append((t0, time.perf_counter(), len(subs)))
-        return on_event
-
     ops = []  # (start, end, name): the events' operations (as tools/profile_events.py names them)
     from trifit import fitstate
 
     orig_ops = {(fitstate.FitState, n): getattr(fitstate.FitState, n) for n in OPERATIONS}
-
-    def op_of(name, orig):
-        def op(*args, **kw):
-            t0 = time.perf_counter()
-            try:
-                return orig(*args, **kw)
-            finally:
-                ops.append((t0, time.perf_counter(), name))
-        return op
-
-    wn.GPUQueue.submit, readback._Native.read = submit, read
+    wn.GPUQueue.submit = submit
+    readback._Native.read = _timed(orig_read, lambda t0, t1: reads.append((t0, t1, len(subs))))
     for cls, orig in orig_events.items():
-        cls.on_event = on_event_of(orig)
+        cls.on_event = _timed(orig, lambda t0, t1: events.append((t0, t1, len(subs))))
     for (cls, name), orig in orig_ops.items():
-        setattr(cls, name, op_of(name, orig))
+        setattr(cls, name, _timed(orig, lambda t0, t1, name=name: ops.append((t0, t1, name))))
     try:
         t0 = time.perf_counter()
         f = Fitter(target, triangles=a.tris, size=a.size, seed=a.seed, engine=engine, **_settings(a))
