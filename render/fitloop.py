@@ -79,6 +79,9 @@ class FitSettings:
                                   # log sigma): photographs differ in the edge softness that suits them
     sigma_probe_eps: float = 0.15 # ... each rendering at sigma x e^(+-eps)
     sigma_probe_gain: float = 1.0 # ... and moving this many times the Newton step
+    sigma_floor_px: float = 0.25  # where the first probe wants sharper edges than the anneal's end, the image goes
+                                  # on to this sigma at once, and its later probes move it from there (a scene
+                                  # adapts its edges to its sigma, so one step at a time stops short; 0: off)
     probes_overdue: str = "skip"  # probes a shorter plan left behind: "skip" them and run the latest, or "run"
                                   # them back to back (records from before this setting did; with no
                                   # iterations between them each measures the same scene, and their steps compound)
@@ -169,7 +172,7 @@ def recorded_settings(d: dict) -> dict:
     legacy = {"placement": "host", "cull_tolerance": LEGACY_CULL_TOLERANCE, "respawn_checks": 0, "probes_overdue": "run",
               "growth_waits": False, "continuous_plans": False, "prune_until": 0.85, "prune_newcomers": 1.0,
               "replicas": 1, "prune_in_coarse": False, "small_triangle_px": 0.0,
-              "recompute_below": LEGACY_RECOMPUTE_BELOW}
+              "recompute_below": LEGACY_RECOMPUTE_BELOW, "sigma_floor_px": 0.0}
     return {**{k: v for k, v in legacy.items() if k not in d}, **d}
 
 

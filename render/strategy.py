@@ -250,7 +250,8 @@ class DefaultStrategy(FixedStrategy):
     def __init__(self, fit):
         super().__init__(fit)
         self.pruning = False      # the count has begun to fall back to settings.triangles
-        self.probes_done = 0
+        self.probes_done = 0      # probes due so far (one skipped as overdue counts)
+        self.probes_run = 0       # ... and run
         self.sigma_scales = np.ones(fit.batch)  # each image's final-sigma factor, from the probes
         self._plan_key = None
         self._counts: list[tuple[int, int]] = []  # (first iteration, wanted count), by iteration
@@ -262,7 +263,7 @@ class DefaultStrategy(FixedStrategy):
         self.newcomers_from: int | None = None
 
     def state(self) -> dict:
-        return {**super().state(), "pruning": self.pruning, "probes_done": self.probes_done,
+        return {**super().state(), "pruning": self.pruning, "probes_done": self.probes_done, "probes_run": self.probes_run,
                 "sigma_scales": [float(k) for k in self.sigma_scales], "cycles_held": self.cycles_held,
                 "newcomers_from": self.newcomers_from}
 
@@ -273,6 +274,7 @@ class DefaultStrategy(FixedStrategy):
         super().load_state(state)
         self.pruning = bool(state["pruning"])
         self.probes_done = int(state["probes_done"])
+        self.probes_run = int(state.get("probes_run", self.probes_done))  # (a checkpoint from before: as many)
         held = state.get("cycles_held")
         self.cycles_held = None if held is None else max(1, int(held))
         mark = state.get("newcomers_from")  # (a checkpoint from before newcomers were weighed: none)
@@ -602,8 +604,14 @@ class DefaultStrategy(FixedStrategy):
         self.probes_done += 1
         eps = s.sigma_probe_eps
         err = fit.sigma_errors(np.exp(eps * np.array(PROBE_STEPS)))  # (the same bits as -eps, 0, eps)
+        # the first probe after the anneal: an image that wants sharper edges than the anneal left
+        # goes on to the floor at once (sigma_floor_px), its later probes moving it from there
+        floor = s.sigma_floor_px / s.sigma_end_px if s.sigma_floor_px > 0 and not self.probes_run else None
+        self.probes_run += 1
         for b, (lm, l0, lp) in enumerate(err.astype(np.float64)):
             curv, slope = (lp + lm - 2 * l0) / eps ** 2, (lp - lm) / (2 * eps)
             step = -slope / curv if curv > 0 else -math.copysign(eps, slope)
             step = min(max(step * s.sigma_probe_gain, -2 * eps), 2 * eps)
+            if floor is not None and step < 0:
+                step = min(step, math.log(floor))
             self.sigma_scales[b] = min(max(self.sigma_scales[b] * math.exp(step), 0.25), 4.0)

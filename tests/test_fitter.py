@@ -3,6 +3,7 @@ changes, events at their iterations, submissions and pooled buffers (the strateg
 tests/test_strategy.py; the run loop: tests/test_run.py)."""
 
 import json
+import math
 
 import numpy as np
 import pytest
@@ -562,6 +563,38 @@ def test_sigma_probes_move_the_final_sigma_towards_a_better_loss(ref_engine):
     scene = f.scene
     planned = Scene(scene.width, scene.height, 0.5 / 18, scene.background, scene.triangles)
     assert np.mean((R.render(scene) - t) ** 2) < np.mean((R.render(planned) - t) ** 2)
+
+
+def test_a_first_probe_that_wants_sharper_edges_goes_on_to_the_floor(ref_engine):
+    # the anneal ends at 1 px over a target drawn at 0.2 px: the first probe wants sharper edges,
+    # and with a floor of 0.5 px the image's sigma goes there at once, not one capped Newton step
+    t = R.render(Scene.random(6, 24, 18, seed=4, sigma_px=0.2))
+    scales = {}
+    for floor in (0.0, 0.5):
+        f = Fitter(t, triangles=6, size=24, seed=0, engine=ref_engine, growth_stages=1, overgrow=1.0,
+                   coarse_fraction=0, respawn_every=0, sigma_end_px=1.0, sigma_fraction=0.5, sigma_probes=4,
+                   sigma_floor_px=floor)
+        f.plan(40)
+        f.step(f.strategy.probe_at(0))
+        assert f.strategy.probes_run == 1
+        scales[floor] = f.strategy.sigma_scales[0]
+    assert math.exp(-0.3) - 1e-12 <= scales[0.0] < 1.0      # (a step is at most 2 eps = 0.3 in log sigma)
+    assert scales[0.5] == pytest.approx(0.5)
+
+
+def test_a_first_probe_that_wants_softer_edges_leaves_the_floor_alone(ref_engine):
+    truth = Scene.random(6, 24, 18, seed=4, sigma_px=2.0)   # soft edges: the first probe raises sigma
+    scenes = []
+    for floor in (0.0, 0.25):
+        f = Fitter(R.render(truth), triangles=6, size=24, seed=0, engine=ref_engine, growth_stages=1,
+                   overgrow=1.0, coarse_fraction=0, respawn_every=0, sigma_end_px=0.5, sigma_fraction=0.5,
+                   sigma_probes=4, sigma_floor_px=floor)
+        f.plan(40)
+        f.step(40)
+        assert f.strategy.probes_run == 4 and f.strategy.sigma_scales[0] > 1.0
+        scenes.append(f.scene.triangles)
+    np.testing.assert_array_equal(scenes[0], scenes[1])
+    assert recorded_settings({"sigma_probes": 6})["sigma_floor_px"] == 0.0  # a record from before: none
 
 
 def test_a_count_set_by_hand_keeps_no_other_loops(ref_engine):
