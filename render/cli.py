@@ -29,6 +29,7 @@ EXIT_OK, EXIT_INTERNAL, EXIT_BAD_INPUT, EXIT_INTERRUPTED = 0, 1, 2, 130
 FAST_EXIT = ("fit", "render")
 _HTML = (".html", ".htm")  # report suffixes written as HTML, with a JSON twin (_json_twin)
 _finished: str | None = None  # the command main() last ran to its end
+_started: str | None = None   # ... and the one it last began
 
 
 class UsageError(TrifitError):
@@ -341,6 +342,7 @@ class LogLines(logging.Formatter):
 
 
 def main(argv: list[str] | None = None) -> int:
+    global _finished, _started
     argv = list(sys.argv[1:] if argv is None else argv)
     try:
         parser = build_parser()
@@ -350,10 +352,9 @@ def main(argv: list[str] | None = None) -> int:
         handler = logging.StreamHandler()
         handler.setFormatter(LogLines(args.verbose))
         logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, handlers=[handler])
-        command = args.command
+        command = _started = args.command
         code = {"fit": cmd_fit, "render": cmd_render, "batch": cmd_batch, "video": cmd_video, "bench": cmd_bench,
                 "gui": cmd_gui}[command](args)
-        global _finished
         _finished = command
         return code
     except TrifitError as exc:
@@ -895,13 +896,19 @@ def entry() -> None:
     finalised -- a noticeable part of a short fit's process (docs/PERFORMANCE.md, "Start-up of a
     1 s fit"). Its files are written and closed by then (atomic writes), and the standard streams and log
     handlers are flushed first; a thread still running that Python would wait for keeps the
-    ordinary exit."""
-    global _finished
-    _finished = None
+    ordinary exit. A fit or render refused on bad input has written nothing: it leaves the same way,
+    once the GPU's warm-up thread is done, rather than tear the driver down under Python's own
+    teardown."""
+    global _finished, _started
+    _finished = _started = None
     one_blas_thread()
     code = main()
+    fast = _finished in FAST_EXIT or (code == EXIT_BAD_INPUT and _started in FAST_EXIT)
+    device = sys.modules.get(f"{__package__}.gpu.device")
+    if fast and device is not None:
+        device.wait_warm_up()
     others = [t for t in threading.enumerate() if t is not threading.main_thread() and not t.daemon]
-    if _finished in FAST_EXIT and not others:
+    if fast and not others:
         logging.shutdown()
         for stream in (sys.stdout, sys.stderr):
             try:

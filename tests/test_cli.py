@@ -265,8 +265,11 @@ def test_entry_leaves_without_teardown_only_after_a_command_whose_outputs_are_cl
            "-o", out]
     assert _entry(monkeypatch, fit) == ("fast", 0)
     assert Scene.load(out).meta["iterations"] == 3  # written and closed before the process leaves
-    # no command ran to its end: an error, --version
-    assert _entry(monkeypatch, ["fit", tmp_path / "missing.png", "-o", out]) == ("normal", 2)
+    # a fit or render refused on bad input has written nothing: it leaves the same way (the GPU's
+    # warm-up thread done first), not through the driver's teardown under Python's
+    assert _entry(monkeypatch, ["fit", tmp_path / "missing.png", "-o", out]) == ("fast", 2)
+    assert _entry(monkeypatch, ["render", tmp_path / "missing.json", "-o", tmp_path / "o.png"]) == ("fast", 2)
+    # no fit or render ran: --version, another command's bad input
     assert _entry(monkeypatch, ["--version"]) == ("normal", 0)
     assert _entry(monkeypatch, ["batch", tmp_path / "none", "-o", tmp_path / "b"]) == ("normal", 2)
     # a thread Python would wait for at exit keeps the ordinary exit

@@ -194,6 +194,14 @@ def warm_up() -> None:
         _warming.start()
 
 
+def wait_warm_up() -> None:
+    """Wait for the warm-up thread where one was started: a process about to leave without Python's
+    teardown must not unload the driver under it."""
+    thread = _warming
+    if thread is not None and thread is not threading.current_thread():
+        thread.join()
+
+
 def gpu_available() -> bool:
     try:
         get_context()
