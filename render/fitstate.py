@@ -591,7 +591,7 @@ class FitState:
             return False  # loop; the reference backend's loops cost nothing to make)
         at = self._next_event
         count = self.strategy.count_after(at)
-        full = not self.coarse or at >= self.strategy.coarse_until()
+        full = not self.coarse or self.strategy.leaves_half_size(at)
         target = self.targets if full else self._half
         key = (self.n_triangles if count is None else count, target.shape)
         if key in self._loops:

@@ -126,6 +126,10 @@ class FixedStrategy:
         """Iteration at which the half-size stage ends (0: none), for this plan or ``plan``."""
         return 0
 
+    def leaves_half_size(self, iteration: int) -> bool:
+        """Whether the fit, at half size now, is at the working size after the event at ``iteration``."""
+        return self.fit.coarse and iteration >= self.coarse_until()
+
     def counts_ahead(self) -> set[int]:
         """Every triangle count this strategy's plans can take (the fitter builds the pipelines
         of their loops before the first iteration)."""
@@ -509,7 +513,7 @@ class DefaultStrategy(FixedStrategy):
         return self.settings.respawn_alpha
 
     def keeps_loop(self, iteration: int) -> bool:
-        return self._count_change(iteration) is None and not (self.fit.coarse and iteration >= self.coarse_until())
+        return self._count_change(iteration) is None and not self.leaves_half_size(iteration)
 
     def count_after(self, iteration: int) -> int | None:
         change = self._count_change(iteration) if iteration < _NEVER else None  # (no event ahead)
@@ -522,7 +526,7 @@ class DefaultStrategy(FixedStrategy):
 
     def on_event(self, iteration: int) -> None:
         fit = self.fit
-        if fit.coarse and iteration >= self.coarse_until():
+        if self.leaves_half_size(iteration):
             fit.to_full_size()
         change = self._count_change(iteration)
         if change is not None and change[0] == "grow":
