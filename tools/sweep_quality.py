@@ -260,7 +260,8 @@ VARIANTS = {
     "small triangles 11": {"small_triangle_px": 11.0},
     # the anneal's end sharper, the probes moving each image's sigma from there; and --sharp's settings
     "sigma end 0.25": {"sigma_end_px": 0.25},
-    "no sigma floor": {"sigma_floor_px": 0.0},  # the first probe wanting sharper edges steps as the others do
+    "no sigma floor": {"sigma_floor_px": 0.0},
+    "sigma floor 0.2": {"sigma_floor_px": 0.2}, "sigma floor 0.35": {"sigma_floor_px": 0.35},  # the first probe wanting sharper edges steps as the others do
     "sigma end 0.35": {"sigma_end_px": 0.35},
     "sigma end 0.2": {"sigma_end_px": 0.2},
     "sigma end 0.5": {"sigma_end_px": 0.5},
