@@ -51,7 +51,7 @@ class FitSettings:
     loss: str = "mse"
     strategy: str = "default"     # the fit policy (render/strategy.py): "default" or "fixed"
     sigma_start_px: float = 2.5   # edge softness at the start, in pixels of the working size
-    sigma_end_px: float = 0.5     # ... annealed geometrically to this
+    sigma_end_px: float = 0.25    # ... annealed geometrically to this (the probes then move each image's from there)
     lr_vertex: float = 0.006      # per-group Adam learning rates (vertices in frame units at a working size of
                                   # LR_VERTEX_SIZE px; the fit scales it to the working size, render/fitstate.py)
     small_triangle_px: float = 6.0  # a triangle smaller than this (the square root of its area, in px of the working
@@ -79,9 +79,11 @@ class FitSettings:
                                   # log sigma): photographs differ in the edge softness that suits them
     sigma_probe_eps: float = 0.15 # ... each rendering at sigma x e^(+-eps)
     sigma_probe_gain: float = 1.0 # ... and moving this many times the Newton step
-    sigma_floor_px: float = 0.25  # where the first probe wants sharper edges than the anneal's end, the image goes
-                                  # on to this sigma at once, and its later probes move it from there (a scene
-                                  # adapts its edges to its sigma, so one step at a time stops short; 0: off)
+    sigma_ceiling_px: float = 0.5 # where the first probe wants softer edges than the anneal's end, the image goes on
+                                  # to this sigma at once, and its later probes move it from there (a scene adapts
+                                  # its edges to its sigma, so one capped step at a time stops short; 0: off) ...
+    sigma_floor_px: float = 0.25  # ... and where it wants sharper edges, on to this (inert with the anneal ending
+                                  # there; 0: off)
     probes_overdue: str = "skip"  # probes a shorter plan left behind: "skip" them and run the latest, or "run"
                                   # them back to back (records from before this setting did; with no
                                   # iterations between them each measures the same scene, and their steps compound)
@@ -172,7 +174,8 @@ def recorded_settings(d: dict) -> dict:
     legacy = {"placement": "host", "cull_tolerance": LEGACY_CULL_TOLERANCE, "respawn_checks": 0, "probes_overdue": "run",
               "growth_waits": False, "continuous_plans": False, "prune_until": 0.85, "prune_newcomers": 1.0,
               "replicas": 1, "prune_in_coarse": False, "small_triangle_px": 0.0,
-              "recompute_below": LEGACY_RECOMPUTE_BELOW, "sigma_floor_px": 0.0}
+              "recompute_below": LEGACY_RECOMPUTE_BELOW, "sigma_floor_px": 0.0,
+              "sigma_ceiling_px": 0.0}
     return {**{k: v for k, v in legacy.items() if k not in d}, **d}
 
 

@@ -603,14 +603,18 @@ class DefaultStrategy(FixedStrategy):
         """One Newton step on log(sigma) per image: render at sigma x e^(-eps, 0, +eps), fit a
         parabola to the loss, move the image's final-sigma factor to its minimum (at most 2 eps
         a probe; downhill by eps where the parabola is not convex). The scene has one sigma, and
-        what suits a photograph differs from one to the next."""
+        what suits a photograph differs from one to the next. The first probe after the anneal
+        decides each image's direction at once: where it wants softer edges the image goes on to
+        sigma_ceiling_px, where sharper to sigma_floor_px (never short of where its step itself
+        would go), and its later probes move it from there -- a scene fitted at a sigma adapts its
+        edges to it, so capped steps from the anneal's end stop short."""
         fit, s = self.fit, self.settings
         self.probes_done += 1
         eps = s.sigma_probe_eps
         err = fit.sigma_errors(np.exp(eps * np.array(PROBE_STEPS)))  # (the same bits as -eps, 0, eps)
-        # the first probe after the anneal: an image that wants sharper edges than the anneal left
-        # goes on to the floor at once (sigma_floor_px), its later probes moving it from there
-        floor = s.sigma_floor_px / s.sigma_end_px if s.sigma_floor_px > 0 and not self.probes_run else None
+        first = not self.probes_run
+        floor = s.sigma_floor_px / s.sigma_end_px if first and s.sigma_floor_px > 0 else None
+        ceiling = s.sigma_ceiling_px / s.sigma_end_px if first and s.sigma_ceiling_px > 0 else None
         self.probes_run += 1
         for b, (lm, l0, lp) in enumerate(err.astype(np.float64)):
             curv, slope = (lp + lm - 2 * l0) / eps ** 2, (lp - lm) / (2 * eps)
@@ -618,4 +622,6 @@ class DefaultStrategy(FixedStrategy):
             step = min(max(step * s.sigma_probe_gain, -2 * eps), 2 * eps)
             if floor is not None and step < 0:
                 step = min(step, math.log(floor))
+            if ceiling is not None and step > 0:
+                step = max(step, math.log(ceiling))
             self.sigma_scales[b] = min(max(self.sigma_scales[b] * math.exp(step), 0.25), 4.0)

@@ -565,21 +565,40 @@ def test_sigma_probes_move_the_final_sigma_towards_a_better_loss(ref_engine):
     assert np.mean((R.render(scene) - t) ** 2) < np.mean((R.render(planned) - t) ** 2)
 
 
+def _first_probe_scales(ref_engine, target, end_px: float, setting: str, values) -> dict:
+    """The image's final-sigma factor after the first probe for each value of ``setting``; the
+    second probe then moves it on from there."""
+    scales = {}
+    for value in values:
+        f = Fitter(target, triangles=6, size=24, seed=0, engine=ref_engine, growth_stages=1, overgrow=1.0,
+                   coarse_fraction=0, respawn_every=0, sigma_end_px=end_px, sigma_fraction=0.5, sigma_probes=4,
+                   **{setting: value})
+        f.plan(40)
+        f.step(f.strategy.probe_at(0))
+        assert f.strategy.probes_run == 1
+        scales[value] = f.strategy.sigma_scales[0]
+        f.step(f.strategy.probe_at(1) - f.iteration)
+        assert f.strategy.probes_run == 2 and f.strategy.sigma_scales[0] != pytest.approx(scales[value])
+    return scales
+
+
 def test_a_first_probe_that_wants_sharper_edges_goes_on_to_the_floor(ref_engine):
     # the anneal ends at 1 px over a target drawn at 0.2 px: the first probe wants sharper edges,
     # and with a floor of 0.5 px the image's sigma goes there at once, not one capped Newton step
     t = R.render(Scene.random(6, 24, 18, seed=4, sigma_px=0.2))
-    scales = {}
-    for floor in (0.0, 0.5):
-        f = Fitter(t, triangles=6, size=24, seed=0, engine=ref_engine, growth_stages=1, overgrow=1.0,
-                   coarse_fraction=0, respawn_every=0, sigma_end_px=1.0, sigma_fraction=0.5, sigma_probes=4,
-                   sigma_floor_px=floor)
-        f.plan(40)
-        f.step(f.strategy.probe_at(0))
-        assert f.strategy.probes_run == 1
-        scales[floor] = f.strategy.sigma_scales[0]
+    scales = _first_probe_scales(ref_engine, t, 1.0, "sigma_floor_px", (0.0, 0.5))
     assert math.exp(-0.3) - 1e-12 <= scales[0.0] < 1.0      # (a step is at most 2 eps = 0.3 in log sigma)
     assert scales[0.5] == pytest.approx(0.5)
+
+
+def test_a_first_probe_that_wants_softer_edges_goes_on_to_the_ceiling(ref_engine):
+    # the anneal ends at 0.25 px over a target drawn at 2 px: the first probe wants softer edges,
+    # and with a ceiling of 1 px the image's sigma goes there at once
+    t = R.render(Scene.random(6, 24, 18, seed=4, sigma_px=2.0))
+    scales = _first_probe_scales(ref_engine, t, 0.25, "sigma_ceiling_px", (0.0, 1.0))
+    assert 1.0 < scales[0.0] <= math.exp(0.3) + 1e-12
+    assert scales[1.0] == pytest.approx(4.0)
+    assert recorded_settings({"sigma_probes": 6})["sigma_ceiling_px"] == 0.0  # a record from before: none
 
 
 def test_a_first_probe_that_wants_softer_edges_leaves_the_floor_alone(ref_engine):

@@ -260,8 +260,12 @@ VARIANTS = {
     "small triangles 11": {"small_triangle_px": 11.0},
     # the anneal's end sharper, the probes moving each image's sigma from there; and --sharp's settings
     "sigma end 0.25": {"sigma_end_px": 0.25},
-    "no sigma floor": {"sigma_floor_px": 0.0},
-    "sigma floor 0.2": {"sigma_floor_px": 0.2}, "sigma floor 0.35": {"sigma_floor_px": 0.35},  # the first probe wanting sharper edges steps as the others do
+    "no sigma floor": {"sigma_end_px": 0.5, "sigma_ceiling_px": 0.0, "sigma_floor_px": 0.0},  # the anneal to 0.5 px, probes
+    # stepping from there; the first probe's floor at other values (the anneal to 0.5 px, as they were measured)
+    "sigma floor 0.2": {"sigma_end_px": 0.5, "sigma_ceiling_px": 0.0, "sigma_floor_px": 0.2},
+    "sigma floor 0.35": {"sigma_end_px": 0.5, "sigma_ceiling_px": 0.0, "sigma_floor_px": 0.35},
+    "anneal to 0.5": {"sigma_end_px": 0.5, "sigma_ceiling_px": 0.0},  # the anneal to 0.5 px and the floor at 0.25
+    "no sigma ceiling": {"sigma_ceiling_px": 0.0},  # the anneal to 0.25 px, probes stepping from there
     "sigma end 0.35": {"sigma_end_px": 0.35},
     "sigma end 0.2": {"sigma_end_px": 0.2},
     "sigma end 0.5": {"sigma_end_px": 0.5},
