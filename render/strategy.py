@@ -40,6 +40,9 @@ from .placement import new_triangles
 
 #: the sigma probes' steps in log sigma, in units of sigma_probe_eps: a parabola through three points
 PROBE_STEPS = (-1.0, 0.0, 1.0)
+#: the probes move an image's final sigma within [SIGMA_FACTORS[0], SIGMA_FACTORS[1]] x the anneal's end, and up to
+#: SIGMA_MAX_PX at least: the softest final sigma of an anneal to 0.5 px, kept for the sharper anneal's end
+SIGMA_FACTORS, SIGMA_MAX_PX = (0.25, 4.0), 2.0
 #: a plan changed at or past this progress keeps it there (the schedules are at their ends): the
 #: rest of the fit runs at the end of every schedule however much longer the new plan is
 PROGRESS_CAP = 0.999
@@ -613,6 +616,7 @@ class DefaultStrategy(FixedStrategy):
         eps = s.sigma_probe_eps
         err = fit.sigma_errors(np.exp(eps * np.array(PROBE_STEPS)))  # (the same bits as -eps, 0, eps)
         first = not self.probes_run
+        most = max(SIGMA_FACTORS[1], SIGMA_MAX_PX / s.sigma_end_px)
         floor = s.sigma_floor_px / s.sigma_end_px if first and s.sigma_floor_px > 0 else None
         ceiling = s.sigma_ceiling_px / s.sigma_end_px if first and s.sigma_ceiling_px > 0 else None
         self.probes_run += 1
@@ -624,4 +628,4 @@ class DefaultStrategy(FixedStrategy):
                 step = min(step, math.log(floor))
             if ceiling is not None and step > 0:
                 step = max(step, math.log(ceiling))
-            self.sigma_scales[b] = min(max(self.sigma_scales[b] * math.exp(step), 0.25), 4.0)
+            self.sigma_scales[b] = min(max(self.sigma_scales[b] * math.exp(step), SIGMA_FACTORS[0]), most)

@@ -11,7 +11,7 @@ import pytest
 from trifit import AdapterError, Fitter, Scene, StopConditions, fitstate, fitter as fitter_mod, placement, reference as R
 from trifit.fitloop import recorded_settings
 from trifit.run import COARSE_COST_GUESS, FitRun, TimePlanner
-from trifit.strategy import plan_schedule
+from trifit.strategy import SIGMA_MAX_PX, plan_schedule
 
 RENDER_CULL = 1e-5  # render/gpu/workspace.py CULL_TOLERANCE: the GPU loop culls as renders do
 
@@ -599,6 +599,18 @@ def test_a_first_probe_that_wants_softer_edges_goes_on_to_the_ceiling(ref_engine
     assert 1.0 < scales[0.0] <= math.exp(0.3) + 1e-12
     assert scales[1.0] == pytest.approx(4.0)
     assert recorded_settings({"sigma_probes": 6})["sigma_ceiling_px"] == 0.0  # a record from before: none
+
+
+def test_probes_reach_soft_edges_from_a_sharp_anneal_end(ref_engine):
+    # a target drawn at 3 px: from the anneal's end at 0.25 px the probes climb past 4x it (1 px), up
+    # to the softest final sigma an anneal to 0.5 px allowed (SIGMA_MAX_PX)
+    t = R.render(Scene.random(6, 24, 18, seed=4, sigma_px=3.0))
+    f = Fitter(t, triangles=6, size=24, seed=0, engine=ref_engine, growth_stages=1, overgrow=1.0,
+               coarse_fraction=0, respawn_every=0, sigma_end_px=0.25, sigma_fraction=0.4, sigma_probes=8)
+    f.plan(60)
+    f.step(60)
+    assert f.strategy.probes_run == 8
+    assert 4.0 < f.strategy.sigma_scales[0] <= SIGMA_MAX_PX / 0.25
 
 
 def test_a_first_probe_that_wants_softer_edges_leaves_the_floor_alone(ref_engine):
