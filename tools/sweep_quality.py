@@ -264,11 +264,10 @@ VARIANTS = {
     # stepping from there; the first probe's floor at other values (the anneal to 0.5 px, as they were measured)
     "sigma floor 0.2": {"sigma_end_px": 0.5, "sigma_ceiling_px": 0.0, "sigma_floor_px": 0.2},
     "sigma floor 0.35": {"sigma_end_px": 0.5, "sigma_ceiling_px": 0.0, "sigma_floor_px": 0.35},
-    "anneal to 0.5": {"sigma_end_px": 0.5, "sigma_ceiling_px": 0.0},  # the anneal to 0.5 px and the floor at 0.25
     "no sigma ceiling": {"sigma_ceiling_px": 0.0},  # the anneal to 0.25 px, probes stepping from there
     "sigma end 0.35": {"sigma_end_px": 0.35},
     "sigma end 0.2": {"sigma_end_px": 0.2},
-    "sigma end 0.5": {"sigma_end_px": 0.5},
+    "sigma end 0.5": {"sigma_end_px": 0.5},  # the anneal to 0.5 px and the floor at 0.25 (the ceiling at 0.5 inert)
     "sigma end 0.15": {"sigma_end_px": 0.15},
     "sharp": dict(SHARP_SETTINGS),
 }
