@@ -265,6 +265,7 @@ VARIANTS = {
     "sigma floor 0.2": {"sigma_end_px": 0.5, "sigma_ceiling_px": 0.0, "sigma_floor_px": 0.2},
     "sigma floor 0.35": {"sigma_end_px": 0.5, "sigma_ceiling_px": 0.0, "sigma_floor_px": 0.35},
     "no sigma ceiling": {"sigma_ceiling_px": 0.0},  # the anneal to 0.25 px, probes stepping from there
+    "sigma ceiling 0.35": {"sigma_ceiling_px": 0.35},  # the first probe's ceiling lower
     "sigma end 0.35": {"sigma_end_px": 0.35},
     "sigma end 0.2": {"sigma_end_px": 0.2},
     "sigma end 0.5": {"sigma_end_px": 0.5},  # the anneal to 0.5 px and the floor at 0.25 (the ceiling at 0.5 inert)
