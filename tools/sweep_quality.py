@@ -258,8 +258,7 @@ VARIANTS = {
     "small triangles off": {"small_triangle_px": 0.0},
     "small triangles 8": {"small_triangle_px": 8.0},
     "small triangles 11": {"small_triangle_px": 11.0},
-    # the anneal's end sharper, the probes moving each image's sigma from there; and --sharp's settings
-    "sigma end 0.25": {"sigma_end_px": 0.25},
+    # the anneal's end and the first probe's floor and ceiling at other values; and --sharp's settings
     "no sigma floor": {"sigma_end_px": 0.5, "sigma_ceiling_px": 0.0, "sigma_floor_px": 0.0},  # the anneal to 0.5 px, probes
     # stepping from there; the first probe's floor at other values (the anneal to 0.5 px, as they were measured)
     "sigma floor 0.2": {"sigma_end_px": 0.5, "sigma_ceiling_px": 0.0, "sigma_floor_px": 0.2},
