@@ -17,6 +17,15 @@ entries of its tile's list whose grown bounding box meets the block (the walks' 
 test, setup_near): what sub-lists inside today's tiles would keep (docs/PERFORMANCE.md, "Tiles of
 8 x 8 and sub-lists").
 
+``--vectors`` counts, for CPU adapters (llvmpipe runs eight threads in the lanes of one vector; eight
+pixels a thread), the (vector, listed entry) pairs whose vector's pixels an entry touches -- by its
+bounding box grown by the reach, by its three edge lines (the vector's pixel box wholly beyond one by
+more than the reach), and exactly (a pixel within reach) -- for the layout the kernels use (a
+vector's threads take a column each, its pixels every other row: 8 x 15 px) and for 8 x 8 blocks:
+what a walk that skipped the entries its vector does not touch would leave (llvmpipe walks every
+listed pair for every lane now: docs/PERFORMANCE.md, "What llvmpipe runs under a branch").
+``--scale 0.5`` frames the scene at half its size first (the half-size stage).
+
 ``--lists`` prints only the tiles' list lengths against the segmented backward's segments
 (render/gpu/workspace.py Shape.n_seg of seg_len entries; the last takes any more), without the
 per-pixel pairs (cheap at 1024 px); ``--tolerance`` sets the cull budget (1e-5: renders and the
@@ -24,7 +33,7 @@ bench; a fit's iterations use 1e-3).
 
     python tools/pair_counts.py [--side 128] [--tris 64] [--batch 1] [--scene FILE] [--subgroups]
                                 [--lists] [--tolerance 1e-5] [--tiles 16,8]
-                                [--sublists 8,4]
+                                [--sublists 8,4] [--vectors] [--scale 0.5]
 """
 
 import argparse
@@ -125,6 +134,57 @@ def subgroup_pairs(scene: Scene, tolerance: float = 1e-5) -> dict:
     return out
 
 
+VECTOR_LAYOUTS = {  # vector v (threads 8v..8v+7) of a 16 x 16 tile: its pixels' columns and rows
+    "columns, every other row (now)": lambda v: (8 * (v % 2) + np.arange(8), np.arange(v // 2, TILE, 2)),
+    "8 x 8 blocks": lambda v: (8 * (v % 2) + np.arange(8), 8 * (v // 2) + np.arange(8)),
+}
+
+
+def _beyond_an_edge(verts: np.ndarray, lo: np.ndarray, hi: np.ndarray, reach: float) -> np.ndarray:
+    """(n,) whether the box lo-hi lies wholly outside one of each triangle's edge lines by more
+    than ``reach`` (then none of its pixels is within reach)."""
+    corners = np.array([[lo[0], lo[1]], [hi[0], lo[1]], [lo[0], hi[1]], [hi[0], hi[1]]])
+    a0, a1, a2 = verts[:, 0], verts[:, 1], verts[:, 2]
+    wind = np.sign((a1[:, 0] - a0[:, 0]) * (a2[:, 1] - a0[:, 1]) - (a1[:, 1] - a0[:, 1]) * (a2[:, 0] - a0[:, 0]))
+    out = np.zeros(len(verts), bool)
+    for k in range(3):
+        a, b = verts[:, k], verts[:, (k + 1) % 3]
+        e = b - a
+        inside = (e[:, None, 0] * (corners[None, :, 1] - a[:, None, 1])
+                  - e[:, None, 1] * (corners[None, :, 0] - a[:, None, 0])) * wind[:, None]
+        out |= np.all(inside / (np.linalg.norm(e, axis=1)[:, None] + 1e-12) < -reach, axis=1)
+    return out
+
+
+def vector_pairs(scene: Scene, tolerance: float = 1e-5) -> dict:
+    """(vector, listed entry) pairs, per layout: listed (the vectors with a pixel in the frame: the
+    others stop at once) and touched by each test (VECTOR_LAYOUTS; "box", "edges", "exact")."""
+    W, H = scene.width, scene.height
+    verts, reach = _reach(scene, tolerance)
+    bmin, bmax = verts.min(axis=1) - reach, verts.max(axis=1) + reach
+    out = {(name, test): 0 for name in VECTOR_LAYOUTS for test in ("listed", "box", "edges", "exact")}
+    for i, j, _, _, listed in tile_lists(verts, reach, W, H):
+        for v in range(TILE * TILE // 64):
+            if not len(listed):
+                continue
+            for name, pixels in VECTOR_LAYOUTS.items():
+                cols, rows = pixels(v)
+                xs, ys = np.meshgrid(i * TILE + cols + 0.5, j * TILE + rows + 0.5)
+                keep = (xs < W) & (ys < H)
+                xs, ys = xs[keep], ys[keep]
+                if not len(xs):
+                    continue
+                out[(name, "listed")] += len(listed)
+                lo, hi = np.array([xs.min(), ys.min()]), np.array([xs.max(), ys.max()])
+                box = np.all(bmax[listed] >= lo, axis=1) & np.all(bmin[listed] <= hi, axis=1)
+                edges = box & ~_beyond_an_edge(verts[listed], lo, hi, reach)
+                exact = np.any(_distance(verts[listed], xs, ys) >= -reach, axis=1)
+                out[(name, "box")] += int(box.sum())
+                out[(name, "edges")] += int(edges.sum())
+                out[(name, "exact")] += int(exact.sum())
+    return out
+
+
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("--side", type=int, default=128)
@@ -136,11 +196,17 @@ def main():
     p.add_argument("--tolerance", type=float, default=1e-5, help="the cull budget (a fit's iterations: 1e-3)")
     p.add_argument("--tiles", default="", help="also the lists' pairs for these tile sizes (px), comma-separated")
     p.add_argument("--sublists", default="", help="also the pairs of bounding-box sub-lists for blocks of these sizes")
+    p.add_argument("--vectors", action="store_true",
+                   help="also the (llvmpipe vector, listed entry) pairs an entry touches, per layout and test")
+    p.add_argument("--scale", type=float, default=1.0, help="frame the scene at this multiple of its size first")
     a = p.parse_args()
     if a.scene:
         scenes = [Scene.load(a.scene)]
     else:
         scenes = [Scene.random(a.tris, a.side, a.side, seed=b) for b in range(a.batch)]
+    if a.scale != 1.0:
+        scenes = [Scene(max(1, round(s.width * a.scale)), max(1, round(s.height * a.scale)), s.sigma, s.background,
+                        s.triangles) for s in scenes]
     tot = {"naive": 0, "tiled": 0, "within_reach": 0}
     lengths = []
     for s in scenes:
@@ -173,6 +239,15 @@ def main():
                 sub[k] += v
         shares = ", ".join(f"{name} {sub[name] / sub['listed']:.3f}" for name in SUBGROUP_LAYOUTS)
         print(f"(subgroup of 32, listed entry) pairs with a pixel within reach, of {sub['listed']} listed: {shares}")
+    if a.vectors:
+        vec: dict = {}
+        for s in scenes:
+            for k, v in vector_pairs(s, a.tolerance).items():
+                vec[k] = vec.get(k, 0) + v
+        for name in VECTOR_LAYOUTS:
+            listed = vec[(name, "listed")]
+            shares = ", ".join(f"{test} {vec[(name, test)] / listed:.3f}" for test in ("box", "edges", "exact"))
+            print(f"(llvmpipe vector, listed entry) pairs an entry touches, {name}, of {listed} listed: {shares}")
 
 
 if __name__ == "__main__":
