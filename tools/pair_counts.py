@@ -20,10 +20,11 @@ test, setup_near): what sub-lists inside today's tiles would keep (docs/PERFORMA
 ``--vectors`` counts, for CPU adapters (llvmpipe runs eight threads in the lanes of one vector; eight
 pixels a thread), the (vector, listed entry) pairs whose vector's pixels an entry touches -- by its
 bounding box grown by the reach, by its three edge lines (the vector's pixel box wholly beyond one by
-more than the reach), and exactly (a pixel within reach) -- for the layout the kernels use (a
-vector's threads take a column each, its pixels every other row: 8 x 15 px) and for 8 x 8 blocks:
-what a walk that skipped the entries its vector does not touch would leave (llvmpipe walks every
-listed pair for every lane now: docs/PERFORMANCE.md, "What llvmpipe runs under a branch").
+more than the reach), and exactly (a pixel within reach) -- for GPUs' layout (common.wgsl tile_pixel: a vector's pixels
+four of the tile's rows, every fourth) and for CPU adapters' (walk_pixel: 8 x 8 blocks): what the
+walks' skip of the entries a vector does not touch leaves (VECTOR_SKIP, by the edge test; without
+it llvmpipe walks every listed pair for every lane: docs/PERFORMANCE.md, "What llvmpipe runs under
+a branch").
 ``--scale 0.5`` frames the scene at half its size first (the half-size stage).
 
 ``--lists`` prints only the tiles' list lengths against the segmented backward's segments
@@ -135,8 +136,11 @@ def subgroup_pairs(scene: Scene, tolerance: float = 1e-5) -> dict:
 
 
 VECTOR_LAYOUTS = {  # vector v (threads 8v..8v+7) of a 16 x 16 tile: its pixels' columns and rows
-    "columns, every other row (now)": lambda v: (8 * (v % 2) + np.arange(8), np.arange(v // 2, TILE, 2)),
-    "8 x 8 blocks": lambda v: (8 * (v % 2) + np.arange(8), 8 * (v // 2) + np.arange(8)),
+    # common.wgsl tile_pixel at pixel li + 32 k of thread li = 8 v + lane (x = 8 (k % 2) + lane,
+    # y = 4 (k // 2) + v): the tile's 16 columns, every fourth row -- the GPUs' layout
+    "tile_pixel (16 columns, every fourth row)": lambda v: (np.arange(TILE), np.arange(v, TILE, 4)),
+    # common.wgsl walk_pixel, eight pixels a thread: a block of 8 x 8 -- CPU adapters' walks
+    "walk_pixel (8 x 8 blocks)": lambda v: (8 * (v % 2) + np.arange(8), 8 * (v // 2) + np.arange(8)),
 }
 
 
