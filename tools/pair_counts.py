@@ -20,11 +20,10 @@ test, setup_near): what sub-lists inside today's tiles would keep (docs/PERFORMA
 ``--vectors`` counts, for CPU adapters (llvmpipe runs eight threads in the lanes of one vector; eight
 pixels a thread), the (vector, listed entry) pairs whose vector's pixels an entry touches -- by its
 bounding box grown by the reach, by its three edge lines (the vector's pixel box wholly beyond one by
-more than the reach), and exactly (a pixel within reach) -- for GPUs' layout (common.wgsl tile_pixel: a vector's pixels
-four of the tile's rows, every fourth) and for CPU adapters' (walk_pixel: 8 x 8 blocks): what the
-walks' skip of the entries a vector does not touch leaves (VECTOR_SKIP, by the edge test; without
-it llvmpipe walks every listed pair for every lane: docs/PERFORMANCE.md, "What llvmpipe runs under
-a branch").
+more than the reach), and exactly (a pixel within reach) -- for the kernels' layout (common.wgsl tile_pixel: a vector's
+pixels four of the tile's rows, every fourth) and for 8 x 8 blocks: what a walk that skipped the
+entries its vector does not touch would leave (llvmpipe walks every listed pair for every lane:
+docs/PERFORMANCE.md, "What llvmpipe runs under a branch", and the skip tried after it).
 ``--scale 0.5`` frames the scene at half its size first (the half-size stage).
 
 ``--lists`` prints only the tiles' list lengths against the segmented backward's segments
@@ -139,8 +138,9 @@ VECTOR_LAYOUTS = {  # vector v (threads 8v..8v+7) of a 16 x 16 tile: its pixels'
     # common.wgsl tile_pixel at pixel li + 32 k of thread li = 8 v + lane (x = 8 (k % 2) + lane,
     # y = 4 (k // 2) + v): the tile's 16 columns, every fourth row -- the GPUs' layout
     "tile_pixel (16 columns, every fourth row)": lambda v: (np.arange(TILE), np.arange(v, TILE, 4)),
-    # common.wgsl walk_pixel, eight pixels a thread: a block of 8 x 8 -- CPU adapters' walks
-    "walk_pixel (8 x 8 blocks)": lambda v: (8 * (v % 2) + np.arange(8), 8 * (v // 2) + np.arange(8)),
+    # a block of 8 x 8 for each eight threads (eight pixels a thread): the layout of a CPU-adapter
+    # skip tried and taken back (docs/PERFORMANCE.md)
+    "8 x 8 blocks": lambda v: (8 * (v % 2) + np.arange(8), 8 * (v // 2) + np.arange(8)),
 }
 
 
