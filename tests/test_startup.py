@@ -122,6 +122,31 @@ def test_warm_up_brings_up_the_context_that_get_context_returns(gpu_ctx):
     assert out.returncode == 0, out.stderr[-2000:]
 
 
+def test_imports_leave_the_environment_alone_while_the_gpu_warms(gpu_ctx):
+    """The driver's start in the warm-up thread reads the environment, and glibc's getenv is not
+    safe against a concurrent setenv: numpy's import, which sets and unsets OPENBLAS_MAIN_FREE
+    where it is not set, made a command's start crash now and then (docs/RELIABILITY.md). In a
+    fresh process, numpy imported while the GPU warms changes no environment variable."""
+    code = textwrap.dedent("""
+        import os
+        calls = []
+        put, unset = os.putenv, os.unsetenv
+        os.putenv = lambda k, v: (calls.append(k), put(k, v))[1]
+        os.unsetenv = lambda k: (calls.append(k), unset(k))[1]
+        from trifit.gpu import device
+        device.warm_up()
+        assert device._warming is not None
+        calls.clear()  # (from here on the driver's start may be reading the environment)
+        import numpy
+        device.wait_warm_up()
+        print(calls)
+    """)
+    env = {k: v for k, v in os.environ.items() if k not in ("TRIFIT_NO_GPU", "OPENBLAS_MAIN_FREE")}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.strip() == "[]", out.stdout
+
+
 def test_a_cli_fit_with_a_bad_input_still_exits_with_one_line_and_status_2_while_the_gpu_warms(tmp_path):
     """The warm-up thread is started before the input is read: a bad image still ends the process
     with the CLI's one line and status 2, and the process ends (the thread is waited for)."""

@@ -183,6 +183,12 @@ def warm_up() -> None:
         except Exception as exc:  # get_context() raises it again, where it is handled
             log.debug("GPU warm-up: %s", exc)
 
+        # numpy's import sets OPENBLAS_MAIN_FREE and unsets it again (putenv, unsetenv) unless it is
+        # set, and the driver's start in the thread reads the environment: glibc's getenv is not
+        # safe against a concurrent setenv, and the two crashed a command's start now and then
+        # (docs/RELIABILITY.md). Set as numpy sets it, so that its import leaves the environment alone.
+        os.environ.setdefault("OPENBLAS_MAIN_FREE", "1")
+
         def make():
             try:
                 get_context()
