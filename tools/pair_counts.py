@@ -20,9 +20,9 @@ test, setup_near): what sub-lists inside today's tiles would keep (docs/PERFORMA
 ``--vectors`` counts, for CPU adapters (llvmpipe runs eight threads in the lanes of one vector; eight
 pixels a thread), the (vector, listed entry) pairs whose vector's pixels an entry touches -- by its
 bounding box grown by the reach, by its three edge lines (the vector's pixel box wholly beyond one by
-more than the reach), and exactly (a pixel within reach) -- for the kernels' layout (common.wgsl tile_pixel: a vector's
-pixels four of the tile's rows, every fourth) and for 8 x 8 blocks: what a walk that skipped the
-entries its vector does not touch would leave (llvmpipe walks every listed pair for every lane:
+more than the reach), and exactly (a pixel within reach) -- for the kernels' layout (common.wgsl
+tile_pixel: a vector's pixels four of the tile's rows, every fourth) and for 8 x 8 blocks: what a
+walk that skipped the entries its vector does not touch would leave (llvmpipe walks every listed pair for every lane:
 docs/PERFORMANCE.md, "What llvmpipe runs under a branch", and the skip tried after it).
 ``--scale 0.5`` frames the scene at half its size first (the half-size stage).
 
@@ -147,16 +147,15 @@ VECTOR_LAYOUTS = {  # vector v (threads 8v..8v+7) of a 16 x 16 tile: its pixels'
 def _beyond_an_edge(verts: np.ndarray, lo: np.ndarray, hi: np.ndarray, reach: float) -> np.ndarray:
     """(n,) whether the box lo-hi lies wholly outside one of each triangle's edge lines by more
     than ``reach`` (then none of its pixels is within reach)."""
-    corners = np.array([[lo[0], lo[1]], [hi[0], lo[1]], [lo[0], hi[1]], [hi[0], hi[1]]])
+    cx, cy = np.array([lo[0], hi[0], lo[0], hi[0]])[None], np.array([lo[1], lo[1], hi[1], hi[1]])[None]
     a0, a1, a2 = verts[:, 0], verts[:, 1], verts[:, 2]
     wind = np.sign((a1[:, 0] - a0[:, 0]) * (a2[:, 1] - a0[:, 1]) - (a1[:, 1] - a0[:, 1]) * (a2[:, 0] - a0[:, 0]))
     out = np.zeros(len(verts), bool)
     for k in range(3):
-        a, b = verts[:, k], verts[:, (k + 1) % 3]
-        e = b - a
-        inside = (e[:, None, 0] * (corners[None, :, 1] - a[:, None, 1])
-                  - e[:, None, 1] * (corners[None, :, 0] - a[:, None, 0])) * wind[:, None]
-        out |= np.all(inside / (np.linalg.norm(e, axis=1)[:, None] + 1e-12) < -reach, axis=1)
+        a, b = verts[:, k, :, None], verts[:, (k + 1) % 3, :, None]
+        cross = R.edge_terms(a[:, 0], a[:, 1], b[:, 0], b[:, 1], cx, cy)[4]  # (the reference's side of the edge)
+        inside = cross * wind[:, None] / (np.hypot(b[:, 0] - a[:, 0], b[:, 1] - a[:, 1]) + 1e-12)
+        out |= np.all(inside < -reach, axis=1)
     return out
 
 
@@ -168,9 +167,9 @@ def vector_pairs(scene: Scene, tolerance: float = 1e-5) -> dict:
     bmin, bmax = verts.min(axis=1) - reach, verts.max(axis=1) + reach
     out = {(name, test): 0 for name in VECTOR_LAYOUTS for test in ("listed", "box", "edges", "exact")}
     for i, j, _, _, listed in tile_lists(verts, reach, W, H):
+        if not len(listed):
+            continue
         for v in range(TILE * TILE // 64):
-            if not len(listed):
-                continue
             for name, pixels in VECTOR_LAYOUTS.items():
                 cols, rows = pixels(v)
                 xs, ys = np.meshgrid(i * TILE + cols + 0.5, j * TILE + rows + 0.5)
