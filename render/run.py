@@ -39,6 +39,12 @@ FIRST_STEP = 8
 EVENT_REACH = 1.5
 #: a half-size iteration's cost as a fraction of a full-size one, until both are measured
 COARSE_COST_GUESS = 0.4
+#: a time limit's plan changes when it is off by more than this share of it -- in its last
+#: PLAN_TAIL, of the iterations it has left (at least PLAN_FLOOR of it), so that it ends with the
+#: limit: a fit cut short of its plan stops with its learning rate and sigma still on the way down
+PLAN_TOLERANCE = 0.05
+PLAN_TAIL = 0.1
+PLAN_FLOOR = 0.002
 #: live changes that never collapse to the last one asked: each edit by hand applies, in order
 UNCOLLAPSED = ("edit",)
 #: what :meth:`FitRun.request` takes
@@ -160,7 +166,10 @@ class TimePlanner:
             coarse_left = max(0, f.strategy.coarse_until(plan, time_budgeted=True) - it) if coarse else 0
             plan = it + coarse_left + max(0, int((left - coarse_left * t_coarse) / t_full))
         guessed = coarse  # (the working size's cost is COARSE_COST_GUESS's until its stage is measured)
-        if abs(plan - planned) > 0.05 * planned or not f.strategy.time_budgeted or \
+        left_in_plan = planned - it
+        tolerance = PLAN_TOLERANCE * (planned if left_in_plan > PLAN_TAIL * planned else left_in_plan)
+        tolerance = max(tolerance, PLAN_FLOOR * planned)
+        if abs(plan - planned) > tolerance or not f.strategy.time_budgeted or \
                 f.strategy.plan_guessed != guessed:
             f.plan(max(plan, it + 1), time_budgeted=True, guessed=guessed)
 

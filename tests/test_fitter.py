@@ -10,7 +10,7 @@ import pytest
 
 from trifit import AdapterError, Fitter, Scene, StopConditions, fitstate, fitter as fitter_mod, placement, reference as R
 from trifit.fitloop import recorded_settings
-from trifit.run import COARSE_COST_GUESS, FitRun, TimePlanner
+from trifit.run import COARSE_COST_GUESS, PLAN_TAIL, FitRun, TimePlanner
 from trifit.strategy import SIGMA_MAX_PX, plan_schedule
 
 RENDER_CULL = 1e-5  # render/gpu/workspace.py CULL_TOLERANCE: the GPU loop culls as renders do
@@ -784,6 +784,33 @@ def test_time_plan_measures_each_stage_on_its_own(ref_engine):
         plans.add(f.settings.planned_iterations)
         assert f.coarse_until <= f.iteration
     assert len(plans) == 1
+
+
+@pytest.mark.parametrize("tail", [0.0, PLAN_TAIL])
+def test_time_plan_ends_with_the_limit(ref_engine, monkeypatch, tail):
+    # a synthetic clock whose iterations get dearer as the fit goes on (its later part over-grown,
+    # pruning, probing): the stage's average speed lags, so each plan is long. With a tolerance of
+    # 5% of the plan throughout (tail 0) the limit cuts the fit short of its plan's end, its
+    # learning rate and sigma still on the way down; with PLAN_TAIL the plan follows the clock to
+    # within 5% of what is left in its last tenth
+    monkeypatch.setattr("trifit.run.PLAN_TAIL", tail)
+    f = Fitter(_target(), triangles=3, size=40, seed=0, engine=ref_engine, respawn_every=0, growth_stages=1,
+               coarse_fraction=0, sigma_probes=0)
+    f.plan(400)
+    planner = TimePlanner(f, 0, 100.0)
+    elapsed = 0.0
+    while True:
+        cost = 0.4 + 0.006 * f.iteration
+        if elapsed + 4 * cost > 100.0:
+            break
+        f.step(4)
+        elapsed += 4 * cost
+        planner.replan(elapsed)
+    reached = f.iteration / f.settings.planned_iterations
+    if tail:
+        assert reached >= 0.985
+    else:
+        assert reached < 0.97
 
 
 def test_history_costs_few_bytes_an_iteration():
