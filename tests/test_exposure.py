@@ -80,8 +80,8 @@ def _dimming(n: int, start: int, length: int, to: float) -> np.ndarray:
     return np.clip(frames * light[:, None, None, None] + 0.5, 0, 255).astype(np.uint8)
 
 
-def _fit(frames, engine, **policy) -> list:
-    clip = ClipFit(engine=engine, policy=FramePolicy(transition_restart=0.0, **policy), **CLIP_FIT)
+def _fit(frames, engine, seed: int = CLIP_FIT["seed"], **policy) -> list:
+    clip = ClipFit(engine=engine, policy=FramePolicy(transition_restart=0.0, **policy), **{**CLIP_FIT, "seed": seed})
     try:
         return [clip.fit_frame(f) for f in frames]
     finally:
@@ -99,16 +99,19 @@ def _psnr(scene, frame, engine) -> float:
 @pytest.mark.gpu
 def test_a_clip_that_dims_is_followed_and_its_frames_before_are_unchanged(gpu_engine):
     """The light dims to 0.4 over 3 frames (the transition rule off, so no new shot starts where it
-    settles): the frames from the dimming on gain from the map (+0.35 to +1.9 dB each when this
-    test took its form); the frames before it, with no change of light, are the bytes of the fit
-    without the rule."""
+    settles): the frames from the dimming on gain from the map; the frames before it, with no
+    change of light, are the bytes of the fit without the rule. The gain is a mean over six
+    seeds: one fit's gain depends on its path (0.23-1.00 dB over seeds 0-11 on lavapipe), so a
+    bar on one seed would fail on any change of the sums' order."""
     start, length = 4, 3
     frames = _dimming(start + length + 7, start, length, 0.4)
-    on, off = _fit(frames, gpu_engine), _fit(frames, gpu_engine, exposure=0.0)
-    assert [s.to_json() for s in on[:start + 1]] == [s.to_json() for s in off[:start + 1]]
-    gain = np.mean([_psnr(a, f, gpu_engine) - _psnr(b, f, gpu_engine)
-                    for a, b, f in zip(on[start + 1:], off[start + 1:], frames[start + 1:])])
-    assert gain > 0.5, f"the dimming frames gained {gain:.2f} dB from the map"
+    gains = []
+    for seed in (CLIP_FIT["seed"], 0, 1, 2, 4, 5):
+        on, off = _fit(frames, gpu_engine, seed), _fit(frames, gpu_engine, seed, exposure=0.0)
+        assert [s.to_json() for s in on[:start + 1]] == [s.to_json() for s in off[:start + 1]]
+        gains.append(np.mean([_psnr(a, f, gpu_engine) - _psnr(b, f, gpu_engine)
+                              for a, b, f in zip(on[start + 1:], off[start + 1:], frames[start + 1:])]))
+    assert np.mean(gains) > 0.4, f"the dimming frames gained {np.round(gains, 2)} dB from the map"
 
 
 @pytest.mark.gpu

@@ -43,8 +43,8 @@ def _two_shots():
     return two_shots(SHOT, 2 * SHOT, W, H, seed=1)
 
 
-def _fit(frames, engine, policy):
-    clip = ClipFit(engine=engine, policy=policy, **CLIP_FIT)
+def _fit(frames, engine, policy, seed: int = 0):
+    clip = ClipFit(engine=engine, policy=policy, seed=seed, **CLIP_FIT)
     scenes, renewed = [], []
     for f in frames:
         before = clip.fitter.respawned if clip.fitter is not None else 0
@@ -96,10 +96,16 @@ def test_the_new_shot_renews_a_share_of_the_count_and_other_frames_are_unchanged
 
 
 @pytest.mark.gpu
-def test_the_new_shot_is_fitted_better_than_by_moving_the_last_ones(runs):
-    off, on = runs[0.0], runs[FramePolicy().cut_renew]
-    gain = np.mean(on[2][SHOT:]) - np.mean(off[2][SHOT:])
-    assert gain > 0.2, f"the new shot's frames gained {gain:.2f} dB ({on[2][SHOT:]} against {off[2][SHOT:]})"
+def test_the_new_shot_is_fitted_better_than_by_moving_the_last_ones(runs, gpu_engine):
+    # a mean over six seeds: one fit's gain depends on its path (-0.14 to +0.91 dB over seeds 0-11
+    # on lavapipe), so a bar on one seed would fail on any change of the sums' order
+    frames, rule = _two_shots(), FramePolicy().cut_renew
+    gains = []
+    for seed in range(6):
+        off, on = (runs[0.0], runs[rule]) if seed == 0 else \
+            (_fit(frames, gpu_engine, FramePolicy(cut_renew=0.0), seed), _fit(frames, gpu_engine, FramePolicy(), seed))
+        gains.append(np.mean(on[2][SHOT:]) - np.mean(off[2][SHOT:]))
+    assert np.mean(gains) > 0.2, f"the new shot's frames gained {np.round(gains, 2)} dB"
 
 
 # ---------------------------------------------------------------------- a new shot's own fit
