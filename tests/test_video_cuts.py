@@ -97,15 +97,16 @@ def test_the_new_shot_renews_a_share_of_the_count_and_other_frames_are_unchanged
 
 @pytest.mark.gpu
 def test_the_new_shot_is_fitted_better_than_by_moving_the_last_ones(runs, gpu_engine):
-    # a mean over six seeds: one fit's gain depends on its path (-0.14 to +0.91 dB over seeds 0-11
-    # on lavapipe), so a bar on one seed would fail on any change of the sums' order
+    # a mean over eight seeds: one fit's gain depends on its path (on lavapipe over seeds 0-35 a
+    # mean of 0.46 dB, standard deviation 0.29, -0.14 to +1.22), so a bar on one seed would fail on
+    # any change of the sums' order; 0.1 is three standard errors under that mean
     frames, rule = _two_shots(), FramePolicy().cut_renew
     gains = []
-    for seed in range(6):
+    for seed in range(8):
         off, on = (runs[0.0], runs[rule]) if seed == 0 else \
             (_fit(frames, gpu_engine, FramePolicy(cut_renew=0.0), seed), _fit(frames, gpu_engine, FramePolicy(), seed))
         gains.append(np.mean(on[2][SHOT:]) - np.mean(off[2][SHOT:]))
-    assert np.mean(gains) > 0.2, f"the new shot's frames gained {np.round(gains, 2)} dB"
+    assert np.mean(gains) > 0.1, f"the new shot's frames gained {np.round(gains, 2)} dB"
 
 
 # ---------------------------------------------------------------------- a new shot's own fit
