@@ -149,7 +149,7 @@ fn composite_below(w: Walk, m: u32, start: u32, p: Points, sg: SgIn) -> BelowPix
 // place among the thread's pixels, whose colour and dL/dC the forward left in this thread where
 // HANDED_OFF (common.wgsl handed_c, handed_g).
 fn start_back_pixel(tile: vec2u, pi: u32, b: u32, slot: u32, seg: u32, k: u32) -> BackPixel {
-    let pix = tile_pixel(tile, pi);
+    let pix = walk_pixel(tile, pi, THREADS, PPT);
     var s: BackPixel;
     s.p = vec2f(pix) + vec2f(0.5);
     s.cur = vec3f(0.0);
@@ -273,6 +273,7 @@ fn backward_tile(wid: vec3u, li: u32, sg: SgIn) {
     let place = park_place(sg);  // (lane-constant: once, not once an entry)
     stage_begin();
     var s0 = start_back_pixel(wid.xy, li, b, slot, seg, 0u);
+    let blk = walk_block(wid.xy, li, PPT);
     var s1: BackPixel;
     var s2: BackPixel;
     var s3: BackPixel;
@@ -316,7 +317,18 @@ fn backward_tile(wid: vec3u, li: u32, sg: SgIn) {
             loop {  // until the batch is walked; with DEFER_RECOMPOSE once more a re-composite
                 loop {  // the batch's entries, top-down
                     if (k == lo) { break; }
-                    let t = stage_get(k - 1u, -w.reach);
+                    var t = stage_get(k - 1u, -w.reach);
+                    if (VECTOR_SKIP && VECTOR_VOTES && !held) {  // entries none of this vector's pixels reaches: zero sums
+                        loop {
+                            if (vector_any(block_touches(t, blk[0], blk[1], -w.reach))) { break; }
+                            stash10(Grad10(vec4f(0.0), vec4f(0.0), vec2f(0.0)), li, sg, j, false, place);
+                            j += 1u;
+                            k -= 1u;
+                            if (k == lo) { break; }
+                            t = stage_get(k - 1u, -w.reach);
+                        }
+                        if (k == lo) { break; }
+                    }
                     var h0 = entry_hit(s0, t, w);
                     var h1 = Hit();  // explicit: naga does not re-zero a loop-body var each iteration
                     var h2 = Hit();

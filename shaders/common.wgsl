@@ -256,6 +256,45 @@ fn touches_tile(t: TriPx, lo: vec2f, hi: vec2f, reach: f32) -> bool {
     return signed_distance(c, t) >= -(reach + length(0.5 * (hi - lo)));
 }
 
+// Pixel `pi` of a walk's tile: tile_pixel's where a thread walks one pixel (GPUs); where it walks
+// `ppt` (CPU adapters: pixel pi of thread pi % threads), each eight threads in turn take a block of
+// 8 x ppt pixels, a column each, so that a vector of eight lanes (llvmpipe's) covers a compact
+// block and can skip the entries none of its pixels reaches (block_touches).
+fn walk_pixel(tile: vec2u, pi: u32, threads: u32, ppt: u32) -> vec2u {
+    if (ppt == 1u) { return tile_pixel(tile, pi); }
+    let li = pi % threads;
+    let v = li / 8u;
+    return vec2u(tile.x * TILE + (v % 2u) * 8u + li % 8u, tile.y * TILE + (v / 2u) * ppt + pi / threads);
+}
+
+// The pixel centres' box (lo, hi) of thread li's block (walk_pixel, ppt > 1).
+fn walk_block(tile: vec2u, li: u32, ppt: u32) -> array<vec2f, 2> {
+    let v = li / 8u;
+    let lo = vec2f(vec2u(tile.x * TILE + (v % 2u) * 8u, tile.y * TILE + (v / 2u) * ppt)) + vec2f(0.5);
+    return array<vec2f, 2>(lo, lo + vec2f(7.0, f32(ppt - 1u)));
+}
+
+// Can any pixel centre in the box lo-hi be within `reach` of the set-up triangle (set up with
+// that reach)? False only where none can: the box is wholly outside the grown bounding box, or
+// wholly beyond one edge line by more than the reach (with a margin over the walks' rounding), so
+// every pixel of it is culled and an entry it skips changes nothing, to the bit.
+fn block_touches(s: TriSetup, lo: vec2f, hi: vec2f, reach: f32) -> bool {
+    if (any(hi < s.lo) || any(lo > s.hi)) { return false; }
+    let c = 0.5 * (lo + hi);
+    let h = 0.5 * (hi - lo);
+    let r = reach * 1.001 + 0.01;
+    let r2 = r * r;
+    let a1 = s.p0 + s.e0;
+    let a2 = a1 + s.e1;
+    let v0 = s.orient * cross2(s.e0, c - s.p0) + abs(s.e0.y) * h.x + abs(s.e0.x) * h.y;
+    let v1 = s.orient * cross2(s.e1, c - a1) + abs(s.e1.y) * h.x + abs(s.e1.x) * h.y;
+    let v2 = s.orient * cross2(s.e2, c - a2) + abs(s.e2.y) * h.x + abs(s.e2.x) * h.y;
+    if (v0 < 0.0 && v0 * v0 * s.inv_ee.x > r2) { return false; }
+    if (v1 < 0.0 && v1 * v1 * s.inv_ee.y > r2) { return false; }
+    if (v2 < 0.0 && v2 * v2 * s.inv_ee.z > r2) { return false; }
+    return true;
+}
+
 // Pixel handled by thread `li` of the tile `tile`: the tile in 8 x 4 blocks of 32 consecutive
 // threads (two blocks across, row-major inside), so a subgroup of 32 covers a compact block rather
 // than two full rows: a triangle's edge reaches fewer subgroups, and a subgroup none of whose

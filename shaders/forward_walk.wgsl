@@ -46,7 +46,7 @@ struct Pixel {
 
 fn start_pixel(tile: vec2u, pi: u32, slot: u32) -> Pixel {
     var s: Pixel;
-    s.pix = tile_pixel(tile, pi);
+    s.pix = walk_pixel(tile, pi, THREADS, PPT);
     s.p = vec2f(s.pix) + vec2f(0.5);
     s.acc = vec3f(0.0);
     s.trans = 1.0;
@@ -184,6 +184,7 @@ fn walk_tile(wid: vec3u, li: u32, count: u32) {
     stage_begin();
 
     var s0 = start_pixel(wid.xy, li, slot);
+    let blk = walk_block(wid.xy, li, PPT);
     var s1: Pixel;
     var s2: Pixel;
     var s3: Pixel;
@@ -242,7 +243,16 @@ fn walk_tile(wid: vec3u, li: u32, count: u32) {
             }
             let stop = run_end(start, k, count, record);
             for (; k > stop; k--) {
-                let t = stage_get(k - 1u, reach);
+                var t = stage_get(k - 1u, reach);
+                if (VECTOR_SKIP && VECTOR_VOTES) {  // entries none of this vector's pixels reaches, in a loop of their own
+                    loop {
+                        if (vector_any(block_touches(t, blk[0], blk[1], reach))) { break; }
+                        k -= 1u;
+                        if (k <= stop) { break; }
+                        t = stage_get(k - 1u, reach);
+                    }
+                    if (k <= stop) { break; }
+                }
                 composite_entry(&s0, t, inv_sig, reach);
                 var all_hidden = s0.done;
                 if (PPT > 1u) {

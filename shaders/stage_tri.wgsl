@@ -21,3 +21,7 @@ fn stage_get(q: u32, reach: f32) -> TriSetup {
 fn stage_break(thread_done: bool) -> bool {
     return thread_done;
 }
+
+// (no vote over a subgroup here: the walks skip no entries, VECTOR_SKIP)
+const VECTOR_VOTES: bool = false;
+fn vector_any(x: bool) -> bool { return x; }

@@ -36,3 +36,8 @@ fn stage_get(q: u32, reach: f32) -> TriSetup {
 fn stage_break(thread_done: bool) -> bool {
     return subgroupAll(thread_done);
 }
+
+// The walks' vote for skipping an entry none of a vector's pixels reaches (VECTOR_SKIP: whether any
+// lane of the subgroup needs it), where the subgroup is a vector of at least eight lanes.
+const VECTOR_VOTES: bool = true;
+fn vector_any(x: bool) -> bool { return subgroupAny(x); }

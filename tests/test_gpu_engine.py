@@ -339,9 +339,9 @@ def test_scene_records_take_a_uniform_binding_where_they_fit():
 
 
 @pytest.mark.parametrize("layout", ["scene_uniform", "serial_lanes", "hands_off", "fuses_loss_pass",
-                                    "defers_recompose"])
+                                    "defers_recompose", "skips_by_vector"])
 def test_cpu_adapters_layouts_give_the_gpu_layouts_bits(monkeypatch, gpu_ctx, layout):
-    """Five ways of arranging the same arithmetic that several pixels a thread (CPU adapters)
+    """Six ways of arranging the same arithmetic that several pixels a thread (CPU adapters)
     take: the scene records read from a uniform binding where the batch's fit one
     (Shape.scene_uniform) where GPUs read them from storage; the gradient reduction's lanes run in
     turn in one thread (reduce_param.wgsl SERIAL_LANES) where GPUs run them as threads; the
@@ -349,7 +349,9 @@ def test_cpu_adapters_layouts_give_the_gpu_layouts_bits(monkeypatch, gpu_ctx, la
     thread (HANDED_OFF) where GPUs go through memory; a loss pass outside a fit walks the
     forward and the backward in that one kernel (Shape.fuses_loss_pass) where GPUs dispatch them
     apart; and the backward re-composites beneath nearly opaque entries outside its loop over
-    entries (backward_walk.wgsl DEFER_RECOMPOSE) where GPUs do it inside. The same floats and
+    entries (backward_walk.wgsl DEFER_RECOMPOSE) where GPUs do it inside; and the walks skip, a
+    subgroup at a time, the entries none of its pixels can reach (VECTOR_SKIP) where GPUs' subgroups
+    branch around them. The same floats and
     additions in the same order, so on a CPU adapter the same bits -- a render, a batch of
     renders, a loss and gradient (reduce.wgsl), removal costs, both on a stack of nearly opaque
     triangles too, and a fit loop (adam.wgsl, forward_backward.wgsl). A GPU's compiler may round

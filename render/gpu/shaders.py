@@ -58,6 +58,17 @@ def defers_recompose(ppt: int) -> bool:
     return ppt > 1
 
 
+def skips_by_vector(ppt: int) -> bool:
+    """Whether the walks skip, a subgroup at a time, the list entries none of its pixels can reach
+    (VECTOR_SKIP: common.wgsl walk_pixel gives each eight threads a block of 8 x ppt pixels, and
+    block_touches rules an entry out by its grown bounding box and its edge lines): where the
+    kernels walk several pixels a thread (CPU adapters), since llvmpipe runs every listed pair for
+    every lane, and only in a loop of its own, since it branches only at a loop's back edge
+    (docs/PERFORMANCE.md, "What llvmpipe runs under a branch"). A skipped entry would have been
+    culled at every pixel, so the same bits either way. GPUs skip them by their subgroups' branches."""
+    return ppt > 1
+
+
 def serial_lanes(ppt: int) -> bool:
     """Whether the gradient reduction runs a parameter's lanes in turn in one thread (reduce_param.wgsl
     SERIAL_LANES): where the kernels walk several pixels a thread (CPU adapters). GPUs run them as
@@ -202,6 +213,8 @@ def constants(name: str, kb: int = 1, subgroup_size: int = 0, ppt: int = 1) -> s
     if "forward_walk.wgsl" in PIECES.get(name, ()) or "backward_walk.wgsl" in PIECES.get(name, ()):
         lines.append(f"const HANDED_OFF: bool = {str(hands_off(name, ppt)).lower()};  "
                      "// the backward starts from the forward's pixels in this thread (common.wgsl)")
+        lines.append(f"const VECTOR_SKIP: bool = {str(skips_by_vector(ppt)).lower()};  "
+                     "// entries a subgroup's pixels cannot reach are skipped (render/gpu/shaders.py)")
     if "forward_walk.wgsl" in PIECES.get(name, ()):
         lines.append(f"const STAGE: u32 = {staging(ppt).forward}u;  // triangles staged a round (render/gpu/shaders.py)")
     if "backward_walk.wgsl" in PIECES.get(name, ()):
