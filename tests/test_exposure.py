@@ -101,8 +101,10 @@ def test_a_clip_that_dims_is_followed_and_its_frames_before_are_unchanged(gpu_en
     """The light dims to 0.4 over 3 frames (the transition rule off, so no new shot starts where it
     settles): the frames from the dimming on gain from the map; the frames before it, with no
     change of light, are the bytes of the fit without the rule. The gain is a mean over six
-    seeds: one fit's gain depends on its path (on lavapipe over seeds 0-11 a mean of 0.68 dB,
-    0.23-1.00), so a bar on one seed would fail on any change of the sums' order."""
+    seeds: one fit's gain depends on its path (on lavapipe over seeds 0-11 a mean of 0.70 dB,
+    standard deviation 0.28, 0.17-1.06: docs/bench/lavapipe-video-test-gains.txt), so a bar on one
+    seed would fail on any change of the sums' order; 0.4 is 2.7 standard errors of a six-seed
+    mean under that mean."""
     start, length = 4, 3
     frames = _dimming(start + length + 7, start, length, 0.4)
     gains = []
