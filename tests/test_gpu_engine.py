@@ -363,8 +363,11 @@ def test_cpu_adapters_layouts_give_the_gpu_layouts_bits(monkeypatch, gpu_ctx, la
         assert workspace.Shape(1, 70, 50, 150, False, 8).fuses_loss_pass
         assert not workspace.Shape(1, 70, 50, 150, True, 1).fuses_loss_pass
     elif layout != "scene_uniform":
-        assert getattr(shaders, layout)(*(("forward_backward.wgsl",) if layout == "hands_off" else ()), 8)
-        assert not getattr(shaders, layout)(*(("forward_backward.wgsl",) if layout == "hands_off" else ()), 1)
+        named = ("forward_backward.wgsl",) if layout in ("hands_off", "skips_by_vector") else ()
+        assert getattr(shaders, layout)(*named, 8)
+        assert not getattr(shaders, layout)(*named, 1)
+        if layout == "skips_by_vector":  # (render-only walks keep every entry)
+            assert not shaders.skips_by_vector("forward.wgsl", 8) and shaders.skips_by_vector("backward.wgsl", 8)
     W, H = 70, 50
     scenes = [_scene(150, W, H, seed=7 + b, sigma_px=0.6 * (1 + b)) for b in range(3)]
     target = np.random.default_rng(5).uniform(0, 1, (H, W, 3)).astype(np.float32)
