@@ -263,14 +263,19 @@ fn touches_tile(t: TriPx, lo: vec2f, hi: vec2f, reach: f32) -> bool {
 fn walk_pixel(tile: vec2u, pi: u32, threads: u32, ppt: u32) -> vec2u {
     if (ppt == 1u) { return tile_pixel(tile, pi); }
     let li = pi % threads;
+    return block_origin(tile, li, ppt) + vec2u(li % 8u, pi / threads);
+}
+
+// The first pixel of thread li's block of 8 x ppt (walk_pixel, ppt > 1): the eight threads of
+// vector li / 8 take the block, two blocks across the tile.
+fn block_origin(tile: vec2u, li: u32, ppt: u32) -> vec2u {
     let v = li / 8u;
-    return vec2u(tile.x * TILE + (v % 2u) * 8u + li % 8u, tile.y * TILE + (v / 2u) * ppt + pi / threads);
+    return vec2u(tile.x * TILE + (v % 2u) * 8u, tile.y * TILE + (v / 2u) * ppt);
 }
 
 // The pixel centres' box (lo, hi) of thread li's block (walk_pixel, ppt > 1).
 fn walk_block(tile: vec2u, li: u32, ppt: u32) -> array<vec2f, 2> {
-    let v = li / 8u;
-    let lo = vec2f(vec2u(tile.x * TILE + (v % 2u) * 8u, tile.y * TILE + (v / 2u) * ppt)) + vec2f(0.5);
+    let lo = vec2f(block_origin(tile, li, ppt)) + vec2f(0.5);
     return array<vec2f, 2>(lo, lo + vec2f(7.0, f32(ppt - 1u)));
 }
 

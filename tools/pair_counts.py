@@ -20,10 +20,11 @@ test, setup_near): what sub-lists inside today's tiles would keep (docs/PERFORMA
 ``--vectors`` counts, for CPU adapters (llvmpipe runs eight threads in the lanes of one vector; eight
 pixels a thread), the (vector, listed entry) pairs whose vector's pixels an entry touches -- by its
 bounding box grown by the reach, by its three edge lines (the vector's pixel box wholly beyond one by
-more than the reach), and exactly (a pixel within reach) -- for the kernels' layout (common.wgsl
-tile_pixel: a vector's pixels four of the tile's rows, every fourth) and for 8 x 8 blocks: what a
-walk that skipped the entries its vector does not touch would leave (llvmpipe walks every listed pair for every lane:
-docs/PERFORMANCE.md, "What llvmpipe runs under a branch", and the skip tried after it).
+more than the reach), and exactly (a pixel within reach) -- for the GPUs' layout (common.wgsl
+tile_pixel: a vector's pixels four of the tile's rows, every fourth) and for the CPU adapters' 8 x 8
+blocks (common.wgsl walk_pixel): what a walk that skips the entries its vector does not touch leaves
+(llvmpipe walks every listed pair for every lane: docs/PERFORMANCE.md, "What llvmpipe runs under a
+branch", "A subgroup's skip of the entries its pixels cannot reach").
 ``--scale 0.5`` frames the scene at half its size first (the half-size stage).
 
 ``--lists`` prints only the tiles' list lengths against the segmented backward's segments
@@ -138,8 +139,8 @@ VECTOR_LAYOUTS = {  # vector v (threads 8v..8v+7) of a 16 x 16 tile: its pixels'
     # common.wgsl tile_pixel at pixel li + 32 k of thread li = 8 v + lane (x = 8 (k % 2) + lane,
     # y = 4 (k // 2) + v): the tile's 16 columns, every fourth row -- the GPUs' layout
     "tile_pixel (16 columns, every fourth row)": lambda v: (np.arange(TILE), np.arange(v, TILE, 4)),
-    # a block of 8 x 8 for each eight threads (eight pixels a thread): the layout of a CPU-adapter
-    # skip tried and taken back (docs/PERFORMANCE.md)
+    # a block of 8 x 8 for each eight threads (eight pixels a thread): common.wgsl walk_pixel, the
+    # CPU adapters' layout, whose gradient kernels skip what a block does not touch (VECTOR_SKIP)
     "8 x 8 blocks": lambda v: (8 * (v % 2) + np.arange(8), 8 * (v // 2) + np.arange(8)),
 }
 
