@@ -123,6 +123,9 @@ class FitSettings:
     overgrow_cycles: int = 150    # ... in cycles (each after the first grows back, then prunes): as many as fit,
                                   # so a longer plan revises its scene more often, up to this many (0: no cap);
                                   # past it, revising more often is worth less than training each cycle longer
+    prune_last_steps: int = 4     # ... and the last cycle, whose pruning leaves the scene the fit ends with, drops
+                                  # in this many steps where the others drop in one, the removal costs ranked again
+                                  # after each (1: as the others; docs/QUALITY.md, "The last cycle's pruning")
     prune_hold: float = 0.0       # ... each cycle holding its peak for this fraction of it before the pruning steps,
     prune_cycle_min: int = 100    # ... each at least this many iterations long
     prune_newcomers: float = 2.0  # ... and in each cycle after the first, the triangles it grew back (which had part
@@ -175,7 +178,7 @@ def recorded_settings(d: dict) -> dict:
               "growth_waits": False, "continuous_plans": False, "prune_until": 0.85, "prune_newcomers": 1.0,
               "replicas": 1, "prune_in_coarse": False, "small_triangle_px": 0.0,
               "recompute_below": LEGACY_RECOMPUTE_BELOW, "sigma_floor_px": 0.0,
-              "sigma_ceiling_px": 0.0}
+              "sigma_ceiling_px": 0.0, "prune_last_steps": 1}
     return {**{k: v for k, v in legacy.items() if k not in d}, **d}
 
 
@@ -191,7 +194,8 @@ _SETTING_RANGES = {"triangles": (1, MAX_TRIANGLES_FIT), "size": (1, MAX_WORKING_
                    "beta1": (0.0, 0.999999), "beta2": (0.0, 0.999999), "overgrow": (1.0, None),
                    "cull_tolerance": (1e-30, 1.0), "stop_transmittance": (1e-38, 1.0), "insert_radius": (1e-6, None),
                    "recompute_below": (1e-6, 1.0),
-                   "prune_cycle_min": (1, None), "prune_stages": (1, None), "prune_newcomers": (1e-6, 1e6),
+                   "prune_cycle_min": (1, None), "prune_stages": (1, None), "prune_last_steps": (1, None),
+                   "prune_newcomers": (1e-6, 1e6),
                    "replicas": (0, MAX_REPLICAS),
                    **{k: (0.0, 1.0) for k in ("lr_final", "sigma_fraction", "coarse_fraction", "coarse_max_fraction",
                                                "respawn_alpha", "respawn_until", "growth_until", "init_alpha",

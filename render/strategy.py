@@ -321,10 +321,13 @@ class DefaultStrategy(FixedStrategy):
     def count_plan(self) -> list[tuple[int, int]]:
         """The wanted count as steps: [(first iteration, count)], increasing iterations. Growth
         stages up to the peak, then (over-grown) each pruning cycle: back up to its first step,
-        down in prune_stages steps after holding for prune_hold of it, to the count asked for."""
+        down in prune_stages steps after holding for prune_hold of it, to the count asked for; the
+        last cycle takes each drop after its first step in prune_last_steps equal steps, spread
+        over the iterations up to where that drop falls in the other cycles."""
         s = self.settings
         key = (s.planned_iterations, self.plan_origin, self.cycles_held, s.triangles, s.overgrow, s.growth_stages,
-               s.growth_until, s.prune_until, s.prune_stages, s.prune_hold, s.overgrow_cycles, s.prune_cycle_min)
+               s.growth_until, s.prune_until, s.prune_stages, s.prune_last_steps, s.prune_hold, s.overgrow_cycles,
+               s.prune_cycle_min)
         if key == self._plan_key:
             return self._counts
         peak, stages = self.peak(), max(1, s.growth_stages)
@@ -341,9 +344,17 @@ class DefaultStrategy(FixedStrategy):
             for j in range(cycles):
                 c0 = start + j * length
                 steps.append((math.ceil(c0 - 1e-6), peak))
+                split = s.prune_last_steps if j == cycles - 1 else 1
+                before = (c0 + hold, peak)
                 for i in range(s.prune_stages):
                     drop = math.ceil((peak - s.triangles) * (i + 1) / s.prune_stages)
-                    steps.append((math.ceil(c0 + hold + i * stage - 1e-6), max(s.triangles, peak - drop)))
+                    at, count = c0 + hold + i * stage, max(s.triangles, peak - drop)
+                    parts = split if i > 0 else 1  # (the last cycle's drops after its first, each in steps)
+                    for m in range(1, parts):
+                        steps.append((math.ceil(before[0] + (at - before[0]) * m / parts - 1e-6),
+                                      before[1] - math.ceil((before[1] - count) * m / parts - 1e-9)))
+                    steps.append((math.ceil(at - 1e-6), count))
+                    before = (at, count)
             steps.append((math.ceil(start + cycles * length - 1e-6), s.triangles))
         merged: dict[int, int] = {}
         for at, count in steps:  # a later step at the same iteration replaces an earlier one

@@ -314,13 +314,13 @@ def test_long_plans_prune_in_cycles_that_grow_back(ref_engine):
     f = Fitter(_target(24, 18), triangles=8, size=24, seed=0, engine=ref_engine, growth_stages=1,
                growth_until=0.2, prune_until=0.8, overgrow=1.5, prune_stages=2, overgrow_cycles=3,
                prune_cycle_min=6, respawn_every=0, coarse_fraction=0)
-    f.plan(30)  # 18 pruning iterations from 6: three cycles of 6 (12 -> 10 -> 8, back to 10 -> 8, ...)
-    counts = []
+    f.plan(30)  # 18 pruning iterations from 6: three cycles of 6 (12 -> 10 -> 8, back to 10 -> 8, ...), the
+    counts = []  # last one's drop to 8 in steps (prune_last_steps)
     for _ in range(30):
         f.step(1)
         counts.append(f.n_triangles)
     assert counts[:5] == [12] * 5
-    assert counts[5:24] == [10] * 3 + [8] * 3 + [10] * 3 + [8] * 3 + [10] * 3 + [8] * 3 + [8], counts
+    assert counts[5:24] == [10] * 3 + [8] * 3 + [10] * 3 + [8] * 3 + [10, 9, 9] + [8] * 3 + [8], counts
     assert counts[-1] == 8 and f.scene.n_triangles == 8
     f.plan(24)  # once pruning has begun, a new plan stretches the cycles it has
     assert f.strategy.prune_cycles() == 3
@@ -330,11 +330,12 @@ def test_long_plans_prune_in_cycles_that_grow_back(ref_engine):
 
 
 def _cycling_fitter(engine, **settings):
-    """8 triangles over-grown to 12, pruned in three cycles of 6 iterations from iteration 6 of 30
-    (one replica, where a GPU's default would run two)."""
+    """8 triangles over-grown to 12, pruned in three cycles of 6 iterations from iteration 6 of 30,
+    the last as the others (one replica, where a GPU's default would run two)."""
     f = Fitter(_target(24, 18), triangles=8, size=24, seed=0, engine=engine, growth_stages=1,
                growth_until=0.2, prune_until=0.8, overgrow=1.5, prune_stages=2, overgrow_cycles=3,
-               prune_cycle_min=6, **{"respawn_every": 0, "coarse_fraction": 0, "replicas": 1, **settings})
+               prune_cycle_min=6, **{"respawn_every": 0, "coarse_fraction": 0, "replicas": 1, "prune_last_steps": 1,
+                                     **settings})
     f.plan(30)
     return f
 

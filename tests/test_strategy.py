@@ -20,7 +20,8 @@ def _target(W=24, H=18, seed=0):
 
 def _wanted_by_formula(s, peak, it, pruning=False):
     """The count plan written out directly, one iteration at a time (growth stages up to the
-    peak, then pruning cycles of prune_stages steps after a hold)."""
+    peak, then pruning cycles of prune_stages steps after a hold, the last cycle's drops after its
+    first step each in prune_last_steps steps)."""
     plan, stages = s.planned_iterations, max(1, s.growth_stages)
     fit = int((s.prune_until - s.growth_until) * plan // max(1, s.prune_cycle_min))
     n = max(1, min(s.overgrow_cycles, fit) if s.overgrow_cycles > 0 else fit)
@@ -33,8 +34,19 @@ def _wanted_by_formula(s, peak, it, pruning=False):
             return s.triangles
         hold = s.prune_hold * cycle
         uc = u - j * cycle
-        k = 0 if uc < hold - 1e-6 else min(s.prune_stages, int((uc - hold + 1e-6) * s.prune_stages / max(cycle - hold, 1e-9)) + 1)
-        return max(s.triangles, peak - math.ceil((peak - s.triangles) * k / s.prune_stages))
+        sl = max(cycle - hold, 1e-9) / s.prune_stages
+        k = 0 if uc < hold - 1e-6 else min(s.prune_stages, int((uc - hold + 1e-6) / sl) + 1)
+
+        def after(i):  # the count after the cycle's step i (0-based)
+            return max(s.triangles, peak - math.ceil((peak - s.triangles) * (i + 1) / s.prune_stages))
+
+        if k == 0:
+            return peak
+        if j == n - 1 and k < s.prune_stages and s.prune_last_steps > 1:  # within the last cycle's drop to step k
+            parts = s.prune_last_steps
+            m = min(parts - 1, int((uc - hold - (k - 1) * sl + 1e-6) * parts / sl))
+            return after(k - 1) - math.ceil((after(k - 1) - after(k)) * m / parts - 1e-9)
+        return after(k - 1)
     if stages == 1:
         return peak
     stage_len = max(1.0, s.growth_until * plan / stages)
@@ -67,6 +79,8 @@ def test_pruning_cycles_scale_with_the_plan(ref_engine):
     {"overgrow_cycles": 1, "prune_until": 0.75},               # one cycle
     {"prune_hold": 0.5},                                       # each cycle holds its peak first
     {"overgrow_cycles": 3, "prune_stages": 8, "prune_hold": 0.3},
+    {"prune_last_steps": 1},                                   # the last cycle prunes as the others
+    {"overgrow_cycles": 2, "prune_stages": 3, "prune_last_steps": 5, "prune_hold": 0.2},
 ])
 def test_the_count_plan_and_its_events(ref_engine, settings):
     f = Fitter(_target(), triangles=150, size=24, seed=0, engine=ref_engine, respawn_every=0,
@@ -84,6 +98,26 @@ def test_the_count_plan_and_its_events(ref_engine, settings):
             events.add(it)
         changes = {i for i in range(1, plan + 2) if wanted[i] != wanted[i - 1]}
         assert changes <= events, sorted(changes - events)[:5]
+
+
+def test_the_last_cycle_prunes_in_steps(ref_engine):
+    # the last cycle's pruning leaves the scene the fit ends with: it drops from its first step's
+    # count in prune_last_steps steps (4), ending where the other cycles' drop falls; the earlier
+    # cycles and every other step are as with one step (a record from before replays so)
+    counts = {}
+    for steps in (4, 1):
+        f = Fitter(_target(), triangles=150, size=24, seed=0, engine=ref_engine, prune_last_steps=steps)
+        f.plan(1400)
+        counts[steps] = f.strategy.count_plan()
+        start, length, n = f.strategy.cycles()
+        f.close()
+    assert f.settings.prune_stages == 2 and n == 5  # cycles of 112 iterations: 150 -> 206 -> 150 in each
+    last = math.ceil(start + (n - 1) * length - 1e-6)
+    assert [c for c in counts[1] if c[0] < last] == [c for c in counts[4] if c[0] < last]
+    assert [c for c in counts[1] if c[0] >= last] == [(1148, 206), (1204, 150), (1260, 150)]
+    assert [c for c in counts[4] if c[0] >= last] == [(1148, 206), (1162, 192), (1176, 178), (1190, 164),
+                                                      (1204, 150), (1260, 150)]
+    assert recorded_settings({})["prune_last_steps"] == 1  # a record from before: one step
 
 
 def test_the_fixed_strategy_keeps_its_count_and_has_no_events(ref_engine):
@@ -233,7 +267,7 @@ def test_a_shorter_plan_prunes_at_the_next_iteration(ref_engine):
     # has, the next iteration is an event (not the new plan's next step). (A plan that keeps its
     # progress never wants that; records from before continuous_plans re-stretched from 0.)
     f = Fitter(_target(), triangles=8, size=24, seed=0, engine=ref_engine, growth_stages=1, growth_until=0.2,
-               prune_until=0.8, overgrow=1.5, prune_stages=2, overgrow_cycles=1, respawn_every=0,
+               prune_until=0.8, overgrow=1.5, prune_stages=2, prune_last_steps=1, overgrow_cycles=1, respawn_every=0,
                coarse_fraction=0, sigma_probes=0, continuous_plans=False)
     f.plan(100)                                  # 12 until 20, then 10, then 8 from 50
     f.step(15)
@@ -331,7 +365,7 @@ def test_pruning_weighs_the_newcomers_removal_costs(ref_engine, weight):
     # ranks all alike
     # (small_triangle_px 0: a fit whose later cycles the weight reorders)
     f = _cycling(ref_engine, prune_newcomers=weight, small_triangle_px=0.0)
-    f.plan(100, time_budgeted=True)              # 12 at 30, 9 at 35, 6 at 40; each later cycle 9 then 6
+    f.plan(100, time_budgeted=True)              # 12 at 30, 9 at 35, 6 at 40; each later cycle 9 then 6 (the last 9, 8, 7, 6)
     st, keep, seen = f.strategy, f.keep, {"steps": 0, "differs": 0, "newcomers": 0, "regrowths": 0}
     add = f.add
 
@@ -360,7 +394,7 @@ def test_pruning_weighs_the_newcomers_removal_costs(ref_engine, weight):
 
     f.add, f.keep = add_spy, keep_spy
     f.step(90)
-    assert seen["steps"] == 6 and seen["regrowths"] == 4 and seen["newcomers"] > 0
+    assert seen["steps"] == 8 and seen["regrowths"] == 4 and seen["newcomers"] > 0
     assert (seen["differs"] > 0) == (weight != 1.0)  # (1: the plain ranking, to the byte)
     # records from before the setting ranked newcomers as the rest
     assert recorded_settings({"triangles": 6})["prune_newcomers"] == 1.0

@@ -120,6 +120,7 @@ VARIANTS = {
     "cycles of 150": {"prune_cycle_min": 150},
     "peak hold 0.5": {"prune_stages": 1, "prune_hold": 0.5},
     "prune stages 3": {"prune_stages": 3},
+    "prune last 1": {"prune_last_steps": 1},  # the last cycle drops in one step, as the others (before 4)
     "cull 1e-5": {"cull_tolerance": 1e-5},  # the iterations culled at the renders' budget (the default before 1e-3)
     "cull 3e-3": {"cull_tolerance": 3e-3},
     "cull 1e-2": {"cull_tolerance": 1e-2},
@@ -343,7 +344,7 @@ def budgeted(a):
                           f" -> {psnrs[-1]:.2f}", flush=True)
             print(f"{name:24s} {Path(image).name:14s} seeds {a.seeds}: PSNR mean {np.mean(psnrs):.2f} "
                   f"({min(psnrs):.2f}-{max(psnrs):.2f}) sigma {np.mean(sigmas):.2f} px "
-                  f"[{' '.join(f'{p:.2f}' for p in psnrs)}]", flush=True)
+                  f"[{' '.join(f'{p:.4f}' for p in psnrs)}]", flush=True)
             if marks:  # does a seed's rank on the way predict its rank at the end?
                 ranks = np.argsort(np.argsort(np.array(on_way), axis=0), axis=0)
                 final = np.argsort(np.argsort(psnrs))
