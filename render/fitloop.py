@@ -125,7 +125,7 @@ class FitSettings:
                                   # past it, revising more often is worth less than training each cycle longer
     prune_last_steps: int = 4     # ... and the last cycle, whose pruning leaves the scene the fit ends with, drops
                                   # in this many steps where the others drop in one, the removal costs ranked again
-                                  # after each (1: as the others; docs/QUALITY.md, "The last cycle's pruning")
+                                  # after each (1: as the others; docs/QUALITY.md, "The last cycle's pruning in steps")
     prune_hold: float = 0.0       # ... each cycle holding its peak for this fraction of it before the pruning steps,
     prune_cycle_min: int = 100    # ... each at least this many iterations long
     prune_newcomers: float = 2.0  # ... and in each cycle after the first, the triangles it grew back (which had part

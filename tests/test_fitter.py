@@ -314,8 +314,10 @@ def test_long_plans_prune_in_cycles_that_grow_back(ref_engine):
     f = Fitter(_target(24, 18), triangles=8, size=24, seed=0, engine=ref_engine, growth_stages=1,
                growth_until=0.2, prune_until=0.8, overgrow=1.5, prune_stages=2, overgrow_cycles=3,
                prune_cycle_min=6, respawn_every=0, coarse_fraction=0)
-    f.plan(30)  # 18 pruning iterations from 6: three cycles of 6 (12 -> 10 -> 8, back to 10 -> 8, ...), the
-    counts = []  # last one's drop to 8 in steps (prune_last_steps)
+    # 18 pruning iterations from 6: three cycles of 6 (12 -> 10 -> 8, back to 10 -> 8, ...), the last
+    # one's drop to 8 in steps (prune_last_steps)
+    f.plan(30)
+    counts = []
     for _ in range(30):
         f.step(1)
         counts.append(f.n_triangles)
