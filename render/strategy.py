@@ -344,12 +344,12 @@ class DefaultStrategy(FixedStrategy):
             for j in range(cycles):
                 c0 = start + j * length
                 steps.append((math.ceil(c0 - 1e-6), peak))
-                split = s.prune_last_steps if j == cycles - 1 else 1
                 before = (c0 + hold, peak)
                 for i in range(s.prune_stages):
                     drop = math.ceil((peak - s.triangles) * (i + 1) / s.prune_stages)
                     at, count = c0 + hold + i * stage, max(s.triangles, peak - drop)
-                    parts = split if i > 0 else 1  # (the last cycle's drops after its first, each in steps)
+                    # (the last cycle's drops after its first, each in steps)
+                    parts = s.prune_last_steps if j == cycles - 1 and i > 0 else 1
                     for m in range(1, parts):
                         steps.append((math.ceil(before[0] + (at - before[0]) * m / parts - 1e-6),
                                       before[1] - math.ceil((before[1] - count) * m / parts - 1e-9)))
