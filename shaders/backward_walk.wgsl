@@ -23,7 +23,9 @@
 // [(b * n_tiles + tile), slot, 10], where slot n_tris holds the background gradient.
 // With frame.removal_costs set (and the forward run with the mse loss), the same walk sums each
 // triangle's exact removal cost into its slot's first value instead (render/placement.py has the
-// float64 version): the fitter's pruning ranks triangles with one pass instead of host work.
+// float64 version): the fitter's pruning ranks triangles with one pass instead of host work. Where
+// COSTS_BY_VARIANT (CPU adapters: render/gpu/shaders.py costs_by_variant) the pipeline decides it
+// instead, COSTS_VARIANT, so that a fit's iterations carry none of the costs' arithmetic.
 // Shared by backward.wgsl (a dispatch of its own) and forward_backward.wgsl (after the same
 // workgroup's forward, one segment a tile). The including kernel declares the bindings it reads
 // (frame, scene, tile_count, tile_list, image, dldc, partial, ckpt) and the workgroup memory
@@ -204,13 +206,19 @@ fn entry_hit(s: BackPixel, t: TriSetup, w: Walk) -> Hit {
     return h;
 }
 
-// Second half: t's gradient at the pixel (or, with frame.removal_costs, its removal cost in
-// slot 0), and the walk stepped down past t.
+// Whether this walk sums removal costs rather than gradients.
+fn sums_costs() -> bool {
+    if (COSTS_BY_VARIANT) { return COSTS_VARIANT; }
+    return frame.removal_costs != 0u;
+}
+
+// Second half: t's gradient at the pixel (or, with sums_costs(), its removal cost in slot 0), and
+// the walk stepped down past t.
 fn entry_grad(s: ptr<function, BackPixel>, t: TriSetup, h: Hit, w: Walk) -> Grad10 {
     var g = Grad10(vec4f(0.0), vec4f(0.0), vec2f(0.0));
     if (!h.hit) { return g; }
     let trans = (*s).trans;
-    if (frame.removal_costs != 0u) {
+    if (sums_costs()) {
         // Removing t takes delta = T alpha (rgb - below) off this pixel, which changes its squared
         // error by |delta|^2 - 2 residual . delta (times its focus weight: the focus piece's
         // removal_cost); the forward ran with the mse loss, so residual = dL/dC / (2 inv_values).
@@ -404,7 +412,7 @@ fn backward_tile(wid: vec3u, li: u32, sg: SgIn) {
     if (PPT > 1u) { v += s1.trans * s1.G; }
     if (PPT > 2u) { v += s2.trans * s2.G + s3.trans * s3.G; }
     if (PPT > 4u) { v += (s4.trans * s4.G + s5.trans * s5.G) + (s6.trans * s6.G + s7.trans * s7.G); }
-    v *= f32(frame.removal_costs == 0u);  // (no cost for the background, at any of the thread's pixels)
+    v *= f32(!sums_costs());  // (no cost for the background, at any of the thread's pixels)
     stash10(Grad10(vec4f(v, 0.0), vec4f(0.0), vec2f(0.0)), li, sg, 0u, true, place);
     workgroupBarrier();
     if (li < 10u) { partial[part_base + frame.n_tris * 10u + li] = gather(li, sg); }

@@ -313,11 +313,11 @@ class GpuBackend:
                 ws.encode_loss(cpass)
         else:
             if ws.shape.fuses_loss_pass:
-                ws.encode_fused_forward_backward(cpass, self.timer.span, timed)
+                ws.encode_fused_forward_backward(cpass, self.timer.span, timed, costs=removal_costs)
             else:
                 ws.encode_binned_forward(cpass, self.timer.span, timed)
                 with self.timer.span(cpass, "backward", timed):
-                    ws.encode_backward(cpass)
+                    ws.encode_backward(cpass, removal_costs)
             with self.timer.span(cpass, "reduce", timed):
                 ws.encode_reduce(cpass)
             if removal_costs:

@@ -66,17 +66,20 @@ FIT_KERNELS = (("adam.wgsl", "main"), ("render.wgsl", "main"),
                ("respawn_flags.wgsl", "main"), ("permute.wgsl", "main"))
 
 
-def fit_kernels(shape: Shape) -> tuple[tuple[str, str], ...]:
-    """Every (kernel, entry) a fit loop of ``shape`` or a pass of its shape uses (``shape.fit``
-    False: the passes' -- a removal-cost, render or probe call of another batch or size)."""
-    own = path_entries(shape)
+def fit_kernels(shape: Shape) -> tuple[tuple[str, str, bool], ...]:
+    """Every (kernel, entry, costs) a fit loop of ``shape`` or a pass of its shape uses (``shape.fit``
+    False: the passes' -- a removal-cost, render or probe call of another batch or size; ``costs``:
+    the removal-cost pass's variant, shaders.costs_by_variant)."""
+    own = tuple((kernel, entry, False) for kernel, entry in path_entries(shape))
     if not shape.fit:
         return own
     kernels = FIT_KERNELS if not shape.renders_in_forward else \
         tuple(k for k in FIT_KERNELS if k != ("render.wgsl", "main"))  # (its renders walk the forward: own)
     # pruning's removal costs: a loss pass of the loop's size, outside the fit (its own Shape)
     costs = ("forward_backward.wgsl", "main") if replace(shape, fit=False).fuses_loss_pass else ("backward.wgsl", "main")
-    return own + ((("forward_backward.wgsl", "fit_main"),) if shape.fuses_backward else ()) + (costs,) + kernels
+    # the iteration's backward: fused with its forward, or a dispatch of its own
+    backward = ("forward_backward.wgsl", "fit_main", False) if shape.fuses_backward else ("backward.wgsl", "main", False)
+    return own + (backward, (*costs, True)) + tuple((kernel, entry, False) for kernel, entry in kernels)
 
 
 @dataclass(frozen=True)
@@ -174,10 +177,10 @@ class GpuFitLoop:
         # cache would spend a time-limited fit's time there (a process's first fit overran 1 s by
         # ~0.2 s when the iteration's pipelines were built inside it; a 512 px fit's working-size
         # pipelines took 0.5 s at the half-size stage's end). Compiled several at once.
-        kernels = list(fit_kernels(self.shape))
+        kernels = [(kernel, entry, None, costs) for kernel, entry, costs in fit_kernels(self.shape)]
         for b, h, w, t, fit in ahead:
             shape = Shape(b, w, h, t, backend.segmented, backend.pixels_per_thread, weights is not None, fit=fit)
-            kernels += [(kernel, entry, shape.scene_uniform) for kernel, entry in fit_kernels(shape)]
+            kernels += [(kernel, entry, shape.scene_uniform, costs) for kernel, entry, costs in fit_kernels(shape)]
         self.ws.build_pipelines(kernels)
         self._iteration_dispatches()
 

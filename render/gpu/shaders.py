@@ -58,6 +58,16 @@ def defers_recompose(ppt: int) -> bool:
     return ppt > 1
 
 
+def costs_by_variant(ppt: int) -> bool:
+    """Whether the backward's walk sums removal costs rather than gradients by a pipeline variant of
+    its own (backward_walk.wgsl COSTS_BY_VARIANT: pruning's cost pass its own pipeline, a fit's
+    iterations without the costs' arithmetic) rather than by the frame's flag: where the kernels
+    walk several pixels a thread (CPU adapters), since llvmpipe runs the costs' branch, lanes off,
+    at every pixel and entry of every iteration. GPUs branch on the uniform flag and keep one
+    pipeline. The same arithmetic either way."""
+    return ppt > 1
+
+
 def skips_by_vector(name: str, ppt: int) -> bool:
     """Whether kernel ``name``'s walks skip, a subgroup at a time, the list entries none of its
     pixels can reach (VECTOR_SKIP: common.wgsl walk_pixel gives each eight threads a block of 8 x
@@ -176,7 +186,7 @@ PIECES: dict[str, tuple[str, ...]] = {
 }
 
 
-def constants(name: str, kb: int = 1, subgroup_size: int = 0, ppt: int = 1) -> str:
+def constants(name: str, kb: int = 1, subgroup_size: int = 0, ppt: int = 1, costs: bool = False) -> str:
     """The variant's WGSL constants for kernel ``name``."""
     threads = 256 // ppt
     lines = []
@@ -226,6 +236,9 @@ def constants(name: str, kb: int = 1, subgroup_size: int = 0, ppt: int = 1) -> s
         lines.append(f"const DEFER_RECOMPOSE: bool = {str(defers_recompose(ppt)).lower()};  "
                      "// re-composites outside the loop over entries (render/gpu/shaders.py)")
         lines.append(f"const KB: u32 = {int(kb)}u;  // triangles per barrier pair (render/gpu/shaders.py)")
+        lines.append(f"const COSTS_BY_VARIANT: bool = {str(costs_by_variant(ppt)).lower()};  "
+                     "// removal costs or gradients by the pipeline, not frame.removal_costs (render/gpu/shaders.py)")
+        lines.append(f"const COSTS_VARIANT: bool = {str(bool(costs)).lower()};  // ... and this pipeline's: costs")
         lines.append(f"const MAX_SUBGROUPS: u32 = {max_subgroups(subgroup_size, threads)}u;  "
                      "// THREADS / probed subgroup size")
         lines.append(f"const SG_SIZE: u32 = {int(subgroup_size)}u;  // probed subgroup size (0: unknown)")
@@ -247,9 +260,10 @@ def compose(generated: str, parts: list[tuple[str, str]]) -> str:
 
 
 def kernel_source(name: str, subgroups: bool, kb: int = 1, subgroup_size: int = 0, ppt: int = 1,
-                  weighted: bool = False, scene_uniform: bool = False) -> str:
+                  weighted: bool = False, scene_uniform: bool = False, costs: bool = False) -> str:
     """``weighted``: the kernels that evaluate the loss weigh it by a focus map (FOCUS);
-    ``scene_uniform``: the rasterising kernels read the scene records from a uniform binding (SCENE)."""
+    ``scene_uniform``: the rasterising kernels read the scene records from a uniform binding (SCENE);
+    ``costs``: the backward's walk sums removal costs (where a variant decides it: costs_by_variant)."""
     if name not in PIECES:
         raise ValueError(f"unknown kernel {name!r} (kernels: {', '.join(PIECES)})")
     chosen = {REDUCTION: ("reduce_subgroup.wgsl" if subgroups else "reduce_workgroup.wgsl",),
@@ -258,7 +272,7 @@ def kernel_source(name: str, subgroups: bool, kb: int = 1, subgroup_size: int = 
               STAGING: staging(ppt, shares_reads(subgroups, subgroup_size)).pieces}
     pieces = [piece for p in PIECES[name] for piece in chosen.get(p, (p,))]
     parts = [("shaders/common.wgsl", source("common.wgsl")),
-             ("constants (render/gpu/shaders.py)", constants(name, kb, subgroup_size, ppt))]
+             ("constants (render/gpu/shaders.py)", constants(name, kb, subgroup_size, ppt, costs))]
     parts += [(f"shaders/{p}", source(p)) for p in [*pieces, name]]
     return compose(layouts.kernel_layouts(), parts)
 
@@ -271,8 +285,9 @@ def check_pixels_per_thread(ppt) -> int:
 
 
 def _variant(device, name: str, entry: str, subgroups: bool, workgroup_storage: int, subgroup_size: int, ppt: int,
-             weighted: bool, scene_uniform: bool = False) -> tuple[tuple, int, int, bool, bool]:
-    """(cache key, backward batch, pixels per thread, weighted, scene_uniform) of a kernel's pipeline variant."""
+             weighted: bool, scene_uniform: bool = False, costs: bool = False) -> tuple[tuple, int, int, bool, bool, bool]:
+    """(cache key, backward batch, pixels per thread, weighted, scene_uniform, costs) of a kernel's pipeline
+    variant."""
     is_backward = "backward_walk.wgsl" in PIECES.get(name, ())
     reduces = "reduce_param.wgsl" in PIECES.get(name, ())  # (its lanes: threads or in turn)
     ppt = check_pixels_per_thread(ppt) if name in _PPT_KERNELS or reduces else 1
@@ -283,25 +298,28 @@ def _variant(device, name: str, entry: str, subgroups: bool, workgroup_storage: 
     weighted = bool(weighted) and FOCUS in PIECES.get(name, ())
     subgroups = bool(subgroups) and (is_backward or STAGING in PIECES.get(name, ()))  # (who reads it)
     scene_uniform = bool(scene_uniform) and SCENE in PIECES.get(name, ())
+    costs = bool(costs) and is_backward and costs_by_variant(ppt)  # (elsewhere the frame's flag decides)
     # the device itself: ids get reused
-    return ((device, name, entry, subgroups, kb, subgroup_size, ppt, weighted, scene_uniform), kb, ppt, weighted,
-            scene_uniform)
+    return ((device, name, entry, subgroups, kb, subgroup_size, ppt, weighted, scene_uniform, costs), kb, ppt,
+            weighted, scene_uniform, costs)
 
 
 def pipeline(device, name: str, entry: str = "main", subgroups: bool = False, workgroup_storage: int = 16384,
-             subgroup_size: int = 0, ppt: int = 1, weighted: bool = False, scene_uniform: bool = False):
+             subgroup_size: int = 0, ppt: int = 1, weighted: bool = False, scene_uniform: bool = False,
+             costs: bool = False):
     """``ppt``: pixels per thread of the forward and backward kernels, triangles per thread of the
     bin kernel (1, 2, 4 or 8); others ignore it. ``weighted``: the focus-map variant of the kernels
     that have one (FOCUS); ``scene_uniform``: the uniform-binding variant of the kernels that read
-    the scene records (SCENE); others ignore them."""
-    key, kb, ppt, weighted, scene_uniform = _variant(device, name, entry, subgroups, workgroup_storage,
-                                                     subgroup_size, ppt, weighted, scene_uniform)
+    the scene records (SCENE); ``costs``: the removal-cost variant of the kernels that walk the
+    backward, where a variant decides it (costs_by_variant); others ignore them."""
+    key, kb, ppt, weighted, scene_uniform, costs = _variant(device, name, entry, subgroups, workgroup_storage,
+                                                            subgroup_size, ppt, weighted, scene_uniform, costs)
     with _lock:
         found = _pipelines.get(key)
         if found is not None:
             return found
     module = device.create_shader_module(label=name, code=kernel_source(name, subgroups, kb, subgroup_size, ppt, weighted,
-                                                                        scene_uniform))
+                                                                        scene_uniform, costs))
     pl = device.create_compute_pipeline(
         label=f"{name}:{entry}", layout="auto", compute={"module": module, "entry_point": entry}
     )
@@ -310,8 +328,10 @@ def pipeline(device, name: str, entry: str = "main", subgroups: bool = False, wo
 
 
 def built(device, name: str, entry: str = "main", subgroups: bool = False, workgroup_storage: int = 16384,
-          subgroup_size: int = 0, ppt: int = 1, weighted: bool = False, scene_uniform: bool = False) -> bool:
+          subgroup_size: int = 0, ppt: int = 1, weighted: bool = False, scene_uniform: bool = False,
+          costs: bool = False) -> bool:
     """Whether :func:`pipeline` with these arguments would return a cached pipeline."""
-    key = _variant(device, name, entry, subgroups, workgroup_storage, subgroup_size, ppt, weighted, scene_uniform)[0]
+    key = _variant(device, name, entry, subgroups, workgroup_storage, subgroup_size, ppt, weighted, scene_uniform,
+                   costs)[0]
     with _lock:
         return key in _pipelines

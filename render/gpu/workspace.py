@@ -410,22 +410,24 @@ class Workspace:
         return self.write("frame", self.frame_bytes(loss, removal_costs))
 
     # ------------------------------------------------------------------ bind groups
-    def pipeline(self, kernel: str, entry: str = "main"):
-        """``kernel``'s pipeline in this workspace's variant (compiled once per device and variant)."""
-        return shaders.pipeline(*self._variant(kernel, entry))
+    def pipeline(self, kernel: str, entry: str = "main", costs: bool = False):
+        """``kernel``'s pipeline in this workspace's variant (compiled once per device and variant);
+        ``costs``: the removal-cost pass's (shaders.costs_by_variant)."""
+        return shaders.pipeline(*self._variant(kernel, entry, None, costs))
 
-    def _variant(self, kernel: str, entry: str, scene_uniform: bool | None = None) -> tuple:
+    def _variant(self, kernel: str, entry: str, scene_uniform: bool | None = None, costs: bool = False) -> tuple:
         """``scene_uniform``: another shape's scene binding (None: this workspace's)."""
         return (self.device, kernel, entry, self.subgroups,
                 self.ctx.limits.get("max-compute-workgroup-storage-size", 16384),
                 self.ctx.subgroup_size, self.shape.ppt, self.shape.weighted,
-                self.scene_uniform if scene_uniform is None else scene_uniform)
+                self.scene_uniform if scene_uniform is None else scene_uniform, costs)
 
     def build_pipelines(self, kernels) -> None:
         """Compile ``kernels`` in this workspace's variant, several at once: (kernel, entry) pairs, or
-        (kernel, entry, scene_uniform) for a shape whose scene binding may differ from this one's
-        (Shape.scene_uniform). The driver's compiler runs outside the GIL, so a process's first fit
-        waits for the slowest pipeline rather than for their sum."""
+        (kernel, entry, scene_uniform[, costs]) for a shape whose scene binding may differ from this
+        one's (Shape.scene_uniform; None: this one's) and the removal-cost pass's variant. The driver's
+        compiler runs outside the GIL, so a process's first fit waits for the slowest pipeline rather
+        than for their sum."""
         todo = [v for v in dict.fromkeys(self._variant(*k) for k in kernels) if not shaders.built(*v)]
         if len(todo) < 2:
             for variant in todo:
@@ -437,14 +439,15 @@ class Workspace:
             for done in [pool.submit(shaders.pipeline, *variant) for variant in todo]:
                 done.result()  # a compile error raises here, as it would have in line
 
-    def bind_group(self, kernel: str, names: list[str | None], entry: str = "main", extra: dict | None = None):
+    def bind_group(self, kernel: str, names: list[str | None], entry: str = "main", extra: dict | None = None,
+                   costs: bool = False):
         """Pipeline and bind group for ``kernel`` with buffers bound in order (None: a binding this
         entry point does not use); cached."""
-        key = f"{kernel}:{entry}"
+        key = f"{kernel}:{entry}:{costs}"
         found = self._bind_groups.get(key)
         if found is not None:
             return found
-        pl = self.pipeline(kernel, entry)
+        pl = self.pipeline(kernel, entry, costs)
         bufs = {**self.buffers, **(extra or {})}
         entries = [{"binding": i, "resource": self._resource(n, bufs[n])} for i, n in enumerate(names) if n is not None]
         bg = self.device.create_bind_group(layout=pl.get_bind_group_layout(0), entries=entries)
@@ -458,8 +461,9 @@ class Workspace:
             return {"buffer": buf, "offset": 0, "size": shaders.SCENE_UNIFORM_BYTES}
         return {"buffer": buf}
 
-    def _dispatch(self, cpass, kernel: str, names: list[str], groups, entry: str = "main", extra=None):
-        pl, bg = self.bind_group(kernel, names, entry, extra)
+    def _dispatch(self, cpass, kernel: str, names: list[str], groups, entry: str = "main", extra=None,
+                  costs: bool = False):
+        pl, bg = self.bind_group(kernel, names, entry, extra, costs)
         cpass.set_pipeline(pl)
         cpass.set_bind_group(0, bg)
         cpass.dispatch_workgroups(*groups)
@@ -511,13 +515,14 @@ class Workspace:
         weighted = self.shape.weighted
         return [None if (n in _FIT_ONLY and not fitting) or (n == "weights" and not weighted) else n for n in bindings]
 
-    def encode_fused_forward_backward(self, cpass, span, timed: bool, fit: dict | None = None) -> None:
+    def encode_fused_forward_backward(self, cpass, span, timed: bool, fit: dict | None = None,
+                                      costs: bool = False) -> None:
         """Binning, forward and backward in one dispatch (Shape.fuses_loss_pass), timed as
         "forward+backward": a fit's iteration (``fit``: its buffers; the dispatch starts the
-        iteration), or outside a fit a loss pass's."""
+        iteration), or outside a fit a loss pass's (``costs``: the removal costs' pass)."""
         with span(cpass, "forward+backward", timed):
             self._dispatch(cpass, "forward_backward.wgsl", self._bound(_FUSED_BINDINGS, fit is not None),
-                           self.tile_groups, "main" if fit is None else "fit_main", fit)
+                           self.tile_groups, "main" if fit is None else "fit_main", fit, costs)
 
     def _focus(self) -> list[str]:
         """The focus map's binding, last, in the weighted variant of the forward and backward."""
@@ -544,11 +549,12 @@ class Workspace:
         self._dispatch(cpass, "loss_reduce.wgsl", ["frame", "loss_partial", "state", "ring"],
                        (self.shape.batch, 1, 1))
 
-    def encode_backward(self, cpass) -> None:
+    def encode_backward(self, cpass, costs: bool = False) -> None:
+        """The backward's own dispatch (``costs``: the removal costs' pass)."""
         s = self.shape
         self._dispatch(cpass, "backward.wgsl",
                        ["frame", "scene", "tile_count", "tile_list", "image", "dldc", "partial", "ckpt"] + self._focus(),
-                       (s.tiles_x, s.tiles_y, s.batch * s.n_seg))
+                       (s.tiles_x, s.tiles_y, s.batch * s.n_seg), costs=costs)
 
     def encode_reduce(self, cpass) -> None:
         """The gradients' reduction, and in its first workgroup the loss (what encode_loss does alone)."""
