@@ -226,6 +226,25 @@ def test_scene_piece_binds_the_records_as_storage_or_uniform():
         shaders._variant(None, "adam.wgsl", "main", True, 16384, 8, 8, False, False)[0]
 
 
+def test_removal_costs_are_a_pipeline_variant_only_where_the_kernels_walk_several_pixels():
+    """On CPU adapters pruning's removal-cost walk is its own pipeline, so a fit's iterations carry
+    none of its arithmetic; GPUs read the frame's flag in one pipeline (shaders.costs_by_variant)."""
+    def key(kernel, ppt, costs):
+        return shaders._variant(None, kernel, "main", True, 16384, 8, ppt, False, False, costs)[0]
+
+    for kernel in ("backward.wgsl", "forward_backward.wgsl"):
+        assert key(kernel, 8, True) != key(kernel, 8, False)
+        assert key(kernel, 1, True) == key(kernel, 1, False)
+        for ppt in (1, 8):
+            for costs in (False, True):
+                src = shaders.kernel_source(kernel, subgroups=True, subgroup_size=8, ppt=ppt, costs=costs)
+                assert f"const COSTS_BY_VARIANT: bool = {str(ppt > 1).lower()};" in src
+                assert f"const COSTS_VARIANT: bool = {str(costs).lower()};" in src
+    for kernel in ("forward.wgsl", "adam.wgsl"):  # (no backward walk: nothing to vary)
+        assert key(kernel, 8, True) == key(kernel, 8, False)
+        assert "COSTS_VARIANT" not in shaders.kernel_source(kernel, subgroups=True, subgroup_size=8, ppt=8, costs=True)
+
+
 def test_only_the_cpu_adapters_fused_kernel_hands_its_pixels_to_its_backward():
     for kernel in ("forward.wgsl", "forward_listed.wgsl", "forward_fine.wgsl", "backward.wgsl", "forward_backward.wgsl"):
         for ppt in (1, 8):
