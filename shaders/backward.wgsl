@@ -20,6 +20,7 @@ var<workgroup> n_walk: atomic<u32>;  // the early stop's count (walk_stop_*.wgsl
 var<workgroup> all_done: u32;
 
 @compute @workgroup_size(THREADS)
-fn main(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_index) li: u32, sg: SgIn) {
+fn main(@builtin(workgroup_id) group: vec3u, @builtin(local_invocation_index) li: u32, sg: SgIn) {
+    let wid = spread_cell(group, frame.tiles_x, frame.n_tiles);  // (the tile it takes: common.wgsl)
     backward_tile(wid, li, sg);
 }

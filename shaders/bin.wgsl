@@ -26,29 +26,34 @@
 @group(0) @binding(9) var<storage, read_write> super_list: array<u32>;
 
 @compute @workgroup_size(THREADS)
-fn main(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_index) li: u32) {
+fn main(@builtin(workgroup_id) group: vec3u, @builtin(local_invocation_index) li: u32) {
+    let wid = spread_cell(group, frame.tiles_x, frame.n_tiles);  // (the tile it takes: common.wgsl)
     bin_tile(wid, li);
 }
 
 @compute @workgroup_size(THREADS)
-fn fit_main(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_index) li: u32) {
+fn fit_main(@builtin(workgroup_id) group: vec3u, @builtin(local_invocation_index) li: u32) {
+    let wid = spread_cell(group, frame.tiles_x, frame.n_tiles);  // (the tile it takes: common.wgsl)
     bin_tile(wid, li);
     start_iteration(wid, li);
 }
 
 @compute @workgroup_size(THREADS)
-fn coarse_main(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_index) li: u32) {
+fn coarse_main(@builtin(workgroup_id) group: vec3u, @builtin(local_invocation_index) li: u32) {
+    let wid = spread_cell(group, supers_x(), supers_x() * supers_y());  // (the super-tile it takes)
     bin_super(wid, li);
 }
 
 @compute @workgroup_size(THREADS)
-fn coarse_fit_main(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_index) li: u32) {
+fn coarse_fit_main(@builtin(workgroup_id) group: vec3u, @builtin(local_invocation_index) li: u32) {
+    let wid = spread_cell(group, supers_x(), supers_x() * supers_y());  // (the super-tile it takes)
     bin_super(wid, li);
     start_iteration(wid, li);
 }
 
 @compute @workgroup_size(THREADS)
-fn fine_main(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_index) li: u32) {
+fn fine_main(@builtin(workgroup_id) group: vec3u, @builtin(local_invocation_index) li: u32) {
+    let wid = spread_cell(group, frame.tiles_x, frame.n_tiles);  // (the tile it takes: common.wgsl)
     bin_tile_fine(wid, li);
 }
 

@@ -17,13 +17,15 @@
 @group(0) @binding(13) var<uniform> sched: Schedule;
 
 @compute @workgroup_size(THREADS)
-fn main(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_index) li: u32) {
+fn main(@builtin(workgroup_id) group: vec3u, @builtin(local_invocation_index) li: u32) {
+    let wid = spread_cell(group, frame.tiles_x, frame.n_tiles);  // (the tile it takes: common.wgsl)
     bin_tile(wid, li);
     walk_tile(wid, li, listed());
 }
 
 @compute @workgroup_size(THREADS)
-fn fit_main(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_index) li: u32) {
+fn fit_main(@builtin(workgroup_id) group: vec3u, @builtin(local_invocation_index) li: u32) {
+    let wid = spread_cell(group, frame.tiles_x, frame.n_tiles);  // (the tile it takes: common.wgsl)
     bin_tile(wid, li);
     start_iteration(wid, li);
     walk_tile(wid, li, listed());

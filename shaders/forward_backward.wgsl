@@ -20,7 +20,8 @@
 var<workgroup> staged_id: array<u32, BSTAGE>;  // (the forward's `staged` holds the backward's rounds too)
 
 @compute @workgroup_size(THREADS)
-fn main(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_index) li: u32, sg: SgIn) {
+fn main(@builtin(workgroup_id) group: vec3u, @builtin(local_invocation_index) li: u32, sg: SgIn) {
+    let wid = spread_cell(group, frame.tiles_x, frame.n_tiles);  // (the tile it takes: common.wgsl)
     bin_tile(wid, li);
     walk_tile(wid, li, listed());
     storageBarrier();
@@ -28,7 +29,8 @@ fn main(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_index) li: 
 }
 
 @compute @workgroup_size(THREADS)
-fn fit_main(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_index) li: u32, sg: SgIn) {
+fn fit_main(@builtin(workgroup_id) group: vec3u, @builtin(local_invocation_index) li: u32, sg: SgIn) {
+    let wid = spread_cell(group, frame.tiles_x, frame.n_tiles);  // (the tile it takes: common.wgsl)
     bin_tile(wid, li);
     start_iteration(wid, li);
     walk_tile(wid, li, listed());

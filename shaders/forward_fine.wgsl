@@ -13,7 +13,8 @@
 @group(0) @binding(12) var<storage, read> super_list: array<u32>;
 
 @compute @workgroup_size(THREADS)
-fn main(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_index) li: u32) {
+fn main(@builtin(workgroup_id) group: vec3u, @builtin(local_invocation_index) li: u32) {
+    let wid = spread_cell(group, frame.tiles_x, frame.n_tiles);  // (the tile it takes: common.wgsl)
     bin_tile_fine(wid, li);
     walk_tile(wid, li, listed());
 }

@@ -339,7 +339,7 @@ def test_scene_records_take_a_uniform_binding_where_they_fit():
 
 
 @pytest.mark.parametrize("layout", ["scene_uniform", "serial_lanes", "hands_off", "fuses_loss_pass",
-                                    "defers_recompose", "skips_by_vector"])
+                                    "defers_recompose", "skips_by_vector", "spreads_cells"])
 def test_cpu_adapters_layouts_give_the_gpu_layouts_bits(monkeypatch, gpu_ctx, layout):
     """Six ways of arranging the same arithmetic that several pixels a thread (CPU adapters)
     take: the scene records read from a uniform binding where the batch's fit one
@@ -351,7 +351,8 @@ def test_cpu_adapters_layouts_give_the_gpu_layouts_bits(monkeypatch, gpu_ctx, la
     apart; and the backward re-composites beneath nearly opaque entries outside its loop over
     entries (backward_walk.wgsl DEFER_RECOMPOSE) where GPUs do it inside; and the walks skip, a
     subgroup at a time, the entries none of its pixels can reach (VECTOR_SKIP) where GPUs' subgroups
-    branch around them. The same floats and
+    branch around them; and the workgroups take their tiles in a spread order (common.wgsl
+    spread_cell) where GPUs take them in row order. The same floats and
     additions in the same order, so on a CPU adapter the same bits -- a render, a batch of
     renders, a loss and gradient (reduce.wgsl), removal costs, both on a stack of nearly opaque
     triangles too, and a fit loop (adam.wgsl, forward_backward.wgsl). A GPU's compiler may round
@@ -363,11 +364,13 @@ def test_cpu_adapters_layouts_give_the_gpu_layouts_bits(monkeypatch, gpu_ctx, la
         assert workspace.Shape(1, 70, 50, 150, False, 8).fuses_loss_pass
         assert not workspace.Shape(1, 70, 50, 150, True, 1).fuses_loss_pass
     elif layout != "scene_uniform":
-        named = ("forward_backward.wgsl",) if layout in ("hands_off", "skips_by_vector") else ()
+        named = ("forward_backward.wgsl",) if layout in ("hands_off", "skips_by_vector", "spreads_cells") else ()
         assert getattr(shaders, layout)(*named, 8)
         assert not getattr(shaders, layout)(*named, 1)
         if layout == "skips_by_vector":  # (render-only walks keep every entry)
             assert not shaders.skips_by_vector("forward.wgsl", 8) and shaders.skips_by_vector("backward.wgsl", 8)
+        if layout == "spreads_cells":  # (the walking and binning kernels; the reduction's are not tiles)
+            assert not shaders.spreads_cells("adam.wgsl", 8) and shaders.spreads_cells("bin.wgsl", 8)
     W, H = 70, 50
     scenes = [_scene(150, W, H, seed=7 + b, sigma_px=0.6 * (1 + b)) for b in range(3)]
     target = np.random.default_rng(5).uniform(0, 1, (H, W, 3)).astype(np.float32)
@@ -410,6 +413,48 @@ def test_cpu_adapters_layouts_give_the_gpu_layouts_bits(monkeypatch, gpu_ctx, la
         for a, b in zip(got[True][:6], got[False][:6]):
             np.testing.assert_allclose(np.frombuffer(a, np.float32) if isinstance(a, bytes) else a,
                                        np.frombuffer(b, np.float32) if isinstance(b, bytes) else b, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("nx, ny", [(11, 11), (6, 6), (5, 4), (32, 24), (1, 7), (2, 1)])
+def test_spread_cells_are_a_permutation_whose_runs_cover_the_frame(gpu_ctx, nx, ny):
+    """common.wgsl spread_cell, as CPU adapters' kernels take it: every cell exactly once, and each
+    contiguous run of workgroups -- what llvmpipe gives one of its threads -- takes cells from all
+    over the frame, not a band of rows (the rows' mean near the frame's middle for 2, 4 and 8 runs)."""
+    import wgpu
+
+    from trifit.gpu import layouts, shaders
+
+    n = nx * ny
+    src = shaders.compose(layouts.kernel_layouts(), [
+        ("common", shaders.source("common.wgsl")), ("constants", "const SPREAD_CELLS: bool = true;\n"),
+        ("kernel", f"""@group(0) @binding(0) var<storage, read_write> out: array<u32>;
+@compute @workgroup_size(1)
+fn main(@builtin(workgroup_id) group: vec3u) {{
+    let c = spread_cell(group, {nx}u, {n}u);
+    out[group.y * {nx}u + group.x] = c.y * {nx}u + c.x;
+}}""")])
+    dev = gpu_ctx.device
+    buf = dev.create_buffer(size=4 * n, usage=wgpu.BufferUsage.STORAGE | wgpu.BufferUsage.COPY_SRC)
+    pl = dev.create_compute_pipeline(layout="auto", compute={"module": dev.create_shader_module(code=src),
+                                                              "entry_point": "main"})
+    bg = dev.create_bind_group(layout=pl.get_bind_group_layout(0), entries=[{"binding": 0, "resource": {"buffer": buf}}])
+    enc = dev.create_command_encoder()
+    cp = enc.begin_compute_pass()
+    cp.set_pipeline(pl)
+    cp.set_bind_group(0, bg)
+    cp.dispatch_workgroups(nx, ny)
+    cp.end()
+    dev.queue.submit([enc.finish()])
+    cells = np.frombuffer(dev.queue.read_buffer(buf), np.uint32)
+    assert sorted(cells.tolist()) == list(range(n))
+    if n < 3:
+        assert cells.tolist() == list(range(n))  # (too few to spread)
+        return
+    assert cells.tolist() != list(range(n))
+    for runs in (2, 4, 8):
+        if n >= 4 * runs and ny >= 4:
+            for part in np.array_split(cells, runs):
+                assert abs(np.mean(part // nx) - (ny - 1) / 2) < 0.2 * ny, (runs, part)
 
 
 def test_bit_reproducible(gpu_engine):

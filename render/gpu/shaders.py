@@ -68,6 +68,15 @@ def costs_by_variant(ppt: int) -> bool:
     return ppt > 1
 
 
+def spreads_cells(name: str, ppt: int) -> bool:
+    """Whether kernel ``name``'s workgroups take their tiles (super-tiles) in a spread order
+    (common.wgsl spread_cell): the kernels that walk or bin tiles several pixels a thread (CPU
+    adapters), since llvmpipe splits a dispatch's workgroups into one contiguous run a thread, which
+    in row order gives one thread the frame's top and another its bottom. GPUs schedule workgroups
+    as they free up and keep row order. A permutation of the tiles: the same bits either way."""
+    return ppt > 1 and name in _PPT_KERNELS
+
+
 def skips_by_vector(name: str, ppt: int) -> bool:
     """Whether kernel ``name``'s walks skip, a subgroup at a time, the list entries none of its
     pixels can reach (VECTOR_SKIP: common.wgsl walk_pixel gives each eight threads a block of 8 x
@@ -189,7 +198,8 @@ PIECES: dict[str, tuple[str, ...]] = {
 def constants(name: str, kb: int = 1, subgroup_size: int = 0, ppt: int = 1, costs: bool = False) -> str:
     """The variant's WGSL constants for kernel ``name``."""
     threads = 256 // ppt
-    lines = []
+    lines = [f"const SPREAD_CELLS: bool = {str(spreads_cells(name, ppt)).lower()};  "
+             "// workgroups take tiles in a spread order (common.wgsl spread_cell)"]
     if "reduce_param.wgsl" in PIECES.get(name, ()):
         serial = serial_lanes(ppt)
         lines.append(f"const PARAMS_PER_GROUP: u32 = {params_per_group(ppt)}u;  // triangle parameters a workgroup")
@@ -244,7 +254,7 @@ def constants(name: str, kb: int = 1, subgroup_size: int = 0, ppt: int = 1, cost
         lines.append(f"const SG_SIZE: u32 = {int(subgroup_size)}u;  // probed subgroup size (0: unknown)")
         lines.append(f"const SG_SPLITS: u32 = {subgroup_splits(subgroup_size)}u;  "
                      "// reduce_subgroup.wgsl's transposing exchange steps")
-    return "\n".join(lines) + "\n" if lines else ""
+    return "\n".join(lines) + "\n"
 
 
 def compose(generated: str, parts: list[tuple[str, str]]) -> str:
