@@ -21,6 +21,6 @@ var<workgroup> all_done: u32;
 
 @compute @workgroup_size(THREADS)
 fn main(@builtin(workgroup_id) group: vec3u, @builtin(local_invocation_index) li: u32, sg: SgIn) {
-    let wid = spread_cell(group, frame.tiles_x, frame.n_tiles);  // (the tile it takes: common.wgsl)
+    let wid = spread_cell(group, frame.tiles_x, frame.n_tiles, frame.tile_spread);  // (common.wgsl)
     backward_tile(wid, li, sg);
 }

@@ -27,33 +27,33 @@
 
 @compute @workgroup_size(THREADS)
 fn main(@builtin(workgroup_id) group: vec3u, @builtin(local_invocation_index) li: u32) {
-    let wid = spread_cell(group, frame.tiles_x, frame.n_tiles);  // (the tile it takes: common.wgsl)
+    let wid = spread_cell(group, frame.tiles_x, frame.n_tiles, frame.tile_spread);  // (common.wgsl)
     bin_tile(wid, li);
 }
 
 @compute @workgroup_size(THREADS)
 fn fit_main(@builtin(workgroup_id) group: vec3u, @builtin(local_invocation_index) li: u32) {
-    let wid = spread_cell(group, frame.tiles_x, frame.n_tiles);  // (the tile it takes: common.wgsl)
+    let wid = spread_cell(group, frame.tiles_x, frame.n_tiles, frame.tile_spread);  // (common.wgsl)
     bin_tile(wid, li);
     start_iteration(wid, li);
 }
 
 @compute @workgroup_size(THREADS)
 fn coarse_main(@builtin(workgroup_id) group: vec3u, @builtin(local_invocation_index) li: u32) {
-    let wid = spread_cell(group, supers_x(), supers_x() * supers_y());  // (the super-tile it takes)
+    let wid = spread_cell(group, supers_x(), supers_x() * supers_y(), frame.super_spread);  // (common.wgsl)
     bin_super(wid, li);
 }
 
 @compute @workgroup_size(THREADS)
 fn coarse_fit_main(@builtin(workgroup_id) group: vec3u, @builtin(local_invocation_index) li: u32) {
-    let wid = spread_cell(group, supers_x(), supers_x() * supers_y());  // (the super-tile it takes)
+    let wid = spread_cell(group, supers_x(), supers_x() * supers_y(), frame.super_spread);  // (common.wgsl)
     bin_super(wid, li);
     start_iteration(wid, li);
 }
 
 @compute @workgroup_size(THREADS)
 fn fine_main(@builtin(workgroup_id) group: vec3u, @builtin(local_invocation_index) li: u32) {
-    let wid = spread_cell(group, frame.tiles_x, frame.n_tiles);  // (the tile it takes: common.wgsl)
+    let wid = spread_cell(group, frame.tiles_x, frame.n_tiles, frame.tile_spread);  // (common.wgsl)
     bin_tile_fine(wid, li);
 }
 

@@ -244,20 +244,13 @@ fn tile_extent(tile: vec2u, frame: Frame) -> array<vec2f, 2> {
 // except where SPREAD_CELLS (render/gpu/shaders.py spreads_cells: CPU adapters). llvmpipe hands each
 // of its threads one contiguous run of a dispatch's workgroups, not the next one free, so in row order
 // one thread would walk the frame's top and another its bottom, and the busier part would set the
-// pass's time. There workgroup w takes cell w x s mod n, s the first stride from n / golden ratio up
-// that is coprime with n: a permutation whose every run of workgroups takes cells spread over the
-// whole frame. Each cell's work and where it is written are the same either way: the same bits.
-fn spread_cell(wid: vec3u, nx: u32, n: u32) -> vec3u {
-    if (!SPREAD_CELLS || n < 3u || n > 65535u) { return wid; }  // (w x s stays inside a u32)
-    var s = max(n * 618u / 1000u, 1u);
-    loop {
-        var a = n;
-        var c = s;
-        while (c != 0u) { let r = a % c; a = c; c = r; }
-        if (a == 1u) { break; }
-        s += 1u;
-    }
-    let cell = (wid.y * nx + wid.x) * s % n;
+// pass's time. There workgroup w takes cell w x stride mod n, the frame's stride coprime with n and
+// near n / golden ratio (shaders.spread_stride): a permutation whose every run of workgroups takes
+// cells spread over the whole frame. Each cell's work and where it is written are the same either
+// way: the same bits.
+fn spread_cell(wid: vec3u, nx: u32, n: u32, stride: u32) -> vec3u {
+    if (!SPREAD_CELLS || stride <= 1u) { return wid; }
+    let cell = (wid.y * nx + wid.x) * stride % n;
     return vec3u(cell % nx, cell / nx, wid.z);
 }
 

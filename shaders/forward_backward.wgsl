@@ -21,7 +21,7 @@ var<workgroup> staged_id: array<u32, BSTAGE>;  // (the forward's `staged` holds 
 
 @compute @workgroup_size(THREADS)
 fn main(@builtin(workgroup_id) group: vec3u, @builtin(local_invocation_index) li: u32, sg: SgIn) {
-    let wid = spread_cell(group, frame.tiles_x, frame.n_tiles);  // (the tile it takes: common.wgsl)
+    let wid = spread_cell(group, frame.tiles_x, frame.n_tiles, frame.tile_spread);  // (common.wgsl)
     bin_tile(wid, li);
     walk_tile(wid, li, listed());
     storageBarrier();
@@ -30,7 +30,7 @@ fn main(@builtin(workgroup_id) group: vec3u, @builtin(local_invocation_index) li
 
 @compute @workgroup_size(THREADS)
 fn fit_main(@builtin(workgroup_id) group: vec3u, @builtin(local_invocation_index) li: u32, sg: SgIn) {
-    let wid = spread_cell(group, frame.tiles_x, frame.n_tiles);  // (the tile it takes: common.wgsl)
+    let wid = spread_cell(group, frame.tiles_x, frame.n_tiles, frame.tile_spread);  // (common.wgsl)
     bin_tile(wid, li);
     start_iteration(wid, li);
     walk_tile(wid, li, listed());

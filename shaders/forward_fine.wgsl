@@ -14,7 +14,7 @@
 
 @compute @workgroup_size(THREADS)
 fn main(@builtin(workgroup_id) group: vec3u, @builtin(local_invocation_index) li: u32) {
-    let wid = spread_cell(group, frame.tiles_x, frame.n_tiles);  // (the tile it takes: common.wgsl)
+    let wid = spread_cell(group, frame.tiles_x, frame.n_tiles, frame.tile_spread);  // (common.wgsl)
     bin_tile_fine(wid, li);
     walk_tile(wid, li, listed());
 }

@@ -417,7 +417,8 @@ def test_cpu_adapters_layouts_give_the_gpu_layouts_bits(monkeypatch, gpu_ctx, la
 
 @pytest.mark.parametrize("nx, ny", [(11, 11), (6, 6), (5, 4), (32, 24), (1, 7), (2, 1)])
 def test_spread_cells_are_a_permutation_whose_runs_cover_the_frame(gpu_ctx, nx, ny):
-    """common.wgsl spread_cell, as CPU adapters' kernels take it: every cell exactly once, and each
+    """common.wgsl spread_cell with the frame's stride (shaders.spread_stride), as CPU adapters'
+    kernels take it: every cell exactly once, and each
     contiguous run of workgroups -- what llvmpipe gives one of its threads -- takes cells from all
     over the frame, not a band of rows (the rows' mean near the frame's middle for 2, 4 and 8 runs)."""
     import wgpu
@@ -430,7 +431,7 @@ def test_spread_cells_are_a_permutation_whose_runs_cover_the_frame(gpu_ctx, nx, 
         ("kernel", f"""@group(0) @binding(0) var<storage, read_write> out: array<u32>;
 @compute @workgroup_size(1)
 fn main(@builtin(workgroup_id) group: vec3u) {{
-    let c = spread_cell(group, {nx}u, {n}u);
+    let c = spread_cell(group, {nx}u, {n}u, {shaders.spread_stride(n)}u);
     out[group.y * {nx}u + group.x] = c.y * {nx}u + c.x;
 }}""")])
     dev = gpu_ctx.device

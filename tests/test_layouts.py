@@ -4,6 +4,7 @@ adapter -- that the WGSL compiler puts every field where the layout says."""
 
 from __future__ import annotations
 
+import math
 import os
 import re
 import struct
@@ -31,8 +32,8 @@ def test_kernel_struct_offsets_and_sizes():
     assert _offsets(FRAME) == {n: 4 * i for i, n in enumerate(
         ["width", "height", "n_tris", "batch", "tiles_x", "tiles_y", "n_tiles", "scene_stride", "mask_words",
          "loss_kind", "inv_values", "stop_t", "cull_k", "recompute_below", "ring_len", "with_loss", "n_seg",
-         "seg_len", "removal_costs"])}
-    assert FRAME.size == 80  # 19 scalars = 76 bytes, padded to a multiple of 16 for a uniform
+         "seg_len", "removal_costs", "tile_spread", "super_spread"])}
+    assert FRAME.size == 96  # 21 scalars = 84 bytes, padded to a multiple of 16 for a uniform
     assert _offsets(STATE) == {"iter": 0, "sigma": 4, "lr_scale": 8} and STATE.size == 12  # storage: no 16 pad
     assert _offsets(SCHEDULE) == {n: 4 * i for i, n in enumerate(
         ["sigma_start", "sigma_end", "sigma_iters", "lr_decay_iters", "lr_final", "iter_offset", "lr_offset",
@@ -76,9 +77,10 @@ def test_app_uniforms():
 
 
 def test_pack_round_trip_and_hand_bytes():
-    values = dict(zip(FRAME.names, [3, 5, 7, 2, 1, 1, 1, 74, 1, 1, 1 / 45, 1e-30, 13.7, 1 / 16, 256, 1, 3, 32, 1]))
+    values = dict(zip(FRAME.names, [3, 5, 7, 2, 1, 1, 1, 74, 1, 1, 1 / 45, 1e-30, 13.7, 1 / 16, 256, 1, 3, 32, 1,
+                                    5, 1]))
     packed = FRAME.pack(values)
-    assert packed == struct.pack("<10I4f5I4x", *values.values())  # the workspace's former hand packing
+    assert packed == struct.pack("<10I4f7I12x", *values.values())  # the workspace's former hand packing
     back = FRAME.unpack(packed)
     assert back == {k: (float(np.float32(v)) if FRAME.field(k).wgsl == "f32" else v) for k, v in values.items()}
     mixed = {"a": 1.5, "b": 7, "c": -2.0, "v": (1, 2, 3, 4), "w": (5, 6), "s": 0.5, "t": (7, 8, 9), "u": -3, "z": 9.0}
@@ -121,7 +123,7 @@ def test_generated_wgsl_has_every_field_in_order(s):
 def test_generated_padding_sits_in_the_gaps():
     names = [n for n, _ in _members(MIXED.wgsl(), "Mixed")]
     assert names == ["a", "b", "c", "_pad0", "v", "w", "s", "_pad1", "t", "u", "z", "_pad2", "_pad3", "_pad4"]
-    assert [n for n, _ in _members(FRAME.wgsl(), "Frame")][-2:] == ["removal_costs", "_pad0"]
+    assert [n for n, _ in _members(FRAME.wgsl(), "Frame")][-4:] == ["super_spread", "_pad0", "_pad1", "_pad2"]
 
 
 def test_scene_record():
@@ -224,6 +226,20 @@ def test_scene_piece_binds_the_records_as_storage_or_uniform():
         shaders._variant(None, "forward.wgsl", "main", True, 16384, 8, 8, False, False)[0]
     assert shaders._variant(None, "adam.wgsl", "main", True, 16384, 8, 8, False, True)[0] == \
         shaders._variant(None, "adam.wgsl", "main", True, 16384, 8, 8, False, False)[0]
+
+
+@pytest.mark.parametrize("n", [1, 2, 3, 4, 16, 20, 36, 64, 121, 168, 1024, 4096, 65535, 65536])
+def test_spread_stride_is_coprime_and_near_n_over_the_golden_ratio(n):
+    """The frame's stride of the tiles' spread order (common.wgsl spread_cell): coprime with the
+    cells' count, so the order is a permutation, and the first such from n / golden ratio up; row
+    order (1) where there are too few cells to spread or w x stride could leave a u32."""
+    s = shaders.spread_stride(n)
+    if n < 3 or n > 65535:
+        assert s == 1
+        return
+    assert math.gcd(s, n) == 1 and (n - 1) * s < 2 ** 32
+    assert max(n * 618 // 1000, 1) <= s and all(math.gcd(t, n) > 1 for t in range(max(n * 618 // 1000, 1), s))
+    assert sorted(w * s % n for w in range(n)) == list(range(n))
 
 
 def test_removal_costs_are_a_pipeline_variant_only_where_the_kernels_walk_several_pixels():

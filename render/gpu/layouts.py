@@ -291,6 +291,8 @@ FRAME = Struct("Frame", [
     ("n_seg", "u32", "backward: a tile's list is split into up to n_seg segments of seg_len"),
     ("seg_len", "u32", "entries, counted from the top, each its own workgroup"),
     ("removal_costs", "u32", "backward: 1 = each triangle's removal cost (slot 0) instead of its gradient"),
+    ("tile_spread", "u32", "where SPREAD_CELLS, workgroup w takes tile w x tile_spread mod n_tiles (shaders.spread_stride)"),
+    ("super_spread", "u32", "... and super-tile w x super_spread mod the super-tiles (two-pass binning's coarse pass)"),
 ], "uniform")
 
 STATE = Struct("State", [  # device-side loop state (the fitter advances it; one-shot calls leave iter at 0)

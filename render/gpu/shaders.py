@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import functools
 import importlib.resources
+import math
 import threading
 from dataclasses import dataclass
 
@@ -70,11 +71,25 @@ def costs_by_variant(ppt: int) -> bool:
 
 def spreads_cells(name: str, ppt: int) -> bool:
     """Whether kernel ``name``'s workgroups take their tiles (super-tiles) in a spread order
-    (common.wgsl spread_cell): the kernels that walk or bin tiles several pixels a thread (CPU
+    (common.wgsl spread_cell, the frame's strides: :func:`spread_stride`): the kernels that walk or bin
+    tiles several pixels a thread (CPU
     adapters), since llvmpipe splits a dispatch's workgroups into one contiguous run a thread, which
     in row order gives one thread the frame's top and another its bottom. GPUs schedule workgroups
     as they free up and keep row order. A permutation of the tiles: the same bits either way."""
     return ppt > 1 and name in _PPT_KERNELS
+
+
+def spread_stride(n: int) -> int:
+    """The stride of a grid of ``n`` cells' spread order (common.wgsl spread_cell: workgroup w takes
+    cell w x stride mod n): the first from n / golden ratio up that is coprime with n, so that the
+    order is a permutation and every run of workgroups takes cells from all over the grid; 1 (row
+    order) where n < 3, or where n > 65535 and w x stride could leave a u32."""
+    if n < 3 or n > 65535:
+        return 1
+    s = max(n * 618 // 1000, 1)
+    while math.gcd(s, n) != 1:
+        s += 1
+    return s
 
 
 def skips_by_vector(name: str, ppt: int) -> bool:

@@ -379,7 +379,8 @@ class Workspace:
             stop_t=STOP_TRANSMITTANCE if loss is None else self.loss_stop,
             cull_k=cull_sigmas(s.n_tris, self.cull_tolerance), recompute_below=self.recompute_below,
             ring_len=self.ring_len, with_loss=0 if loss is None else 1, n_seg=s.n_seg, seg_len=s.seg_len,
-            removal_costs=int(removal_costs),
+            removal_costs=int(removal_costs), tile_spread=shaders.spread_stride(s.n_tiles),
+            super_spread=shaders.spread_stride(s.supers[0] * s.supers[1]),
         )
 
     def write(self, name: str, data, offset: int = 0) -> int:
