@@ -71,11 +71,11 @@ def costs_by_variant(ppt: int) -> bool:
 
 def spreads_cells(name: str, ppt: int) -> bool:
     """Whether kernel ``name``'s workgroups take their tiles (super-tiles) in a spread order
-    (common.wgsl spread_cell, the frame's strides: :func:`spread_stride`): the kernels that walk or bin
-    tiles several pixels a thread (CPU
-    adapters), since llvmpipe splits a dispatch's workgroups into one contiguous run a thread, which
-    in row order gives one thread the frame's top and another its bottom. GPUs schedule workgroups
-    as they free up and keep row order. A permutation of the tiles: the same bits either way."""
+    (common.wgsl spread_cell, the frame's strides: :func:`spread_stride`): the kernels that walk or
+    bin tiles several pixels a thread (CPU adapters), since llvmpipe splits a dispatch's workgroups
+    into one contiguous run a thread, which in row order gives one thread the frame's top and another
+    its bottom. GPUs schedule workgroups as they free up and keep row order. A permutation of the
+    tiles: the same bits either way."""
     return ppt > 1 and name in _PPT_KERNELS
 
 
