@@ -341,7 +341,7 @@ def test_scene_records_take_a_uniform_binding_where_they_fit():
 @pytest.mark.parametrize("layout", ["scene_uniform", "serial_lanes", "hands_off", "fuses_loss_pass",
                                     "defers_recompose", "skips_by_vector", "spreads_cells"])
 def test_cpu_adapters_layouts_give_the_gpu_layouts_bits(monkeypatch, gpu_ctx, layout):
-    """Six ways of arranging the same arithmetic that several pixels a thread (CPU adapters)
+    """Seven ways of arranging the same arithmetic that several pixels a thread (CPU adapters)
     take: the scene records read from a uniform binding where the batch's fit one
     (Shape.scene_uniform) where GPUs read them from storage; the gradient reduction's lanes run in
     turn in one thread (reduce_param.wgsl SERIAL_LANES) where GPUs run them as threads; the
@@ -418,9 +418,9 @@ def test_cpu_adapters_layouts_give_the_gpu_layouts_bits(monkeypatch, gpu_ctx, la
 @pytest.mark.parametrize("nx, ny", [(11, 11), (6, 6), (5, 4), (32, 24), (1, 7), (2, 1)])
 def test_spread_cells_are_a_permutation_whose_runs_cover_the_frame(gpu_ctx, nx, ny):
     """common.wgsl spread_cell with the frame's stride (shaders.spread_stride), as CPU adapters'
-    kernels take it: every cell exactly once, and each
-    contiguous run of workgroups -- what llvmpipe gives one of its threads -- takes cells from all
-    over the frame, not a band of rows (the rows' mean near the frame's middle for 2, 4 and 8 runs)."""
+    kernels take it: every cell exactly once, and each contiguous run of workgroups -- what
+    llvmpipe gives one of its threads -- takes cells from all over the frame, not a band of rows
+    (the rows' mean near the frame's middle for 2, 4 and 8 runs)."""
     import wgpu
 
     from trifit.gpu import layouts, shaders
