@@ -51,7 +51,6 @@ VARIANTS = {
     "lr_final 0.2": {"lr_final": 0.2},
     "lr_final 0.3": {"lr_final": 0.3},
     "coarse 0.5": {"coarse_fraction": 0.5},
-    "coarse 0.4": {"coarse_fraction": 0.4},
     "respawn alpha 0.05": {"respawn_alpha": 0.05},
     "growth 3": {"growth_stages": 3},
     "growth 5": {"growth_stages": 5},
