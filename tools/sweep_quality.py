@@ -9,6 +9,10 @@ Prints one line per run.
 alternating by seed, after a fit that builds the pipelines: time-limited variants then share the
 machine's state (a lent GPU's speed drifts within a call).
 
+With --iters or --time-limit and more than one variant, a paired summary against the first variant
+ends each budget's lines (tools/pair_summary.py's: medians, mean paired difference and its standard
+error, iteration medians, per image; then over the images).
+
 --budgeted-plan N runs N iterations planned as a time-limited fit would plan them (the coarse share
 of a short time budget) but deterministically, so variants compare without the time limit's spread.
 """
@@ -19,6 +23,8 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from pair_summary import summarise  # noqa: E402  (tools/pair_summary.py, beside this file)
 
 from trifit import Engine, StopConditions  # noqa: E402
 from trifit.export import SHARP_SETTINGS  # noqa: E402
@@ -305,10 +311,16 @@ def main():
                     for name in (names if k % 2 == 0 else names[::-1])]
         else:
             runs = [(name, path, seed) for name in names for path in paths for seed in seeds]
+        rows = {}
         for name, path, seed in runs:
             r = fit_and_score(eng, path, a.tris, seed, 176, stop, **VARIANTS[name])
             print(f"{r['iterations']:5d} {name:20s} {Path(path).name:14s} s{seed} PSNR {r['psnr']:.3f} "
                   f"{r['wall_s']:.2f}s respawned {r['respawned']}", flush=True)
+            rows[("base" if name == names[0] else name, Path(path).name, seed)] = r
+        if len(names) > 1:  # each variant paired with the first ("base") seed by seed
+            print(f"# paired against {names[0]} (base):")
+            for name in names[1:]:
+                summarise(rows, sorted({img for _, img, _ in rows}), name)
 
 
 def budgeted(a):
