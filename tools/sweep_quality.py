@@ -23,6 +23,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # pair_summary, also under `python -P`
 
 from pair_summary import summarise  # noqa: E402  (tools/pair_summary.py, beside this file)
 
