@@ -47,8 +47,21 @@ SIGMA_FACTORS, SIGMA_MAX_PX = (0.25, 4.0), 2.0
 #: rest of the fit runs at the end of every schedule however much longer the new plan is
 PROGRESS_CAP = 0.999
 
+#: pruning cycles' least length in iterations (FitSettings.prune_cycle_min = 0): on a GPU, and on a CPU adapter
+CYCLE_MIN_GPU, CYCLE_MIN_CPU = 100, 50
+
 STRATEGIES = ("default", "fixed")
 _NEVER = 1 << 40
+
+
+def auto_cycle_min(on_cpu: bool) -> int:
+    """The least pruning-cycle length ``FitSettings.prune_cycle_min = 0`` means, from where the fit
+    computes (``Engine.on_cpu``). A cycle's regrowth and pruning are events, and on a GPU each
+    idles the device while the host works, so a time-limited fit pays for more cycles in
+    iterations; on a CPU adapter an event costs little beside an iteration, and twice the cycles,
+    each half as long, gained at equal iterations (docs/QUALITY.md, "Shorter pruning cycles on
+    CPU adapters")."""
+    return CYCLE_MIN_CPU if on_cpu else CYCLE_MIN_GPU
 
 
 def make_strategy(name: str, fit) -> FixedStrategy:

@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 
 from trifit import Fitter, Scene, StopConditions, reference as R
-from trifit.fitloop import recorded_settings
+from trifit.fitloop import FitSettings, recorded_settings
 from trifit.run import replay_run
-from trifit.strategy import STRATEGIES, make_strategy
+from trifit.strategy import CYCLE_MIN_CPU, CYCLE_MIN_GPU, STRATEGIES, auto_cycle_min, make_strategy
 
 
 def _target(W=24, H=18, seed=0):
@@ -56,9 +56,10 @@ def _wanted_by_formula(s, peak, it, pruning=False):
 def test_pruning_cycles_scale_with_the_plan(ref_engine):
     # a longer plan revises its scene in more cycles of the same length, up to the cap (150 by
     # default); past it the cycles grow longer. A cap of 0 lifts it.
-    f = Fitter(_target(), triangles=150, size=24, seed=0, engine=ref_engine)
-    capped = Fitter(_target(), triangles=150, size=24, seed=0, engine=ref_engine, overgrow_cycles=24)
-    uncapped = Fitter(_target(), triangles=150, size=24, seed=0, engine=ref_engine, overgrow_cycles=0)
+    # (cycles of at least 100 iterations, a GPU's: test_cycle_length_from_the_adapter)
+    f = Fitter(_target(), triangles=150, size=24, seed=0, engine=ref_engine, prune_cycle_min=100)
+    capped = Fitter(_target(), triangles=150, size=24, seed=0, engine=ref_engine, overgrow_cycles=24, prune_cycle_min=100)
+    uncapped = Fitter(_target(), triangles=150, size=24, seed=0, engine=ref_engine, overgrow_cycles=0, prune_cycle_min=100)
     assert f.settings.overgrow_cycles == 150
     assert (f.settings.growth_until, f.settings.prune_until) == (0.5, 0.9)  # the window: 0.4 of the plan
     for plan, cycles in ((300, 1), (7500, 30), (30000, 120), (60000, 240), (100000, 400)):
@@ -72,6 +73,30 @@ def test_pruning_cycles_scale_with_the_plan(ref_engine):
         assert length == pytest.approx(0.4 * plan / n)
     for fitter in (f, capped, uncapped):
         fitter.close()
+
+
+def test_cycle_length_from_the_adapter(ref_engine, monkeypatch):
+    # prune_cycle_min 0 (the default) lets the adapter's type decide: cycles of at least 50 iterations
+    # where the fit computes on a CPU (the reference backend, lavapipe), 100 on a GPU. The choice is
+    # recorded, so a replay on any adapter plans the same cycles, and a record from before the
+    # choice existed plans cycles of 100, as it ran.
+    assert FitSettings().prune_cycle_min == 0
+    assert (auto_cycle_min(True), auto_cycle_min(False)) == (CYCLE_MIN_CPU, CYCLE_MIN_GPU) == (50, 100)
+    cpu = Fitter(_target(), triangles=150, size=24, seed=0, engine=ref_engine)
+    assert cpu.settings.prune_cycle_min == cpu.initial_settings["prune_cycle_min"] == 50
+    cpu.plan(7500)
+    assert cpu.strategy.prune_cycles() == 60  # 0.4 of the plan in cycles of 50
+    chosen = Fitter(_target(), triangles=150, size=24, seed=0, engine=ref_engine, prune_cycle_min=70)
+    assert chosen.settings.prune_cycle_min == 70  # a length asked for is kept
+    monkeypatch.setattr(type(ref_engine), "on_cpu", property(lambda self: False))
+    gpu = Fitter(_target(), triangles=150, size=24, seed=0, engine=ref_engine)
+    assert gpu.settings.prune_cycle_min == gpu.initial_settings["prune_cycle_min"] == 100
+    gpu.plan(7500)
+    assert gpu.strategy.prune_cycles() == 30
+    assert recorded_settings({"overgrow": 1.75})["prune_cycle_min"] == 100  # a record from before the choice
+    assert recorded_settings({"prune_cycle_min": 50})["prune_cycle_min"] == 50
+    for f in (cpu, chosen, gpu):
+        f.close()
 
 
 @pytest.mark.parametrize("settings", [
@@ -106,7 +131,8 @@ def test_the_last_cycle_prunes_in_steps(ref_engine):
     # cycles and every other step are as with one step (a record from before replays so)
     counts = {}
     for steps in (4, 1):
-        f = Fitter(_target(), triangles=150, size=24, seed=0, engine=ref_engine, prune_last_steps=steps)
+        f = Fitter(_target(), triangles=150, size=24, seed=0, engine=ref_engine, prune_last_steps=steps,
+                   prune_cycle_min=100)  # (a GPU's cycles)
         f.plan(1400)
         counts[steps] = f.strategy.count_plan()
         start, length, n = f.strategy.cycles()

@@ -123,8 +123,11 @@ VARIANTS = {
     "cycles of 100": {"overgrow_cycles": 0},  # as many as fit, prune_cycle_min iterations each (no cap)
     # (sixth session) cycle length and shape at a 1 s fit's length
     "cycles of 50": {"prune_cycle_min": 50},
+    "cycles of 25": {"prune_cycle_min": 25},
+    "cycles of 35": {"prune_cycle_min": 35},
     "cycles of 70": {"prune_cycle_min": 70},
     "cycles of 150": {"prune_cycle_min": 150},
+    "growth until 0.35 cycles of 50": {"growth_until": 0.35, "prune_cycle_min": 50},
     "peak hold 0.5": {"prune_stages": 1, "prune_hold": 0.5},
     "prune stages 3": {"prune_stages": 3},
     "prune last 1": {"prune_last_steps": 1},  # the last cycle drops in one step, as the others (before 4)
