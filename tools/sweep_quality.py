@@ -123,6 +123,9 @@ VARIANTS = {
     "cycles of 100": {"overgrow_cycles": 0},  # as many as fit, prune_cycle_min iterations each (no cap)
     # (sixth session) cycle length and shape at a 1 s fit's length
     "cycles of 50": {"prune_cycle_min": 50},
+    "GPU cycles": {"prune_cycle_min": 100},  # cycles of 100, a GPU's (CPU adapters take 50: render/strategy.py auto_cycle_min)
+    "newcomers x3": {"prune_newcomers": 3.0},
+    "newcomers x1.5": {"prune_newcomers": 1.5},
     "cycles of 25": {"prune_cycle_min": 25},
     "cycles of 35": {"prune_cycle_min": 35},
     "cycles of 70": {"prune_cycle_min": 70},
