@@ -385,6 +385,7 @@ class ReferenceFitLoop:
 
     def set_schedule(self, schedule: Schedule) -> None:
         self.schedule = schedule
+        self.sigmas = schedule.sigmas(max(self.iter, 1), self.batch)  # (as GpuFitLoop.set_schedule)
 
     def set_state(self, raw, m, v, images=None) -> None:
         self.raw, self.m, self.v = (self._stack(a).copy() for a in (raw, m, v))

@@ -184,3 +184,25 @@ def test_a_resumed_fit_keeps_its_triangle_ids(ref_engine):
     old = Fitter.resume(_target(32, 24), dataclasses.replace(ck, state=state), engine=ref_engine)
     assert old.triangle_ids_all()[0].tolist() == list(range(f.n_triangles)) and old.strategy.newcomers_from is None
     old.step(5)
+
+
+def test_a_fit_paused_at_a_sigma_probe_resumes_to_its_scene(ref_engine):
+    # a sigma probe moves the image's final sigma at its iteration; a scene taken there before
+    # the next run (the GUI's autosave, a paused fit's export: while over-grown its triangles are
+    # the most costly to remove, at the current sigma) is the scene a fit resumed there gives
+    target = _target(32, 24)
+    f = Fitter(target, triangles=8, size=32, seed=1, engine=ref_engine)
+    f.plan(240)
+    probe = f.strategy.probe_at(0)
+    f.step(probe - 1 - f.iteration)
+    before = f.schedule.ends(1)
+    f.step(1)
+    ends = f.schedule.ends(1)
+    assert f.iteration == probe and not np.array_equal(ends, before)  # (the probe moved it)
+    g = Fitter.resume(target, f.checkpoint(), engine=ref_engine)
+    want, got = f.scene, g.scene
+    assert np.array_equal(g.schedule.ends(1), ends)
+    assert got.sigma == want.sigma
+    assert got.triangles.tobytes() == want.triangles.tobytes()
+    g.close()
+    f.close()

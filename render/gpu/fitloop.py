@@ -235,6 +235,10 @@ class GpuFitLoop:
 
     def set_schedule(self, schedule: Schedule) -> None:
         self.schedule = schedule
+        # the current sigma under the new schedule, as reset() and a resumed loop have it (a sigma
+        # probe's new end moves it: a scene, or an over-grown scene's removal costs, taken before
+        # the next run must not use the old one)
+        self.sigmas = schedule.sigmas(max(self.iter, 1), self.batch)
         self.backend.counters.upload_bytes += self._write_schedule(schedule)
         self._write_next_sigma()
 
