@@ -358,10 +358,9 @@ class ReferenceFitLoop:
     def reset(self, raw, m, v, iteration: int, schedule: Schedule, settings: FitSettings) -> None:
         """Start over from this state at ``iteration`` (as GpuFitLoop.reset)."""
         self.settings = settings
-        self.schedule = schedule
         self.iter = iteration
+        self.set_schedule(schedule)  # (and the current sigma under it)
         self.set_state(raw, m, v)
-        self.sigmas = schedule.sigmas(max(iteration, 1), self.batch)
         self._good = [(self.get_state(), iteration)] * 2  # see GpuFitLoop: two verified snapshots
         self._turn = 0
 
