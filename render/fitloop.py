@@ -127,8 +127,10 @@ class FitSettings:
                                   # in this many steps where the others drop in one, the removal costs ranked again
                                   # after each (1: as the others; docs/QUALITY.md, "The last cycle's pruning in steps")
     prune_hold: float = 0.0       # ... each cycle holding its peak for this fraction of it before the pruning steps,
-    prune_cycle_min: int = 0      # ... each at least this many iterations long (0: the adapter's type decides, recorded
-                                  # as chosen: render/strategy.py auto_cycle_min)
+    prune_cycle_min: int = 50     # ... each at least this many iterations long
+    timed_cycle_min: int = 0      # ... and in a time-limited plan at least this many (0: the adapter's type decides,
+                                  # recorded as chosen: render/strategy.py timed_cycle_min; a GPU's events cost
+                                  # the clock iterations, a CPU adapter's hardly any)
     prune_newcomers: float = 2.0  # ... and in each cycle after the first, the triangles it grew back (which had part
                                   # of a cycle to find their place, starting faint and small) rank by this many
                                   # times their removal cost (a negative one: divided by it): 1 = as the rest
@@ -180,7 +182,10 @@ def recorded_settings(d: dict) -> dict:
               "replicas": 1, "prune_in_coarse": False, "small_triangle_px": 0.0,
               "recompute_below": LEGACY_RECOMPUTE_BELOW, "sigma_floor_px": 0.0,
               "sigma_ceiling_px": 0.0, "prune_last_steps": 1, "prune_cycle_min": 100}
-    return {**{k: v for k, v in legacy.items() if k not in d}, **d}
+    out = {**{k: v for k, v in legacy.items() if k not in d}, **d}
+    if "timed_cycle_min" not in out:  # (before it, a time-limited plan's cycles were prune_cycle_min's)
+        out["timed_cycle_min"] = out["prune_cycle_min"]
+    return out
 
 
 #: the changes a scene's meta records, each [iteration, kind, value], which a replay applies
@@ -195,7 +200,8 @@ _SETTING_RANGES = {"triangles": (1, MAX_TRIANGLES_FIT), "size": (1, MAX_WORKING_
                    "beta1": (0.0, 0.999999), "beta2": (0.0, 0.999999), "overgrow": (1.0, None),
                    "cull_tolerance": (1e-30, 1.0), "stop_transmittance": (1e-38, 1.0), "insert_radius": (1e-6, None),
                    "recompute_below": (1e-6, 1.0),
-                   "prune_cycle_min": (0, None), "prune_stages": (1, None), "prune_last_steps": (1, None),
+                   "prune_cycle_min": (1, None), "timed_cycle_min": (0, None), "prune_stages": (1, None),
+                   "prune_last_steps": (1, None),
                    "prune_newcomers": (1e-6, 1e6),
                    "replicas": (0, MAX_REPLICAS),
                    **{k: (0.0, 1.0) for k in ("lr_final", "sigma_fraction", "coarse_fraction", "coarse_max_fraction",

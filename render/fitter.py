@@ -35,7 +35,7 @@ from .limits import MAX_TRIANGLES_FIT, MAX_WORKING_SIZE, is_whole
 from .placement import PLACEMENTS, initial_raw
 from .replicas import auto_replicas, winners
 from .scene import Scene, locked_indices
-from .strategy import STRATEGIES, auto_cycle_min, make_strategy
+from .strategy import STRATEGIES, make_strategy, timed_cycle_min
 
 log = logging.getLogger("trifit")
 
@@ -181,8 +181,9 @@ class Fitter(FitState):
             restore_checkpoint(self, resume[0])
             return
         raw = self._first_raw(init_scene)
-        if s.prune_cycle_min == 0:  # (as the replicas below: the adapter's type decides, recorded as chosen)
-            s.prune_cycle_min = self._initial_settings["prune_cycle_min"] = auto_cycle_min(self.engine.on_cpu)
+        if s.timed_cycle_min == 0:  # (as the replicas below: the adapter's type decides, recorded as chosen)
+            s.timed_cycle_min = self._initial_settings["timed_cycle_min"] = timed_cycle_min(s.prune_cycle_min,
+                                                                                            self.engine.on_cpu)
         if s.replicas == 0:  # the adapter's type decides, so a deferred engine's backend is made
             # here, after the host's work above (render/replicas.py auto_replicas)
             R = auto_replicas(self.engine.adapter.get("type", ""), self.width, self.height, s.triangles, s.strategy)

@@ -47,21 +47,22 @@ SIGMA_FACTORS, SIGMA_MAX_PX = (0.25, 4.0), 2.0
 #: rest of the fit runs at the end of every schedule however much longer the new plan is
 PROGRESS_CAP = 0.999
 
-#: pruning cycles' least length in iterations (FitSettings.prune_cycle_min = 0): on a GPU, and on a CPU adapter
-CYCLE_MIN_GPU, CYCLE_MIN_CPU = 100, 50
+#: a time-limited plan's pruning cycles' least length on a GPU (FitSettings.timed_cycle_min = 0)
+TIMED_CYCLE_MIN_GPU = 100
 
 STRATEGIES = ("default", "fixed")
 _NEVER = 1 << 40
 
 
-def auto_cycle_min(on_cpu: bool) -> int:
-    """The least pruning-cycle length ``FitSettings.prune_cycle_min = 0`` means, from where the fit
-    computes (``Engine.on_cpu``). A cycle's regrowth and pruning are events, and on a GPU each
-    idles the device while the host works, so a time-limited fit pays for more cycles in
-    iterations; on a CPU adapter an event costs little beside an iteration, and twice the cycles,
-    each half as long, gained at equal iterations (docs/QUALITY.md, "Shorter pruning cycles on
-    CPU adapters")."""
-    return CYCLE_MIN_CPU if on_cpu else CYCLE_MIN_GPU
+def timed_cycle_min(cycle_min: int, on_cpu: bool) -> int:
+    """The least pruning-cycle length of a time-limited plan that ``FitSettings.timed_cycle_min =
+    0`` means, from ``prune_cycle_min`` and where the fit computes (``Engine.on_cpu``). A cycle's
+    regrowth and pruning are events, and on a GPU each idles the device while the host works: a
+    time limit pays for twice the cycles in iterations (cycles of 50 lost 0.2-0.4 dB in 1 s fits),
+    while a fixed plan's quality at its iterations gains from them for a few per cent of its wall
+    time. On a CPU adapter an event costs little beside an iteration, so its time limits take
+    prune_cycle_min's cycles too (docs/QUALITY.md, "Shorter pruning cycles")."""
+    return cycle_min if on_cpu else max(cycle_min, TIMED_CYCLE_MIN_GPU)
 
 
 def make_strategy(name: str, fit) -> FixedStrategy:
@@ -313,14 +314,14 @@ class DefaultStrategy(FixedStrategy):
         return max(s.triangles, math.ceil(s.triangles * s.overgrow))
 
     def prune_cycles(self) -> int:
-        """Pruning cycles in this plan: as many of at least prune_cycle_min iterations as fit
-        between growth_until and prune_until, up to overgrow_cycles (0: no cap); a longer plan
-        than that makes each cycle longer."""
+        """Pruning cycles in this plan: as many of at least prune_cycle_min iterations (a time
+        limit's plan: timed_cycle_min) as fit between growth_until and prune_until, up to
+        overgrow_cycles (0: no cap); a longer plan than that makes each cycle longer."""
         s = self.settings
         if self.cycles_held is not None:
             return self.cycles_held
         span = (s.prune_until - s.growth_until) * self.span()[1]
-        fit = int(span // max(1, s.prune_cycle_min))
+        fit = int(span // max(1, s.timed_cycle_min if self.time_budgeted else s.prune_cycle_min))
         return max(1, min(s.overgrow_cycles, fit) if s.overgrow_cycles > 0 else fit)
 
     def cycles(self) -> tuple[float, float, int]:
@@ -340,7 +341,7 @@ class DefaultStrategy(FixedStrategy):
         s = self.settings
         key = (s.planned_iterations, self.plan_origin, self.cycles_held, s.triangles, s.overgrow, s.growth_stages,
                s.growth_until, s.prune_until, s.prune_stages, s.prune_last_steps, s.prune_hold, s.overgrow_cycles,
-               s.prune_cycle_min)
+               s.prune_cycle_min, s.timed_cycle_min, self.time_budgeted)
         if key == self._plan_key:
             return self._counts
         peak, stages = self.peak(), max(1, s.growth_stages)

@@ -11,7 +11,7 @@ import pytest
 from trifit import Fitter, Scene, StopConditions, reference as R
 from trifit.fitloop import FitSettings, recorded_settings
 from trifit.run import replay_run
-from trifit.strategy import CYCLE_MIN_CPU, CYCLE_MIN_GPU, STRATEGIES, auto_cycle_min, make_strategy
+from trifit.strategy import STRATEGIES, TIMED_CYCLE_MIN_GPU, make_strategy, timed_cycle_min
 
 
 def _target(W=24, H=18, seed=0):
@@ -75,26 +75,35 @@ def test_pruning_cycles_scale_with_the_plan(ref_engine):
         fitter.close()
 
 
-def test_cycle_length_from_the_adapter(ref_engine, monkeypatch):
-    # prune_cycle_min 0 (the default) lets the adapter's type decide: cycles of at least 50 iterations
-    # where the fit computes on a CPU (the reference backend, lavapipe), 100 on a GPU. The choice is
-    # recorded, so a replay on any adapter plans the same cycles, and a record from before the
-    # choice existed plans cycles of 100, as it ran.
-    assert FitSettings().prune_cycle_min == 0
-    assert (auto_cycle_min(True), auto_cycle_min(False)) == (CYCLE_MIN_CPU, CYCLE_MIN_GPU) == (50, 100)
+def test_cycle_length_from_the_plan_and_the_adapter(ref_engine, monkeypatch):
+    # Pruning cycles are at least prune_cycle_min (50) iterations long; a time-limited plan's at
+    # least timed_cycle_min, which 0 (the default) lets the adapter's type decide: prune_cycle_min's
+    # where the fit computes on a CPU (the reference backend, lavapipe), at least 100 on a GPU,
+    # whose events cost the clock iterations. The choice is recorded, so a replay on any adapter
+    # plans the same cycles, and a record from before either setting replays as it ran.
+    assert (FitSettings().prune_cycle_min, FitSettings().timed_cycle_min) == (50, 0)
+    assert (timed_cycle_min(50, True), timed_cycle_min(50, False), timed_cycle_min(200, False)) == \
+        (50, TIMED_CYCLE_MIN_GPU, 200) == (50, 100, 200)
     cpu = Fitter(_target(), triangles=150, size=24, seed=0, engine=ref_engine)
-    assert cpu.settings.prune_cycle_min == cpu.initial_settings["prune_cycle_min"] == 50
-    cpu.plan(7500)
-    assert cpu.strategy.prune_cycles() == 60  # 0.4 of the plan in cycles of 50
-    chosen = Fitter(_target(), triangles=150, size=24, seed=0, engine=ref_engine, prune_cycle_min=70)
-    assert chosen.settings.prune_cycle_min == 70  # a length asked for is kept
+    assert cpu.settings.timed_cycle_min == cpu.initial_settings["timed_cycle_min"] == 50
+    for time_budgeted in (False, True):
+        cpu.plan(7500, time_budgeted=time_budgeted)
+        assert cpu.strategy.prune_cycles() == 60  # 0.4 of the plan in cycles of 50
+    chosen = Fitter(_target(), triangles=150, size=24, seed=0, engine=ref_engine, prune_cycle_min=70, timed_cycle_min=90)
+    assert (chosen.settings.prune_cycle_min, chosen.settings.timed_cycle_min) == (70, 90)  # lengths asked for are kept
     monkeypatch.setattr(type(ref_engine), "on_cpu", property(lambda self: False))
     gpu = Fitter(_target(), triangles=150, size=24, seed=0, engine=ref_engine)
-    assert gpu.settings.prune_cycle_min == gpu.initial_settings["prune_cycle_min"] == 100
+    assert gpu.settings.prune_cycle_min == 50 and gpu.settings.timed_cycle_min == gpu.initial_settings["timed_cycle_min"] == 100
     gpu.plan(7500)
-    assert gpu.strategy.prune_cycles() == 30
-    assert recorded_settings({"overgrow": 1.75})["prune_cycle_min"] == 100  # a record from before the choice
-    assert recorded_settings({"prune_cycle_min": 50})["prune_cycle_min"] == 50
+    assert gpu.strategy.prune_cycles() == 60  # a fixed plan: cycles of 50 on a GPU too
+    gpu.plan(7500, time_budgeted=True)
+    assert gpu.strategy.prune_cycles() == 30  # a time limit's: of 100
+    assert gpu.strategy.cycles()[1] == pytest.approx(100.0)
+    legacy = recorded_settings({"overgrow": 1.75})  # a record from before either setting: cycles of 100
+    assert (legacy["prune_cycle_min"], legacy["timed_cycle_min"]) == (100, 100)
+    lavapipe = recorded_settings({"prune_cycle_min": 50})  # ... and one from before timed_cycle_min: its time
+    assert (lavapipe["prune_cycle_min"], lavapipe["timed_cycle_min"]) == (50, 50)  # limits planned prune_cycle_min
+    assert recorded_settings({"prune_cycle_min": 50, "timed_cycle_min": 100})["timed_cycle_min"] == 100
     for f in (cpu, chosen, gpu):
         f.close()
 

@@ -123,13 +123,18 @@ VARIANTS = {
     "cycles of 100": {"overgrow_cycles": 0},  # as many as fit, prune_cycle_min iterations each (no cap)
     # (sixth session) cycle length and shape at a 1 s fit's length
     "cycles of 50": {"prune_cycle_min": 50},
-    "GPU cycles": {"prune_cycle_min": 100},  # cycles of 100, a GPU's (CPU adapters take 50: render/strategy.py auto_cycle_min)
+    "GPU cycles": {"prune_cycle_min": 100},  # cycles of 100 in every plan, as before cycles of 50 (render/strategy.py
+    # timed_cycle_min: a GPU's time-limited plans keep cycles of 100)
+    "timed cycles of 50": {"timed_cycle_min": 50},  # a time limit's cycles on a GPU as its fixed plans'
+    "timed cycles of 150": {"timed_cycle_min": 150},
+    "timed cycles of 200": {"timed_cycle_min": 200},
     "newcomers x3": {"prune_newcomers": 3.0},
     "newcomers x1.5": {"prune_newcomers": 1.5},
     "cycles of 25": {"prune_cycle_min": 25},
     "cycles of 35": {"prune_cycle_min": 35},
     "cycles of 70": {"prune_cycle_min": 70},
     "cycles of 150": {"prune_cycle_min": 150},
+    "cycles of 200": {"prune_cycle_min": 200},
     "growth until 0.35 cycles of 50": {"growth_until": 0.35, "prune_cycle_min": 50},
     "peak hold 0.5": {"prune_stages": 1, "prune_hold": 0.5},
     "prune stages 3": {"prune_stages": 3},
