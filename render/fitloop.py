@@ -128,6 +128,9 @@ class FitSettings:
                                   # after each (1: as the others; docs/QUALITY.md, "The last cycle's pruning in steps")
     prune_hold: float = 0.0       # ... each cycle holding its peak for this fraction of it before the pruning steps,
     prune_cycle_min: int = 50     # ... each at least this many iterations long
+    prune_cycles_floor: int = 10  # ... but a plan with room for fewer than this many has as many as fit at half
+                                  # that length, up to this many: a short plan's few cycles gain from more,
+                                  # a long plan's many hardly (0: no floor, as records from before it ran)
     timed_cycle_min: int = 0      # ... and in a time-limited plan at least this many (0: the adapter's type decides,
                                   # recorded as chosen: render/strategy.py timed_cycle_min; a GPU's events cost
                                   # the clock iterations, a CPU adapter's hardly any)
@@ -181,7 +184,7 @@ def recorded_settings(d: dict) -> dict:
               "growth_waits": False, "continuous_plans": False, "prune_until": 0.85, "prune_newcomers": 1.0,
               "replicas": 1, "prune_in_coarse": False, "small_triangle_px": 0.0,
               "recompute_below": LEGACY_RECOMPUTE_BELOW, "sigma_floor_px": 0.0,
-              "sigma_ceiling_px": 0.0, "prune_last_steps": 1, "prune_cycle_min": 100}
+              "sigma_ceiling_px": 0.0, "prune_last_steps": 1, "prune_cycle_min": 100, "prune_cycles_floor": 0}
     out = {**{k: v for k, v in legacy.items() if k not in d}, **d}
     if "timed_cycle_min" not in out:  # (before it, a time-limited plan's cycles were prune_cycle_min's)
         out["timed_cycle_min"] = out["prune_cycle_min"]

@@ -315,13 +315,17 @@ class DefaultStrategy(FixedStrategy):
 
     def prune_cycles(self) -> int:
         """Pruning cycles in this plan: as many of at least prune_cycle_min iterations (a time
-        limit's plan: timed_cycle_min) as fit between growth_until and prune_until, up to
-        overgrow_cycles (0: no cap); a longer plan than that makes each cycle longer."""
+        limit's plan: timed_cycle_min) as fit between growth_until and prune_until, or where that
+        is fewer than prune_cycles_floor, as many of half that length as fit up to the floor; at
+        most overgrow_cycles (0: no cap), a longer plan than that making each cycle longer."""
         s = self.settings
         if self.cycles_held is not None:
             return self.cycles_held
         span = (s.prune_until - s.growth_until) * self.span()[1]
-        fit = int(span // max(1, s.timed_cycle_min if self.time_budgeted else s.prune_cycle_min))
+        least = max(1, s.timed_cycle_min if self.time_budgeted else s.prune_cycle_min)
+        fit = int(span // least)
+        if fit < s.prune_cycles_floor:
+            fit = min(s.prune_cycles_floor, int(span // max(1, least // 2)))
         return max(1, min(s.overgrow_cycles, fit) if s.overgrow_cycles > 0 else fit)
 
     def cycles(self) -> tuple[float, float, int]:
@@ -341,7 +345,7 @@ class DefaultStrategy(FixedStrategy):
         s = self.settings
         key = (s.planned_iterations, self.plan_origin, self.cycles_held, s.triangles, s.overgrow, s.growth_stages,
                s.growth_until, s.prune_until, s.prune_stages, s.prune_last_steps, s.prune_hold, s.overgrow_cycles,
-               s.prune_cycle_min, s.timed_cycle_min, self.time_budgeted)
+               s.prune_cycle_min, s.timed_cycle_min, s.prune_cycles_floor, self.time_budgeted)
         if key == self._plan_key:
             return self._counts
         peak, stages = self.peak(), max(1, s.growth_stages)

@@ -313,7 +313,7 @@ def test_overgrowth_grows_past_the_count_and_prunes_back_to_it(ref_engine):
 def test_long_plans_prune_in_cycles_that_grow_back(ref_engine):
     f = Fitter(_target(24, 18), triangles=8, size=24, seed=0, engine=ref_engine, growth_stages=1,
                growth_until=0.2, prune_until=0.8, overgrow=1.5, prune_stages=2, overgrow_cycles=3,
-               prune_cycle_min=6, respawn_every=0, coarse_fraction=0)
+               prune_cycle_min=6, prune_cycles_floor=0, respawn_every=0, coarse_fraction=0)
     # 18 pruning iterations from 6: three cycles of 6 (12 -> 10 -> 8, back to 10 -> 8, ...), the last
     # one's drop to 8 in steps (prune_last_steps)
     f.plan(30)
@@ -336,8 +336,8 @@ def _cycling_fitter(engine, **settings):
     the last as the others (one replica, where a GPU's default would run two)."""
     f = Fitter(_target(24, 18), triangles=8, size=24, seed=0, engine=engine, growth_stages=1,
                growth_until=0.2, prune_until=0.8, overgrow=1.5, prune_stages=2, overgrow_cycles=3,
-               prune_cycle_min=6, **{"respawn_every": 0, "coarse_fraction": 0, "replicas": 1, "prune_last_steps": 1,
-                                     **settings})
+               prune_cycle_min=6, prune_cycles_floor=0,
+               **{"respawn_every": 0, "coarse_fraction": 0, "replicas": 1, "prune_last_steps": 1, **settings})
     f.plan(30)
     return f
 

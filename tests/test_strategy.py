@@ -23,7 +23,10 @@ def _wanted_by_formula(s, peak, it, pruning=False):
     peak, then pruning cycles of prune_stages steps after a hold, the last cycle's drops after its
     first step each in prune_last_steps steps)."""
     plan, stages = s.planned_iterations, max(1, s.growth_stages)
-    fit = int((s.prune_until - s.growth_until) * plan // max(1, s.prune_cycle_min))
+    span = (s.prune_until - s.growth_until) * plan
+    fit = int(span // max(1, s.prune_cycle_min))
+    if fit < s.prune_cycles_floor:  # (a short plan: up to the floor's cycles, each at least half as long)
+        fit = min(s.prune_cycles_floor, int(span // max(1, s.prune_cycle_min // 2)))
     n = max(1, min(s.overgrow_cycles, fit) if s.overgrow_cycles > 0 else fit)
     start = s.growth_until * plan
     cycle = max(1.0, (s.prune_until - s.growth_until) * plan / n)
@@ -56,10 +59,12 @@ def _wanted_by_formula(s, peak, it, pruning=False):
 def test_pruning_cycles_scale_with_the_plan(ref_engine):
     # a longer plan revises its scene in more cycles of the same length, up to the cap (150 by
     # default); past it the cycles grow longer. A cap of 0 lifts it.
-    # (cycles of at least 100 iterations, a GPU's: test_cycle_length_from_the_adapter)
-    f = Fitter(_target(), triangles=150, size=24, seed=0, engine=ref_engine, prune_cycle_min=100)
-    capped = Fitter(_target(), triangles=150, size=24, seed=0, engine=ref_engine, overgrow_cycles=24, prune_cycle_min=100)
-    uncapped = Fitter(_target(), triangles=150, size=24, seed=0, engine=ref_engine, overgrow_cycles=0, prune_cycle_min=100)
+    # (cycles of at least 100 iterations, a GPU time limit's: test_cycle_length_from_the_plan_and_the_adapter;
+    # no floor for short plans: test_a_short_plan_has_more_shorter_cycles)
+    kw = dict(triangles=150, size=24, seed=0, engine=ref_engine, prune_cycle_min=100, prune_cycles_floor=0)
+    f = Fitter(_target(), **kw)
+    capped = Fitter(_target(), overgrow_cycles=24, **kw)
+    uncapped = Fitter(_target(), overgrow_cycles=0, **kw)
     assert f.settings.overgrow_cycles == 150
     assert (f.settings.growth_until, f.settings.prune_until) == (0.5, 0.9)  # the window: 0.4 of the plan
     for plan, cycles in ((300, 1), (7500, 30), (30000, 120), (60000, 240), (100000, 400)):
@@ -73,6 +78,27 @@ def test_pruning_cycles_scale_with_the_plan(ref_engine):
         assert length == pytest.approx(0.4 * plan / n)
     for fitter in (f, capped, uncapped):
         fitter.close()
+
+
+def test_a_short_plan_has_more_shorter_cycles(ref_engine):
+    # where fewer than prune_cycles_floor (10) cycles of prune_cycle_min fit, a plan has as many of
+    # half that length as fit, up to the floor: the count never falls as a plan lengthens, and a
+    # long plan's cycles are as without the floor. A record from before the floor replays without it.
+    f = Fitter(_target(), triangles=150, size=24, seed=0, engine=ref_engine)
+    g = Fitter(_target(), triangles=150, size=24, seed=0, engine=ref_engine, prune_cycles_floor=0)
+    assert f.settings.prune_cycles_floor == 10 and f.settings.prune_cycle_min == 50
+    counts = []
+    for plan, without, floored in ((100, 1, 1), (300, 2, 4), (600, 4, 9), (1000, 8, 10), (1240, 9, 10),
+                                   (1250, 10, 10), (2250, 18, 18), (7500, 60, 60)):
+        f.plan(plan)
+        g.plan(plan)
+        assert (g.strategy.prune_cycles(), f.strategy.prune_cycles()) == (without, floored), plan
+        assert f.strategy.cycles()[1] >= 25 or plan < 125
+        counts.append(f.strategy.prune_cycles())
+    assert counts == sorted(counts)
+    assert recorded_settings({"prune_cycle_min": 50})["prune_cycles_floor"] == 0
+    f.close()
+    g.close()
 
 
 def test_cycle_length_from_the_plan_and_the_adapter(ref_engine, monkeypatch):
@@ -141,7 +167,7 @@ def test_the_last_cycle_prunes_in_steps(ref_engine):
     counts = {}
     for steps in (4, 1):
         f = Fitter(_target(), triangles=150, size=24, seed=0, engine=ref_engine, prune_last_steps=steps,
-                   prune_cycle_min=100)  # (a GPU's cycles)
+                   prune_cycle_min=100, prune_cycles_floor=0)  # (cycles of 100, as many as fit)
         f.plan(1400)
         counts[steps] = f.strategy.count_plan()
         start, length, n = f.strategy.cycles()
@@ -320,7 +346,8 @@ def test_a_shorter_plan_prunes_at_the_next_iteration(ref_engine):
 def _cycling(ref_engine, **kw):
     return Fitter(_target(), **{**dict(triangles=6, size=24, seed=0, engine=ref_engine, growth_stages=3,
                                        growth_until=0.3, prune_until=0.8, overgrow=2.0, prune_stages=2,
-                                       respawn_every=0, coarse_fraction=0, sigma_probes=0, prune_cycle_min=10), **kw})
+                                       respawn_every=0, coarse_fraction=0, sigma_probes=0, prune_cycle_min=10,
+                                       prune_cycles_floor=0), **kw})
 
 
 @pytest.mark.parametrize("longer", [True, False])

@@ -123,8 +123,10 @@ VARIANTS = {
     "cycles of 100": {"overgrow_cycles": 0},  # as many as fit, prune_cycle_min iterations each (no cap)
     # (sixth session) cycle length and shape at a 1 s fit's length
     "cycles of 50": {"prune_cycle_min": 50},
-    "GPU cycles": {"prune_cycle_min": 100},  # cycles of 100 in every plan, as before cycles of 50 (render/strategy.py
-    # timed_cycle_min: a GPU's time-limited plans keep cycles of 100)
+    "GPU cycles": {"prune_cycle_min": 100, "prune_cycles_floor": 0},  # cycles of 100 in every plan, as before cycles
+    # of 50 (render/strategy.py timed_cycle_min: a GPU's time-limited plans keep cycles of 100)
+    "no cycle floor": {"prune_cycles_floor": 0},  # a short plan's cycles as many as fit at prune_cycle_min
+    "cycle floor 16": {"prune_cycles_floor": 16},
     "timed cycles of 50": {"timed_cycle_min": 50},  # a time limit's cycles on a GPU as its fixed plans'
     "timed cycles of 150": {"timed_cycle_min": 150},
     "timed cycles of 200": {"timed_cycle_min": 200},
