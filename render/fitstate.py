@@ -146,6 +146,8 @@ class FitState:
         (:class:`PlacedOnDevice`): no round trip at all."""
         from . import placement
 
+        if len(counts) != self.batch:  # (one count per slot: each image's replicas place their own)
+            raise ValueError(f"place_on_device takes a count for each of the fit's {self.batch} slots, got {len(counts)}")
         dp = self.device_placement()
         got = self._loop.tile_sums(dp)  # (they came back with the chunk, with the image they are of)
         if got is not None:

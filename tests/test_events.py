@@ -548,7 +548,9 @@ def test_a_placement_and_the_gather_that_takes_its_rows_are_one_submission(gpu_e
     for i, f in enumerate(fits):
         f.step(60)
         T = f.n_triangles
-        placed = f.place_on_device([6], T + 6, f.settings.insert_radius, rows=True)
+        with pytest.raises(ValueError, match="a count for each"):  # (a slot without one would take stale rows)
+            f.place_on_device([6] * (f.batch + 1), T + 6, f.settings.insert_radius, rows=True)
+        placed = f.place_on_device([6] * f.batch, T + 6, f.settings.insert_radius, rows=True)  # (each replica's)
         assert placed.rows.pending is not None
         before = gpu_engine.counters()["submissions"]
         if i == 1:  # apart: the placement first, then the gather with an encoder of its own
@@ -655,7 +657,7 @@ def test_count_changes_reuse_their_gathers_bind_groups_and_skip_uploads_already_
     f.step(20)
     T = f.n_triangles
     for _ in range(2):  # each loop gathers from the other once
-        f.add(f.strategy._place([3]))
+        f.add(f.strategy._place([3] * f.batch))
         f.keep(f.most_costly(T))
     made, uploads = [], []
     device_cls = type(gpu_engine.impl.device)
@@ -671,7 +673,7 @@ def test_count_changes_reuse_their_gathers_bind_groups_and_skip_uploads_already_
 
     monkeypatch.setattr(queue_cls, "write_buffer", write)
     for _ in range(3):
-        f.add(f.strategy._place([3]))
+        f.add(f.strategy._place([3] * f.batch))
         f.keep(f.most_costly(T))
     assert made == []
     held = {id(loop.extra[name]) for loop in f._loops.values() for name in ("sched", "opt", "sigma_end", "locked")}
