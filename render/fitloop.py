@@ -128,12 +128,12 @@ class FitSettings:
                                   # after each (1: as the others; docs/QUALITY.md, "The last cycle's pruning in steps")
     prune_hold: float = 0.0       # ... each cycle holding its peak for this fraction of it before the pruning steps,
     prune_cycle_min: int = 50     # ... each at least this many iterations long
-    prune_cycles_floor: int = 10  # ... but a plan with room for fewer than this many has as many as fit at half
-                                  # that length, up to this many: a short plan's few cycles gain from more,
-                                  # a long plan's many hardly (0: no floor, as records from before it ran)
     timed_cycle_min: int = 0      # ... and in a time-limited plan at least this many (0: the adapter's type decides,
                                   # recorded as chosen: render/strategy.py timed_cycle_min; a GPU's events cost
                                   # the clock iterations, a CPU adapter's hardly any)
+    prune_cycles_floor: int = 10  # ... but a plan with room for fewer than this many has as many as fit at half
+                                  # that length, up to this many: a short plan's few cycles gain from more,
+                                  # a long plan's many hardly (0: no floor, as records from before it ran)
     prune_newcomers: float = 2.0  # ... and in each cycle after the first, the triangles it grew back (which had part
                                   # of a cycle to find their place, starting faint and small) rank by this many
                                   # times their removal cost (a negative one: divided by it): 1 = as the rest

@@ -58,9 +58,9 @@ def timed_cycle_min(cycle_min: int, on_cpu: bool) -> int:
     """The least pruning-cycle length of a time-limited plan that ``FitSettings.timed_cycle_min =
     0`` means, from ``prune_cycle_min`` and where the fit computes (``Engine.on_cpu``). A cycle's
     regrowth and pruning are events, and on a GPU each idles the device while the host works: a
-    time limit pays for twice the cycles in iterations (cycles of 50 lost 0.2-0.4 dB in 1 s fits),
-    while a fixed plan's quality at its iterations gains from them for a few per cent of its wall
-    time. On a CPU adapter an event costs little beside an iteration, so its time limits take
+    time limit pays for twice the cycles in more iterations than they are worth there, while a
+    fixed plan's quality at its iterations gains from them for a few per cent of its wall time.
+    On a CPU adapter an event costs little beside an iteration, so its time limits take
     prune_cycle_min's cycles too (docs/QUALITY.md, "Shorter pruning cycles")."""
     return cycle_min if on_cpu else max(cycle_min, TIMED_CYCLE_MIN_GPU)
 
