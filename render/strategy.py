@@ -343,9 +343,8 @@ class DefaultStrategy(FixedStrategy):
         last cycle takes each drop after its first step in prune_last_steps equal steps, spread
         over the iterations up to where that drop falls in the other cycles."""
         s = self.settings
-        key = (s.planned_iterations, self.plan_origin, self.cycles_held, s.triangles, s.overgrow, s.growth_stages,
-               s.growth_until, s.prune_until, s.prune_stages, s.prune_last_steps, s.prune_hold, s.overgrow_cycles,
-               s.prune_cycle_min, s.timed_cycle_min, s.prune_cycles_floor, self.time_budgeted)
+        key = (s.planned_iterations, self.plan_origin, self.prune_cycles(), s.triangles, s.overgrow, s.growth_stages,
+               s.growth_until, s.prune_until, s.prune_stages, s.prune_last_steps, s.prune_hold)
         if key == self._plan_key:
             return self._counts
         peak, stages = self.peak(), max(1, s.growth_stages)
