@@ -126,6 +126,7 @@ VARIANTS = {
     "GPU cycles": {"prune_cycle_min": 100, "prune_cycles_floor": 0},  # cycles of 100 in every plan, as before cycles
     # of 50 (render/strategy.py timed_cycle_min: a GPU's time-limited plans keep cycles of 100)
     "no cycle floor": {"prune_cycles_floor": 0},  # a short plan's cycles as many as fit at prune_cycle_min
+    "cycle floor 6": {"prune_cycles_floor": 6},
     "cycle floor 16": {"prune_cycles_floor": 16},
     "timed cycles of 50": {"timed_cycle_min": 50},  # a time limit's cycles on a GPU as its fixed plans'
     "timed cycles of 150": {"timed_cycle_min": 150},
