@@ -279,6 +279,12 @@ class Schedule:
         """(batch,) sigma of each image at iteration ``it`` (schedule.wgsl's schedule_sigma)."""
         return self.sigma_start * (self.ends(batch) / self.sigma_start) ** self._anneal(it)
 
+    def current_sigmas(self, it: int, batch: int) -> np.ndarray:
+        """(batch,) sigma of each image for a loop standing at iteration ``it``: the last iteration
+        run's, or the first's before any has run -- what a scene taken there renders at. Every
+        loop's reset, schedule change and scene read uses this one rule."""
+        return self.sigmas(max(it, 1), batch)
+
     def pack(self) -> dict[str, float]:
         """The device's Schedule uniform by field name (the GPU fit loop lays it out and packs it:
         render/gpu/layouts.py SCHEDULE, whose fields are these); the per-image ends go separately."""
@@ -393,7 +399,7 @@ class ReferenceFitLoop:
 
     def set_schedule(self, schedule: Schedule) -> None:
         self.schedule = schedule
-        self.sigmas = schedule.sigmas(max(self.iter, 1), self.batch)  # (as GpuFitLoop.set_schedule)
+        self.sigmas = schedule.current_sigmas(self.iter, self.batch)
 
     def set_state(self, raw, m, v, images=None) -> None:
         self.raw, self.m, self.v = (self._stack(a).copy() for a in (raw, m, v))

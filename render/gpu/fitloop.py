@@ -204,7 +204,7 @@ class GpuFitLoop:
         self.iter = iteration
         self.schedule = schedule
         self.set_optim(settings)
-        self.sigmas = schedule.sigmas(max(iteration, 1), self.batch)
+        self.sigmas = schedule.current_sigmas(iteration, self.batch)
         lr0 = schedule.at(max(iteration, 1))[1]
         up = self.ws.write("state", STATE.pack(iter=iteration, sigma=self.sigmas[0], lr_scale=lr0))
         self.backend.counters.upload_bytes += up + self._write_schedule(schedule)
@@ -238,7 +238,7 @@ class GpuFitLoop:
         # the current sigma under the new schedule, as reset() and a resumed loop have it (a sigma
         # probe's new end moves it: a scene, or an over-grown scene's removal costs, taken before
         # the next run must not use the old one)
-        self.sigmas = schedule.sigmas(max(self.iter, 1), self.batch)
+        self.sigmas = schedule.current_sigmas(self.iter, self.batch)
         self.backend.counters.upload_bytes += self._write_schedule(schedule)
         self._write_next_sigma()
 
@@ -489,7 +489,7 @@ class GpuFitLoop:
         B = self.batch
         tris, bg, _ = SCENE.unpack(self.records().astype(np.float64), self.n_tris)
         # the record holds the next iteration's sigma (adam.wgsl); the scene is the current one's
-        sigma = self.schedule.sigmas(max(self.iter, 1), B).astype(np.float32).astype(np.float64)
+        sigma = self.schedule.current_sigmas(self.iter, B).astype(np.float32).astype(np.float64)
         return (tris, bg, sigma) if self.batched else (tris[0], bg[0], float(sigma[0]))
 
     def records(self) -> np.ndarray:
@@ -1002,6 +1002,6 @@ class GpuFitLoop:
                 self._read_costs = (self.iter, costs[0], costs[1], removal.astype(np.float64))
             if records is not None:
                 self._read_records = (self.iter, records)
-        self.sigmas = self.schedule.sigmas(self.iter, self.batch)
+        self.sigmas = self.schedule.current_sigmas(self.iter, self.batch)
         losses = np.concatenate(out) if out else np.empty((0, self.batch))
         return losses if self.batched else losses[:, 0]
