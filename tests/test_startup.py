@@ -163,10 +163,16 @@ def test_a_cli_fit_with_a_bad_input_still_exits_with_one_line_and_status_2_while
 # ---------------------------------------------------------------------- wgpu.h's declarations cache
 def _shape(ffi, names):
     """What a cdef's declarations define, comparable across two FFIs: each type's C name, size,
-    and each struct's fields with their offsets and types."""
+    and each struct's fields with their offsets and types. The types are built from the declared
+    models, as ``ffi.typeof(name)`` builds them after parsing the name: that parse costs the whole
+    header's typedefs each time (seconds a hundred names on a 2-core machine), so a sample of the
+    names goes through it to show it gives the very same types."""
+    with ffi._lock:  # (cffi's own builder, which expects its lock held)
+        types = {name: ffi._get_cached_btype(ffi._parser._declarations["typedef " + name][0]) for name in names}
+    assert all(ffi.typeof(name) is types[name] for name in names[::20])
     out = {}
     for name in names:
-        ct = ffi.typeof(name)
+        ct = types[name]
         row = [ct.cname, ct.kind]
         if ct.kind in ("struct", "union"):
             row += [ffi.sizeof(ct), [(f, d.offset, d.type.cname) for f, d in ct.fields]]
