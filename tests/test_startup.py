@@ -164,9 +164,9 @@ def test_a_cli_fit_with_a_bad_input_still_exits_with_one_line_and_status_2_while
 def _shape(ffi, names):
     """What a cdef's declarations define, comparable across two FFIs: each type's C name, size,
     and each struct's fields with their offsets and types. The types are built from the declared
-    models, as ``ffi.typeof(name)`` builds them after parsing the name: that parse costs the whole
-    header's typedefs each time (seconds a hundred names on a 2-core machine), so a sample of the
-    names goes through it to show it gives the very same types."""
+    models, as ``ffi.typeof(name)`` builds them after parsing the name: that parse re-reads every
+    typedef of the header each time, so only a sample of the names goes through it, to show that
+    it gives the very same types."""
     with ffi._lock:  # (cffi's own builder, which expects its lock held)
         types = {name: ffi._get_cached_btype(ffi._parser._declarations["typedef " + name][0]) for name in names}
     assert all(ffi.typeof(name) is types[name] for name in names[::20])
