@@ -53,6 +53,7 @@ class EditTool(QtCore.QObject):
         self._stroke_before = None          # the mask before the stroke being painted
         self.colour_dialog: QtWidgets.QColorDialog | None = None
         self.panel: EditPanel | None = None  # (install() makes it, with the actions it shows)
+        self.actions: dict[str, QtGui.QAction] = {}  # (install() makes them: the Edit menu's)
         self.canvas = None
         self.attach(window.canvas)
 
@@ -89,6 +90,7 @@ class EditTool(QtCore.QObject):
         """A new fit: nothing selected, nothing to undo; its focus mask (a restored session's)."""
         self.view, self.selection = None, []
         self.undo_stack.clear()
+        self._show_undo()
         self.size = (info.width, info.height)
         self.mask = FocusMask(info.width, info.height, info.focus) if info.focus is not None else None
         self._show_mask()
@@ -323,16 +325,29 @@ class EditTool(QtCore.QObject):
         if step is not None:
             self._send(step.undo)
             self.window.show_message(f"Undid {step.label}")
+        self._show_undo()
 
     def redo(self) -> None:
         step = self.undo_stack.redo()
         if step is not None:
             self._send(step.do)
             self.window.show_message(f"Redid {step.label}")
+        self._show_undo()
 
     def _do(self, step: Step) -> None:
         self.undo_stack.push(step)
         self._send(step.do)
+        self._show_undo()
+
+    def _show_undo(self) -> None:
+        """The Edit menu's Undo and Redo name the step each would take ("Undo delete (3)"), and are
+        off where there is none: the stack is the one owner of what they say."""
+        if not self.actions:
+            return
+        for key, verb, label in (("undo", "Undo", self.undo_stack.undo_label),
+                                 ("redo", "Redo", self.undo_stack.redo_label)):
+            self.actions[key].setText(verb if label is None else f"{verb} {label}")
+            self.actions[key].setEnabled(label is not None)
 
     def _send(self, actions: list) -> None:
         for kind, value in actions:
@@ -369,6 +384,7 @@ def install(window) -> EditTool:
     """Edit mode in ``window``: the tool, its Edit menu (and shortcuts) and its dock."""
     tool = EditTool(window)
     actions = tool.actions = _actions(window, tool)
+    tool._show_undo()
     tool.panel = EditPanel(actions)
     tool.panel.tool_chosen.connect(lambda name: (tool.set_tool(name), tool.panel.show_tool(name)))
     tool.panel.brush_changed.connect(tool.set_brush)

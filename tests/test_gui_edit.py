@@ -104,6 +104,11 @@ def drag(win, start: QtCore.QPointF, end: QtCore.QPointF, modifiers=Qt.KeyboardM
     mouse(win, QtCore.QEvent.Type.MouseButtonRelease, end, modifiers)
 
 
+def undo_menu(tool) -> tuple:
+    """What the Edit menu's Undo and Redo say, and whether each is on."""
+    return tuple((tool.actions[k].text(), tool.actions[k].isEnabled()) for k in ("undo", "redo"))
+
+
 def key(win: MainWindow, sequence: str) -> None:
     """Press a window shortcut (on the canvas: the window must be the active one)."""
     from PySide6.QtTest import QTest
@@ -181,17 +186,21 @@ def test_delete_then_undo_puts_it_back_and_redo_deletes_it_again(qtbot, window):
     a, pa = pickable(tool)[0]
     index, values = tool.view.ids.index(a), tool.view.triangles[tool.view.ids.index(a)].copy()
     n = len(tool.view.ids)
+    assert undo_menu(tool) == (("Undo", False), ("Redo", False))  # nothing done yet: both off
     click(win, to_widget(win, *pa))
     key(win, "Del")
     view = fresh_view(qtbot, tool, lambda v: a not in v.ids and len(v.ids) == n - 1)
     assert tool.selection == [] and len(view.ids) == n - 1
     assert changes(qtbot, win)[-1][2] == {"op": "delete", "indices": [index]}
+    assert undo_menu(tool) == (("Undo delete (1)", True), ("Redo", False))
     key(win, "Ctrl+Z")
     view = fresh_view(qtbot, tool, lambda v: a in v.ids)
     assert view.ids.index(a) == index and np.allclose(view.triangles[index], values, atol=1e-6)
     assert changes(qtbot, win)[-1][2]["op"] == "insert"  # an undo is an edit, recorded like any other
+    assert undo_menu(tool) == (("Undo", False), ("Redo delete (1)", True))
     key(win, "Ctrl+Shift+Z")
     fresh_view(qtbot, tool, lambda v: a not in v.ids)
+    assert undo_menu(tool) == (("Undo delete (1)", True), ("Redo", False))
     assert [c[2]["op"] for c in changes(qtbot, win)] == ["delete", "insert", "delete"]
 
 
