@@ -92,7 +92,6 @@ class SessionStore:
         self._folder: Path | None = None   # this window's folder, made at the first save
         self._lock = None                  # its QLockFile
         self._closed = False
-        self.saves = 0                     # autosaves written (for tests and the status bar)
 
     @classmethod
     def from_environment(cls) -> SessionStore | None:
@@ -237,7 +236,6 @@ class SessionStore:
                 record["focus_file"] = FOCUS_FILE
             text = json.dumps(record, indent=1, allow_nan=False)
             atomic_write_bytes(folder / SESSION_FILE, text.encode("utf-8"))
-            self.saves += 1
             return folder
 
     def _ensure_folder(self) -> Path:

@@ -275,12 +275,6 @@ def _orient(im: Image.Image) -> Image.Image:
     return im.transpose(method) if method is not None else im
 
 
-def to_rgb(im: Image.Image) -> Image.Image:
-    """Any mode -> 8-bit RGB, alpha composited over white."""
-    im = _flatten(im)
-    return im if im.mode == "RGB" else im.convert("RGB")
-
-
 def _flatten(im: Image.Image) -> Image.Image:
     """Any mode -> "L" or "RGB" (8 bits), alpha composited over white.
 

@@ -208,14 +208,6 @@ def wait_warm_up() -> None:
         thread.join()
 
 
-def gpu_available() -> bool:
-    try:
-        get_context()
-        return True
-    except AdapterError:
-        return False
-
-
 _PROBE = """
 @group(0) @binding(0) var<storage, read_write> out: array<u32>;
 @compute @workgroup_size(256)

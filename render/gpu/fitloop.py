@@ -151,7 +151,6 @@ class GpuFitLoop:
                           "costs": B * n_tris * 4, "records": B * self.shape.scene_stride * 4}
         self._out = None
         self._ready = None  # the next chunk's first part, encoded ahead: _encode_ahead
-        self.ready_taken = 0  # chunks that began with it
         self._lay_out()
         self._dispatches = None
         self._gpu_ms_per_it = self._host_ms_per_it = 0.0  # (measured by each chunk: _part_growth)
@@ -806,7 +805,6 @@ class GpuFitLoop:
         ready, self._ready = self._ready, None
         if not fits:
             return None
-        self.ready_taken += 1
         self.backend.timer.attach(ready.spans)
         return ready.encoder.finish(), ready.ts_bytes
 
