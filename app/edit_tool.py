@@ -127,6 +127,9 @@ class EditTool(QtCore.QObject):
         self.canvas.set_outline(tris, [r[3] for r in rows], self._band, draw=not self.window.running)
         if self.panel is not None:
             self.panel.show_selection([(i, tuple(v[6:9]), float(v[9]), lk) for _, i, v, lk in rows])
+        for key in ("delete", "lock", "colour"):  # (they act on the selection: off without one)
+            if key in self.actions:
+                self.actions[key].setEnabled(bool(rows))
 
     def _show_mask(self) -> None:
         self.canvas.set_focus_overlay(None if self.mask is None or self.mask.empty else self.mask.mask,
@@ -385,6 +388,7 @@ def install(window) -> EditTool:
     tool = EditTool(window)
     actions = tool.actions = _actions(window, tool)
     tool._show_undo()
+    tool._show_outline()
     tool.panel = EditPanel(actions)
     tool.panel.tool_chosen.connect(lambda name: (tool.set_tool(name), tool.panel.show_tool(name)))
     tool.panel.brush_changed.connect(tool.set_brush)

@@ -187,7 +187,9 @@ def test_delete_then_undo_puts_it_back_and_redo_deletes_it_again(qtbot, window):
     index, values = tool.view.ids.index(a), tool.view.triangles[tool.view.ids.index(a)].copy()
     n = len(tool.view.ids)
     assert undo_menu(tool) == (("Undo", False), ("Redo", False))  # nothing done yet: both off
+    assert not tool.actions["delete"].isEnabled()  # nothing selected
     click(win, to_widget(win, *pa))
+    assert tool.actions["delete"].isEnabled() and tool.actions["lock"].isEnabled()
     key(win, "Del")
     view = fresh_view(qtbot, tool, lambda v: a not in v.ids and len(v.ids) == n - 1)
     assert tool.selection == [] and len(view.ids) == n - 1
