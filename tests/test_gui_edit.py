@@ -177,6 +177,10 @@ def test_click_selects_shift_click_adds_and_a_rubber_band_selects_many(qtbot, wi
     assert 2 <= len(inside) < len(v.ids) and set(tool.selection) == inside | {a}
     tool.actions["edit_mode"].trigger()  # out of edit mode: no outline, clicks are the view's again
     assert not tool.active and outline_pixels(win) == 0
+    n = len(tool.view.ids)
+    key(win, "Del")  # the selection is kept for edit mode, but nothing shows it: Delete is off
+    assert changes(qtbot, win) == [] and len(tool.view.ids) == n
+    assert not tool.actions["delete"].isEnabled()
 
 
 # ---------------------------------------------------------------------- delete, lock, undo, redo
