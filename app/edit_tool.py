@@ -132,8 +132,10 @@ class EditTool(QtCore.QObject):
                 self.actions[key].setEnabled(bool(rows))
 
     def _show_mask(self) -> None:
-        self.canvas.set_focus_overlay(None if self.mask is None or self.mask.empty else self.mask.mask,
-                                      draw=not self.window.running)
+        empty = self.mask is None or self.mask.empty
+        self.canvas.set_focus_overlay(None if empty else self.mask.mask, draw=not self.window.running)
+        if "clear_focus" in self.actions:
+            self.actions["clear_focus"].setEnabled(not empty)
 
     # ------------------------------------------------------------------ mouse
     def eventFilter(self, obj, event) -> bool:  # noqa: N802 - Qt override
@@ -389,6 +391,7 @@ def install(window) -> EditTool:
     actions = tool.actions = _actions(window, tool)
     tool._show_undo()
     tool._show_outline()
+    tool._show_mask()
     tool.panel = EditPanel(actions)
     tool.panel.tool_chosen.connect(lambda name: (tool.set_tool(name), tool.panel.show_tool(name)))
     tool.panel.brush_changed.connect(tool.set_brush)

@@ -305,6 +305,7 @@ def test_paint_and_erase_the_focus_mask_reach_the_fitter(qtbot, window):
     win = window
     tool = editing(qtbot, win)
     before = win.canvas.snapshot()[..., :3].astype(int)
+    assert not tool.actions["clear_focus"].isEnabled()  # nothing painted yet
     key(win, "B")
     assert tool.tool == "brush" and tool.panel.tool_buttons["brush"].isChecked()
     tool.panel.brush_size.setValue(6)
@@ -327,8 +328,11 @@ def test_paint_and_erase_the_focus_mask_reach_the_fitter(qtbot, window):
     key(win, "Ctrl+Z")  # undo the erasing
     qtbot.waitUntil(lambda: np.array_equal(tool.mask.mask, mask), timeout=WAIT_MS)
     assert np.allclose(worker_call(qtbot, win, lambda f: f.focus[0].copy()), weights_from_mask(mask))
-    tool.clear_focus()
+    assert tool.actions["clear_focus"].isEnabled()
+    tool.actions["clear_focus"].trigger()
     assert worker_call(qtbot, win, lambda f: f.focus) is None  # nothing painted: no focus map
+    assert not tool.actions["clear_focus"].isEnabled()
+    assert undo_menu(tool)[0] == ("Undo clear focus", True)
 
 
 def test_the_mask_is_saved_with_the_session_and_restored(qtbot, warm_engine, gui_settings, tmp_path, monkeypatch):
