@@ -84,6 +84,7 @@ class MainWindow(FileActions, SessionActions, WindowSettings, QtWidgets.QMainWin
         self._build_menus()
         self._build_status_bar()
         self._connect_worker()
+        self._show_fit_actions()
         self.edit_tool = edit_tool.install(self)  # edit mode: the Edit menu and dock (app/edit_tool.py)
         for box in self.findChildren(QtWidgets.QAbstractSpinBox):
             box.installEventFilter(self)  # Space starts and pauses the fit there too
@@ -122,6 +123,9 @@ class MainWindow(FileActions, SessionActions, WindowSettings, QtWidgets.QMainWin
                                       "Start or pause the fit (Space)")
         self.act_start.setShortcutContext(QtCore.Qt.ShortcutContext.WindowShortcut)
         self.act_reset = self._action("Reset", self.reset_fit, tip="A fresh fit with the current settings")
+        # what needs a fit: off until the first image or clip has loaded (_show_fit_actions)
+        self.fit_actions = (self.act_save, self.act_save_as, self.act_export_png, self.act_export_svg,
+                            self.act_export_json, self.act_export_report, self.act_start, self.act_reset)
         self.act_about = self._action("&About trifit", self.show_about)
 
         self.view_group = QtGui.QActionGroup(self)
@@ -133,6 +137,13 @@ class MainWindow(FileActions, SessionActions, WindowSettings, QtWidgets.QMainWin
             self.view_group.addAction(action)
             self.view_actions[mode] = action
         self.view_actions[ViewMode.SIDE_BY_SIDE].setChecked(True)
+
+    def _show_fit_actions(self) -> None:
+        """Saving, exporting, Start and Reset are on once a fit is loaded (they would do nothing before)."""
+        on = self.fit_info is not None
+        for action in self.fit_actions:
+            action.setEnabled(on)
+        self.controls.reset_button.setEnabled(on)
 
     def _build_central(self) -> None:
         self.mode_box = QtWidgets.QComboBox()
@@ -369,6 +380,7 @@ class MainWindow(FileActions, SessionActions, WindowSettings, QtWidgets.QMainWin
             self.session.adopt(self._restoring)  # its files stay until the fit autosaves over them
             self._restoring = None
         self.fit_info = info
+        self._show_fit_actions()
         self.last_stats = None
         self._follow_engine_device()
         self.canvas.set_target(info.target)

@@ -116,6 +116,8 @@ def test_the_empty_canvas_says_what_to_do_until_an_image_opens(qtbot, window, tm
     assert "broken.png" in win.last_error[1]
     assert win.fit_info is None
     assert view.hint_shown and view.hint.isVisible() and view.hint.text() == HINT
+    # nothing to save, export, start or reset yet: those are off, not silent
+    assert not any(a.isEnabled() for a in win.fit_actions) and not win.controls.reset_button.isEnabled()
     assert not win.canvas.isVisible()
     for box in win.findChildren(QtWidgets.QMessageBox):
         box.close()
@@ -126,6 +128,7 @@ def test_the_empty_canvas_says_what_to_do_until_an_image_opens(qtbot, window, tm
     win.open_image(_picture(tmp_path / "ok.png", 90, 60))
     qtbot.waitUntil(lambda: win.fit_info is not None, timeout=WAIT_MS)
     assert not view.hint_shown and not view.hint.isVisible() and win.canvas.isVisible()
+    assert all(a.isEnabled() for a in win.fit_actions) and win.controls.reset_button.isEnabled()
     qtbot.waitUntil(lambda: _arrangement(_canvas_pixels(win)) in ("side", "stacked"), timeout=WAIT_MS)
     assert not _hint_on_screen(win)
 
