@@ -245,7 +245,11 @@ class FileActions:
             self.recent_menu.addAction("(none)").setEnabled(False)
             return
         for path in items:
-            self.recent_menu.addAction(Path(path).name, lambda p=path: self.open_file(p)).setToolTip(path)
+            there = Path(path).exists()  # (moved or deleted since: shown, but not offered)
+            action = self.recent_menu.addAction(Path(path).name if there else f"{Path(path).name} (missing)",
+                                                lambda p=path: self.open_file(p))
+            action.setToolTip(path)
+            action.setEnabled(there)
 
     # ------------------------------------------------------------------ drag and drop
 

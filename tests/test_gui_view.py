@@ -8,6 +8,7 @@ Run: ``xvfb-run -a pytest tests/test_gui_view.py`` (lavapipe; under CI=true a mi
 from __future__ import annotations
 
 import random
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -218,3 +219,18 @@ def test_the_arrangement_follows_window_resizes_and_new_images(qtbot, window, tm
     win.resize(620, 800)
     shows("side", "the error view of the portrait picture in a tall window")
     win.pause_fit()
+
+
+def test_open_recent_lists_the_latest_first_and_offers_no_missing_file(qtbot, window, tmp_path):
+    win = window
+    paths = [Path(_picture(tmp_path / f"{name}.png", 90, 60)) for name in ("first", "second", "third")]
+    for path in paths:
+        win.open_image(path)
+        qtbot.waitUntil(lambda p=path: win.fit_info is not None and win.fit_info.source == str(p), timeout=WAIT_MS)
+    paths[0].unlink()
+    win._fill_recent_menu()  # (as the menu does when it is about to show)
+    entries = [(a.text(), a.isEnabled(), a.toolTip()) for a in win.recent_menu.actions()]
+    assert entries[:3] == [("third.png", True, str(paths[2].resolve())), ("second.png", True, str(paths[1].resolve())),
+                           ("first.png (missing)", False, str(paths[0].resolve()))]
+    win.recent_menu.actions()[1].trigger()  # a present one opens
+    qtbot.waitUntil(lambda: win.fit_info.source == str(paths[1].resolve()), timeout=WAIT_MS)
