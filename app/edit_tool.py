@@ -365,6 +365,7 @@ class EditTool(QtCore.QObject):
             else:
                 self.worker.edit(value)
                 self._apply_locally(value)
+                self.window.note_unsaved()
         self._show_outline()
 
     def _apply_locally(self, request: dict) -> None:

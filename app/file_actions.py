@@ -1,15 +1,16 @@
 """The main window's file side: open, save and export dialogs, exports run on the worker
 thread (pictures as a chain of tile jobs: app/picture_export.py; a clip's video as a chain of
 frame jobs: app/video_export.py), the recent-files menu, drag and drop (a video, or a folder of
-frames, opens as a clip). A mixin of :class:`app.window.MainWindow`, which owns the state these methods use
-(worker, settings, status and error display, the export progress widget)."""
+frames, opens as a clip), and the Save / Discard / Cancel question before a close would lose a
+fit. A mixin of :class:`app.window.MainWindow`, which owns the state these methods use (worker,
+settings, status and error display, the export progress widget)."""
 
 from __future__ import annotations
 
 import os
 from pathlib import Path
 
-from PySide6 import QtWidgets
+from PySide6 import QtCore, QtWidgets
 
 from trifit.errors import TrifitError
 from trifit.fileutil import check_writable
@@ -28,12 +29,55 @@ MAX_RECENT = 8
 
 
 class FileActions:
-    def save_scene(self, path: str | os.PathLike) -> None:
-        """Write the scene JSON (atomically); later Ctrl+S saves go to the same file."""
+    def save_scene(self, path: str | os.PathLike, then=None) -> None:
+        """Write the scene JSON (atomically); later Ctrl+S saves go to the same file. ``then()``
+        runs once it is written (not if the save fails)."""
         def saved(written: str) -> None:
             self.scene_path = written
+            self.unsaved = self.running  # (a running fit has moved on since the scene was taken)
             self.show_message(f"Saved scene to {written}")
+            if then is not None:
+                then()
         self._run_export(lambda: exports.scene_json_job(path), on_done=saved)
+
+    # ------------------------------------------------------------------ closing with a fit not saved
+    def note_unsaved(self) -> None:
+        """The fit moved on (iterations ran, an edit) since it was loaded or last saved."""
+        self.unsaved = True
+
+    def close_needs_answer(self) -> bool:
+        """Would closing now lose a picture's fit that moved on since it was saved? Only the app
+        asks (``ask_to_save``); scripts and tests close at once. A clip's frames are exported, not
+        saved as one scene, so a clip is not asked about."""
+        return (self.ask_to_save and self.unsaved and not self._close_answered and self.fit_info is not None
+                and self.clip is None)
+
+    def ask_before_close(self) -> None:
+        """Save / Discard / Cancel, without blocking the event loop (the fit goes on meanwhile)."""
+        name = Path(self.fit_info.source).name if self.fit_info.source else "the picture"
+        B = QtWidgets.QMessageBox.StandardButton
+        box = QtWidgets.QMessageBox(QtWidgets.QMessageBox.Icon.Question, "Save the fit?",
+                                    f"The fit of {name} has changed since it was last saved. Save it before "
+                                    "closing?", B.Save | B.Discard | B.Cancel, self)
+        box.setDefaultButton(B.Save)
+        box.setAttribute(QtCore.Qt.WidgetAttribute.WA_DeleteOnClose)
+        box.finished.connect(lambda answer: self._on_close_answer(B(answer)))
+        self.close_box = box
+        box.open()
+
+    def _on_close_answer(self, answer) -> None:
+        self.close_box = None
+        B = QtWidgets.QMessageBox.StandardButton
+        if answer == B.Discard:
+            self._close_now()
+        elif answer == B.Save:
+            path = self.scene_path or self._ask_save_path("Save scene", ".json", SCENE_FILTER)
+            if path:  # (no name chosen: the window stays open)
+                self.save_scene(path, then=self._close_now)
+
+    def _close_now(self) -> None:
+        self._close_answered = True
+        self.close()
 
     def export_png(self, path: str | os.PathLike, width: int, edges: str = "crisp") -> PictureExport | None:
         """A picture ``width`` pixels wide, the fit's aspect kept (see :meth:`export_picture`)."""

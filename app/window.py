@@ -74,6 +74,10 @@ class MainWindow(FileActions, SessionActions, WindowSettings, QtWidgets.QMainWin
         self.clip = None                                   # the open clip's trifit.video.Clip; None: a picture
         self.clip_scenes: list = []                        # its fitted frames' scenes, in order
         self.export_dialog: ExportDialog | None = None     # the latest export dialog opened
+        self.ask_to_save = False      # the app sets it: closing a fit not saved asks first (close_needs_answer)
+        self.unsaved = False          # the fit moved on since it was loaded or last saved
+        self._close_answered = False  # the question was answered: the next close goes through
+        self.close_box: QtWidgets.QMessageBox | None = None  # that question, while it is open
         self.setWindowTitle("trifit")
         self.setAcceptDrops(True)
 
@@ -380,6 +384,7 @@ class MainWindow(FileActions, SessionActions, WindowSettings, QtWidgets.QMainWin
             self.session.adopt(self._restoring)  # its files stay until the fit autosaves over them
             self._restoring = None
         self.fit_info = info
+        self.unsaved = False
         self._show_fit_actions()
         self.last_stats = None
         self._follow_engine_device()
@@ -451,6 +456,7 @@ class MainWindow(FileActions, SessionActions, WindowSettings, QtWidgets.QMainWin
         if stats is None:
             return
         self.last_stats = stats
+        self.note_unsaved()
         self.status_iteration.setText(f"iteration {stats.iteration}")
         self.status_rate.setText(f"{stats.it_per_s:.1f} it/s")
         self.status_psnr.setText(f"PSNR {stats.psnr:.2f} dB")
@@ -492,6 +498,11 @@ class MainWindow(FileActions, SessionActions, WindowSettings, QtWidgets.QMainWin
         return ended
 
     def closeEvent(self, event):  # noqa: N802 - Qt override
+        if self.close_needs_answer():
+            event.ignore()  # the question decides (app/file_actions.py)
+            if self.close_box is None:
+                self.ask_before_close()
+            return
         self._save_settings()
         self.shutdown()
         super().closeEvent(event)

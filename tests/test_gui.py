@@ -614,3 +614,82 @@ def test_growth_and_pruning_are_marked_on_the_plots(qtbot, window):
     assert all(b in plots.psnr_plot.items for _, b in plots.count_marks)
     plots.clear()
     assert not plots.count_marks
+
+
+# ---------------------------------------------------------------------- closing a fit not saved
+@pytest.fixture
+def asking(window):
+    """The window as trifit gui makes it: closing a fit not saved asks first (scripts and the other
+    tests close at once)."""
+    window.ask_to_save = True
+    yield window
+    window.ask_to_save = False  # (a failed test must not turn the fixture's own close into a question)
+
+
+def _fitted_and_paused(qtbot, win: MainWindow) -> int:
+    win.open_image(sample_path("astronaut.png"))
+    wait_loaded(qtbot, win)
+    assert not win.unsaved  # a fresh fit: nothing to lose yet
+    win.start_fit()
+    wait_iterations(qtbot, win, 3)
+    win.pause_fit()
+    qtbot.waitUntil(lambda: not win.running, timeout=WAIT_MS)
+    return worker_iteration(qtbot, win)
+
+
+def worker_iteration(qtbot, win: MainWindow) -> int:
+    got = []
+    win.worker.submit(lambda f: f.iteration, on_done=got.append)
+    qtbot.waitUntil(lambda: bool(got), timeout=WAIT_MS)
+    return got[0]
+
+
+def _answer(qtbot, win: MainWindow, button) -> None:
+    qtbot.waitUntil(lambda: win.close_box is not None and win.close_box.isVisible(), timeout=WAIT_MS)
+    win.close_box.button(button).click()
+
+
+def test_closing_a_fit_changed_since_it_was_saved_asks_and_save_writes_it_then_closes(qtbot, asking, tmp_path):
+    win = asking
+    B = QtWidgets.QMessageBox.StandardButton
+    at = _fitted_and_paused(qtbot, win)
+    assert win.unsaved
+    win.close()  # the question, not a close
+    assert win.isVisible() and win.worker.alive
+    _answer(qtbot, win, B.Cancel)
+    assert win.isVisible() and win.worker.alive and win.close_box is None
+    win.scene_path = str(tmp_path / "kept.json")  # (as an earlier Ctrl+S would have set it: no file dialog)
+    win.close()
+    _answer(qtbot, win, B.Save)
+    qtbot.waitUntil(lambda: not win.isVisible(), timeout=WAIT_MS)
+    assert not win.worker.alive
+    assert trifit.Scene.load(tmp_path / "kept.json").meta["iterations"] == at
+
+
+def test_a_saved_fit_closes_at_once_and_discard_drops_what_came_after(qtbot, asking, tmp_path):
+    win = asking
+    B = QtWidgets.QMessageBox.StandardButton
+    at = _fitted_and_paused(qtbot, win)
+    path = tmp_path / "saved.json"
+    win.save_scene(path)
+    qtbot.waitUntil(lambda: path.exists() and not win.unsaved, timeout=WAIT_MS)
+    win.start_fit()  # more iterations after the save: asked about again
+    wait_iterations(qtbot, win, at + 5)
+    win.pause_fit()
+    qtbot.waitUntil(lambda: not win.running, timeout=WAIT_MS)
+    assert win.unsaved
+    win.close()
+    _answer(qtbot, win, B.Discard)
+    qtbot.waitUntil(lambda: not win.isVisible(), timeout=WAIT_MS)
+    assert not win.worker.alive
+    assert trifit.Scene.load(path).meta["iterations"] == at  # the file as saved, nothing written after
+
+
+def test_a_saved_and_paused_fit_closes_without_asking(qtbot, asking, tmp_path):
+    win = asking
+    _fitted_and_paused(qtbot, win)
+    path = tmp_path / "saved.json"
+    win.save_scene(path)
+    qtbot.waitUntil(lambda: path.exists() and not win.unsaved, timeout=WAIT_MS)
+    win.close()
+    assert not win.isVisible() and win.close_box is None and not win.worker.alive
