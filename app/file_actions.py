@@ -71,9 +71,7 @@ class FileActions:
         if answer == B.Discard:
             self._close_now()
         elif answer == B.Save:
-            path = self.scene_path or self._ask_save_path("Save scene", ".json", SCENE_FILTER)
-            if path:  # (no name chosen: the window stays open)
-                self.save_scene(path, then=self._close_now)
+            self.ask_save_scene(then=self._close_now)  # (no name chosen: the window stays open)
 
     def _close_now(self) -> None:
         self._close_answered = True
@@ -197,13 +195,15 @@ class FileActions:
         self._remember_folder(path)
         return path
 
-    def ask_save_scene(self, always_ask: bool = False) -> None:
+    def ask_save_scene(self, always_ask: bool = False, then=None) -> None:
+        """Save to the last Ctrl+S file, or ask for one (``always_ask``: Save as); ``then()`` as
+        :meth:`save_scene`. No name chosen: nothing happens."""
         if self.fit_info is None:
             return
         path = self.scene_path if (self.scene_path and not always_ask) else \
             self._ask_save_path("Save scene", ".json", SCENE_FILTER)
         if path:
-            self.save_scene(path)
+            self.save_scene(path, then=then)
 
     def _check_available(self, module: str, name: str) -> bool:
         try:
