@@ -120,6 +120,14 @@ def warm_engine(gpu_engine):
     return gpu_engine
 
 
+def worker_call(qtbot, win, fn, timeout_ms: int = 20_000):
+    """fn(fitter) on the window's fit worker thread, between chunks; its result."""
+    got = []
+    win.worker.submit(fn, on_done=got.append)
+    qtbot.waitUntil(lambda: bool(got), timeout=timeout_ms)
+    return got[0]
+
+
 def open_window(qtbot, engine, settings, size=(1100, 560)):
     """A shown main window and a check to run after closing it: the fit worker and every thread
     the window started are gone (a generator: ``yield from open_window(...)`` in a fixture)."""

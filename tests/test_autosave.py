@@ -45,7 +45,7 @@ from trifit.resources import sample_path  # noqa: E402
 pytestmark = pytest.mark.gui
 
 REPO = Path(__file__).resolve().parents[1]
-from conftest import GUI_SIZE as SIZE, GUI_TRIANGLES as TRIANGLES  # noqa: E402
+from conftest import GUI_SIZE as SIZE, GUI_TRIANGLES as TRIANGLES, worker_call  # noqa: E402
 
 INTERVAL_S = 0.5   # autosave period for the tests (the app's default is 30 s)
 WAIT_MS = 20_000
@@ -81,10 +81,7 @@ def temporaries(folder: Path) -> list[Path]:
 
 def fit_state(qtbot, win: MainWindow):
     """(iteration, scene) of the window's fitter, read on the worker thread."""
-    got = []
-    win.worker.submit(lambda f: (f.iteration, f.scene), on_done=got.append)
-    qtbot.waitUntil(lambda: bool(got), timeout=WAIT_MS)
-    return got[0]
+    return worker_call(qtbot, win, lambda f: (f.iteration, f.scene))
 
 
 def psnr(image: np.ndarray, target: np.ndarray) -> float:
@@ -192,11 +189,8 @@ def test_kill_9_mid_fit_then_restore(qtbot, engine, settings, tmp_path):
 
         # The fit resumes where it was: its iteration, sigma, scene and PSNR (from the checkpoint).
         assert (folder / CHECKPOINT_FILE).is_file() and offer.checkpoint is not None
-        got = []
-        win.worker.submit(lambda f: (f.iteration, f.scene, f.target.copy(), len(f.history), f.strategy.name),
-                          on_done=got.append)
-        qtbot.waitUntil(lambda: bool(got), timeout=WAIT_MS)
-        iteration, scene, target, history_len, _ = got[0]
+        iteration, scene, target, history_len, _ = worker_call(
+            qtbot, win, lambda f: (f.iteration, f.scene, f.target.copy(), len(f.history), f.strategy.name))
         assert iteration == record["iteration"] > 0
         assert history_len == iteration  # the loss curve goes on from where it was
         assert scene.n_triangles == saved.n_triangles

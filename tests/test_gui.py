@@ -35,7 +35,7 @@ from trifit.run import ChunkSizer  # noqa: E402
 
 pytestmark = pytest.mark.gui
 
-from conftest import GUI_SIZE as SIZE, GUI_TRIANGLES as TRIANGLES, open_window  # noqa: E402
+from conftest import GUI_SIZE as SIZE, GUI_TRIANGLES as TRIANGLES, open_window, worker_call  # noqa: E402
 
 WAIT_MS = 20_000   # generous: a cold lavapipe compiles the shaders on the first step
 
@@ -408,10 +408,7 @@ def test_reset_applies_the_replicas_box(qtbot, window):
     wait_loaded(qtbot, win)
 
     def replicas_now():
-        got = []
-        win.worker.submit(lambda f: (f.replicas, f.settings.replicas), on_done=got.append)
-        qtbot.waitUntil(lambda: bool(got), timeout=WAIT_MS)
-        return got[0]
+        return worker_call(qtbot, win, lambda f: (f.replicas, f.settings.replicas))
 
     auto = auto_replicas(win.worker.engine.adapter.get("type", ""), win.fit_info.width, win.fit_info.height,
                          win.controls.triangles.value(), "default")
@@ -435,10 +432,7 @@ def test_sharp_edges_box_fits_the_next_picture_for_crisp_pictures(qtbot, window)
     wait_loaded(qtbot, win)
 
     def settings_now():
-        got = []
-        win.worker.submit(lambda f: {k: getattr(f.settings, k) for k in SHARP_SETTINGS}, on_done=got.append)
-        qtbot.waitUntil(lambda: bool(got), timeout=WAIT_MS)
-        return got[0]
+        return worker_call(qtbot, win, lambda f: {k: getattr(f.settings, k) for k in SHARP_SETTINGS})
 
     default = FitSettings()
     assert settings_now() == {k: getattr(default, k) for k in SHARP_SETTINGS} != SHARP_SETTINGS
@@ -476,10 +470,7 @@ def test_a_gui_fit_writes_the_scene_the_cli_writes(qtbot, window, tmp_path, monk
     win.open_image(sample_path("astronaut.png"), start=True)
     wait_loaded(qtbot, win)
     qtbot.waitUntil(lambda: "Stopped" in win.last_message, timeout=WAIT_MS)
-    got = []
-    win.worker.submit(lambda f: f.scene, on_done=got.append)
-    qtbot.waitUntil(lambda: bool(got), timeout=WAIT_MS)
-    gui = got[0]
+    gui = worker_call(qtbot, win, lambda f: f.scene)
     out = tmp_path / "cli.json"
     assert main(["fit", sample_path("astronaut.png"), "--tris", str(TRIANGLES), "--size", str(SIZE),
                  "--iters", "90", "--seed", "0", "--backend", "gpu", "--quiet", "-o", str(out)]) == 0
@@ -634,14 +625,7 @@ def _fitted_and_paused(qtbot, win: MainWindow) -> int:
     wait_iterations(qtbot, win, 3)
     win.pause_fit()
     qtbot.waitUntil(lambda: not win.running, timeout=WAIT_MS)
-    return worker_iteration(qtbot, win)
-
-
-def worker_iteration(qtbot, win: MainWindow) -> int:
-    got = []
-    win.worker.submit(lambda f: f.iteration, on_done=got.append)
-    qtbot.waitUntil(lambda: bool(got), timeout=WAIT_MS)
-    return got[0]
+    return worker_call(qtbot, win, lambda f: f.iteration)
 
 
 def _answer(qtbot, win: MainWindow, button) -> None:

@@ -22,7 +22,7 @@ else:
     pytest.importorskip("PySide6")
     pytest.importorskip("pytestqt")
 
-from conftest import open_window  # noqa: E402
+from conftest import open_window, worker_call  # noqa: E402
 from PySide6 import QtCore, QtGui, QtWidgets  # noqa: E402
 
 import trifit  # noqa: E402
@@ -47,14 +47,6 @@ def window(qtbot, warm_engine, gui_settings):
 
 
 # ---------------------------------------------------------------------- helpers
-def worker_call(qtbot, win: MainWindow, fn):
-    """fn(fitter) on the worker thread, between chunks; its result."""
-    got = []
-    win.worker.submit(fn, on_done=got.append)
-    qtbot.waitUntil(lambda: bool(got), timeout=WAIT_MS)
-    return got[0]
-
-
 def editing(qtbot, win: MainWindow, iterations: int = 60, run: bool = False):
     """The astronaut fitted for a while, paused (unless ``run``), edit mode on and its view in."""
     win.open_image(sample_path("astronaut.png"), start=True)
