@@ -3,7 +3,9 @@ missing adapter is a failure, never a skip."""
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
 
 import pytest
 
@@ -100,6 +102,48 @@ def cluster(gpu_ctx):
     yield cluster.scheduler_address, client
     client.close()
     cluster.close()
+
+
+@contextlib.contextmanager
+def kill_the_first_to_start(client, marker):
+    """While inside: the first worker to start executing a task is SIGKILLed at that moment, once
+    (``marker``, a file that must not exist yet, is created by the worker that dies; the nanny's
+    restarted worker gets the plugin again and sees it). The task it had is lost with it and goes
+    back to the scheduler. Yields a function saying whether that worker is dead. Tied to a task's
+    start, not to a result coming back: a test that waited for a busy worker when its first result
+    came back found none when the other worker had finished everything by then."""
+    from distributed.diagnostics.plugin import WorkerPlugin
+
+    class KillAtFirstStart(WorkerPlugin):  # a local class: cloudpickle sends it by value
+        def __init__(self, path):
+            self.path = str(path)
+
+        def transition(self, key, start, finish, **kw):
+            if finish != "executing":
+                return
+            try:
+                fd = os.open(self.path, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+            except FileExistsError:
+                return
+            os.write(fd, str(os.getpid()).encode())
+            os.close(fd)
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    def killed() -> bool:  # the worker that took the marker is gone
+        try:
+            os.kill(int(open(marker).read()), 0)
+        except ProcessLookupError:
+            return True
+        except (FileNotFoundError, ValueError):
+            pass
+        return False
+
+    name = f"kill-the-first-to-start-{os.getpid()}-{id(marker)}"
+    client.register_plugin(KillAtFirstStart(marker), name=name)
+    try:
+        yield killed
+    finally:
+        client.unregister_worker_plugin(name)
 
 
 # ---------------------------------------------------------------------- GUI tests (Qt imported lazily)

@@ -18,7 +18,7 @@ from types import SimpleNamespace
 
 import numpy as np
 import pytest
-from conftest import distributed_or_fail, interrupt_when
+from conftest import distributed_or_fail, interrupt_when, kill_the_first_to_start
 from PIL import Image
 
 from trifit import Scene
@@ -123,19 +123,9 @@ def test_a_killed_worker_costs_nothing(images, sequential, cluster, tmp_path, mo
     address, client = cluster
     out = tmp_path / "out"
     writes = _count_writes(monkeypatch)
-    killed = []
-
-    def kill_a_busy_worker(r):
-        if killed:
-            return
-        busy = sorted(w for w, keys in client.processing().items() if keys)
-        if busy:
-            pid = client.run(os.getpid, workers=[busy[0]])[busy[0]]
-            killed.append((pid, client.processing()[busy[0]]))
-            os.kill(pid, signal.SIGKILL)  # mid-fit: its image goes back to the scheduler
-
-    result = _run(images, out, address, on_result=kill_a_busy_worker)
-    assert killed, "no worker was fitting when the first result came back: nothing was tested"
+    with kill_the_first_to_start(client, tmp_path / "killed") as killed:  # at its image's start
+        result = _run(images, out, address)
+    assert killed(), "no worker was killed: nothing was tested"
     assert (result.done, len(result.failed)) == (6, 1)
     assert _scenes(out) == sequential.scenes
     assert {n: c for n, c in writes.items() if n.endswith(".trifit.json")} == {n: 1 for n in sequential.scenes}

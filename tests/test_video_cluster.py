@@ -12,7 +12,6 @@ from __future__ import annotations
 import io
 import json
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -20,7 +19,7 @@ import time
 import numpy as np
 import pytest
 from clips import av_or_fail, moving_disc, read_video
-from conftest import distributed_or_fail, interrupt_when
+from conftest import distributed_or_fail, interrupt_when, kill_the_first_to_start
 from PIL import Image
 
 from trifit.cli import main
@@ -216,20 +215,9 @@ def test_a_killed_worker_costs_nothing(clip, local, cluster, tmp_path, monkeypat
 
     address, client = cluster
     writes = _count_scene_writes(monkeypatch)
-    killed = []
-
-    def kill_a_busy_worker(k, scene, stats):
-        if killed:
-            return
-        busy = sorted(w for w, keys in client.processing().items() if keys)
-        if busy:
-            pid = client.run(os.getpid, workers=[busy[0]])[busy[0]]
-            killed.append(pid)
-            os.kill(pid, signal.SIGKILL)  # mid-segment: its task goes back to the scheduler
-
-    result = run_video(clip / "frames", tmp_path / "out", dask=address, scenes_dir=tmp_path / "asked",
-                       on_frame=kill_a_busy_worker, **API)
-    assert killed, "no worker was fitting when the first segment came back: nothing was tested"
+    with kill_the_first_to_start(client, tmp_path / "killed") as killed:  # at its segment's start
+        result = run_video(clip / "frames", tmp_path / "out", dask=address, scenes_dir=tmp_path / "asked", **API)
+    assert killed(), "no worker was killed: nothing was tested"
     assert (result.done, result.written, result.interrupted) == (N, N, False)
     assert _files(tmp_path / "out", ".png") == local["frames"]
     assert _files(tmp_path / "asked", ".trifit.json") == local["scenes"]
