@@ -1,8 +1,8 @@
 """The main window's file side: open, save and export dialogs, exports run on the worker
 thread (pictures as a chain of tile jobs: app/picture_export.py; a clip's video as a chain of
 frame jobs: app/video_export.py), the recent-files menu, drag and drop (a video, or a folder of
-frames, opens as a clip), and the Save / Discard / Cancel question before a close would lose a
-fit. A mixin of :class:`app.window.MainWindow`, which owns the state these methods use (worker,
+frames, opens as a clip), and the Save (a clip: Export) / Discard / Cancel question before a
+close would lose a fit's work. A mixin of :class:`app.window.MainWindow`, which owns the state these methods use (worker,
 settings, status and error display, the export progress widget)."""
 
 from __future__ import annotations
@@ -46,19 +46,32 @@ class FileActions:
         self.unsaved = True
 
     def close_needs_answer(self) -> bool:
-        """Would closing now lose a picture's fit that moved on since it was saved? Only the app
-        asks (``ask_to_save``); scripts and tests close at once. A clip's frames are exported, not
-        saved as one scene, so a clip is not asked about."""
-        return (self.ask_to_save and self.unsaved and not self._close_answered and self.fit_info is not None
-                and self.clip is None)
+        """Would closing now lose work: a picture's fit that moved on since it was saved, or a
+        clip's fitted frames not in a video exported since? Only the app asks (``ask_to_save``);
+        scripts and tests close at once."""
+        if not self.ask_to_save or self._close_answered or self.fit_info is None:
+            return False
+        if self.clip is not None:
+            return len(self.clip_scenes) > self.clip_exported
+        return self.unsaved
 
     def ask_before_close(self) -> None:
-        """Save / Discard / Cancel, without blocking the event loop (the fit goes on meanwhile)."""
+        """Save (a clip: Export) / Discard / Cancel, without blocking the event loop (the fit goes
+        on meanwhile)."""
         name = Path(self.fit_info.source).name if self.fit_info.source else "the picture"
         B = QtWidgets.QMessageBox.StandardButton
-        box = QtWidgets.QMessageBox(QtWidgets.QMessageBox.Icon.Question, "Save the fit?",
-                                    f"The fit of {name} has changed since it was last saved. Save it before "
-                                    "closing?", B.Save | B.Discard | B.Cancel, self)
+        if self.clip is not None:
+            frames = len(self.clip_scenes)
+            title, text = "Export the clip?", (
+                f"{frames} fitted frame{'s' if frames != 1 else ''} of {name} "
+                f"{'are' if frames != 1 else 'is'} not in a video exported since. Export "
+                f"{'them' if frames != 1 else 'it'} before closing?")
+        else:
+            title, text = "Save the fit?", f"The fit of {name} has changed since it was last saved. Save it before closing?"
+        box = QtWidgets.QMessageBox(QtWidgets.QMessageBox.Icon.Question, title, text,
+                                    B.Save | B.Discard | B.Cancel, self)
+        if self.clip is not None:
+            box.button(B.Save).setText("Export video…")
         box.setDefaultButton(B.Save)
         box.setAttribute(QtCore.Qt.WidgetAttribute.WA_DeleteOnClose)
         box.finished.connect(lambda answer: self._on_close_answer(B(answer)))
@@ -70,8 +83,20 @@ class FileActions:
         B = QtWidgets.QMessageBox.StandardButton
         if answer == B.Discard:
             self._close_now()
+        elif answer == B.Save and self.clip is not None:
+            self._export_then_close()
         elif answer == B.Save:
             self.ask_save_scene(then=self._close_now)  # (no name chosen: the window stays open)
+
+    def _export_then_close(self) -> None:
+        """The clip's video, then the close once it is written (cancelled or failed: the window
+        stays open, and the next close asks again). The fit pauses: frames fitted after the export
+        began would not be in it."""
+        path = self._ask_save_path("Export video", ".trifit.mp4", VIDEO_FILTER)
+        if not path:
+            return
+        self.pause_fit()
+        self.export_video(path, then=self._close_now)
 
     def _close_now(self) -> None:
         self._close_answered = True
@@ -108,11 +133,12 @@ class FileActions:
         self.picture_export = self._start_export(job, lambda written: f"Exported picture to {written}")
         return job
 
-    def export_video(self, path: str | os.PathLike, edges: str = "crisp") -> VideoExport | None:
+    def export_video(self, path: str | os.PathLike, edges: str = "crisp", then=None) -> VideoExport | None:
         """Write the clip's fitted frames as a video (encoder by suffix, as ``trifit video``), at
         the clip's frame size and rate, with its sound when the container takes it. Frames render
         on the worker between fit chunks; the status bar shows the progress and a Cancel button.
-        Returns the running export, or None when refused (the reason shown in a dialog)."""
+        ``then()`` runs once it is written. Returns the running export, or None when refused (the
+        reason shown in a dialog)."""
         if self.clip is None:
             return None
         if self.video_export is not None and self.video_export.active:
@@ -127,8 +153,15 @@ class FileActions:
         except TrifitError as exc:
             self.show_error("Cannot export", str(exc))
             return None
-        count = len(job.scenes)
+        count, clip = len(job.scenes), self.clip
         of = "" if job.complete else f" ({count} of {self.clip.count} frames: the ones fitted so far)"
+
+        def exported(written: str) -> None:
+            if self.clip is clip:  # (not a clip loaded since, nor the same one reset)
+                self.clip_exported = max(self.clip_exported, count)
+            if then is not None:
+                then()
+        job.finished.connect(exported)
         self.video_export = self._start_export(job, lambda written: f"Exported {count} frames to {written}{of}")
         return job
 

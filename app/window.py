@@ -73,8 +73,9 @@ class MainWindow(FileActions, SessionActions, WindowSettings, QtWidgets.QMainWin
         self.video_export: VideoExport | None = None       # the latest video export (running or ended)
         self.clip = None                                   # the open clip's trifit.video.Clip; None: a picture
         self.clip_scenes: list = []                        # its fitted frames' scenes, in order
+        self.clip_exported = 0                             # how many of them the last video exported
         self.export_dialog: ExportDialog | None = None     # the latest export dialog opened
-        self.ask_to_save = False      # the app sets it: closing a fit not saved asks first (close_needs_answer)
+        self.ask_to_save = False      # the app sets it: closing work not saved or exported asks first (close_needs_answer)
         self.unsaved = False          # the fit moved on since it was loaded or last saved
         self._close_answered = False  # the question was answered: the next close goes through
         self.close_box: QtWidgets.QMessageBox | None = None  # that question, while it is open
@@ -395,7 +396,7 @@ class MainWindow(FileActions, SessionActions, WindowSettings, QtWidgets.QMainWin
         self._update_title()
         self.status_iteration.setText(f"iteration {info.iteration}")
         self.status_psnr.setText("PSNR –")
-        self.clip, self.clip_scenes = info.clip, []
+        self.clip, self.clip_scenes, self.clip_exported = info.clip, [], 0
         self.status_frame.setVisible(info.clip is not None)
         self.controls.video_group.setVisible(info.clip is not None)
         self.act_export_video.setEnabled(info.clip is not None)
