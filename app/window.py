@@ -258,7 +258,7 @@ class MainWindow(FileActions, SessionActions, WindowSettings, QtWidgets.QMainWin
         s.running_changed.connect(self._on_running_changed)
         s.stopped.connect(self._on_stopped)
         s.failed.connect(self.show_error)
-        s.applied.connect(self.plots.stats.set_change_latency)
+        s.applied.connect(self._on_applied)
         s.autosaved.connect(self._on_autosaved)
         s.autosave_failed.connect(self._on_autosave_failed)
 
@@ -442,6 +442,11 @@ class MainWindow(FileActions, SessionActions, WindowSettings, QtWidgets.QMainWin
         old.close()
         old.deleteLater()
         log.warning("the GPU device was replaced: the canvas now draws on the new one")
+
+    def _on_applied(self, kind: str, seconds: float) -> None:
+        self.plots.stats.set_change_latency(kind, seconds)
+        if kind in ("triangles", "sigma"):  # (on a paused fit: the scene a save writes changed)
+            self.note_unsaved()
 
     def _on_progress(self, progress: Progress) -> None:
         self._follow_engine_device()

@@ -677,3 +677,18 @@ def test_a_saved_and_paused_fit_closes_without_asking(qtbot, asking, tmp_path):
     qtbot.waitUntil(lambda: path.exists() and not win.unsaved, timeout=WAIT_MS)
     win.close()
     assert not win.isVisible() and win.close_box is None and not win.worker.alive
+
+
+def test_a_count_changed_on_a_saved_paused_fit_is_asked_about(qtbot, asking, tmp_path):
+    """The count (or sigma) set while paused changes the scene a save writes at once."""
+    win = asking
+    _fitted_and_paused(qtbot, win)
+    path = tmp_path / "saved.json"
+    win.save_scene(path)
+    qtbot.waitUntil(lambda: path.exists() and not win.unsaved, timeout=WAIT_MS)
+    with qtbot.waitSignal(win.worker.signals.applied, timeout=WAIT_MS):
+        win.controls.triangles.setValue(win.controls.triangles.value() - 5)
+    assert win.unsaved
+    win.close()
+    _answer(qtbot, win, QtWidgets.QMessageBox.StandardButton.Discard)
+    qtbot.waitUntil(lambda: not win.isVisible(), timeout=WAIT_MS)
