@@ -628,6 +628,12 @@ def _fitted_and_paused(qtbot, win: MainWindow) -> int:
     return worker_call(qtbot, win, lambda f: f.iteration)
 
 
+def _saved(qtbot, win: MainWindow, path):
+    win.save_scene(path)
+    qtbot.waitUntil(lambda: path.exists() and not win.unsaved, timeout=WAIT_MS)
+    return path
+
+
 def _answer(qtbot, win: MainWindow, button) -> None:
     qtbot.waitUntil(lambda: win.close_box is not None and win.close_box.isVisible(), timeout=WAIT_MS)
     win.close_box.button(button).click()
@@ -654,9 +660,7 @@ def test_a_saved_fit_closes_at_once_and_discard_drops_what_came_after(qtbot, ask
     win = asking
     B = QtWidgets.QMessageBox.StandardButton
     at = _fitted_and_paused(qtbot, win)
-    path = tmp_path / "saved.json"
-    win.save_scene(path)
-    qtbot.waitUntil(lambda: path.exists() and not win.unsaved, timeout=WAIT_MS)
+    path = _saved(qtbot, win, tmp_path / "saved.json")
     win.start_fit()  # more iterations after the save: asked about again
     wait_iterations(qtbot, win, at + 5)
     win.pause_fit()
@@ -672,9 +676,7 @@ def test_a_saved_fit_closes_at_once_and_discard_drops_what_came_after(qtbot, ask
 def test_a_saved_and_paused_fit_closes_without_asking(qtbot, asking, tmp_path):
     win = asking
     _fitted_and_paused(qtbot, win)
-    path = tmp_path / "saved.json"
-    win.save_scene(path)
-    qtbot.waitUntil(lambda: path.exists() and not win.unsaved, timeout=WAIT_MS)
+    _saved(qtbot, win, tmp_path / "saved.json")
     win.close()
     assert not win.isVisible() and win.close_box is None and not win.worker.alive
 
@@ -683,9 +685,7 @@ def test_a_count_changed_on_a_saved_paused_fit_is_asked_about(qtbot, asking, tmp
     """The count (or sigma) set while paused changes the scene a save writes at once."""
     win = asking
     _fitted_and_paused(qtbot, win)
-    path = tmp_path / "saved.json"
-    win.save_scene(path)
-    qtbot.waitUntil(lambda: path.exists() and not win.unsaved, timeout=WAIT_MS)
+    _saved(qtbot, win, tmp_path / "saved.json")
     with qtbot.waitSignal(win.worker.signals.applied, timeout=WAIT_MS):
         win.controls.triangles.setValue(win.controls.triangles.value() - 5)
     assert win.unsaved
