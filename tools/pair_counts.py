@@ -6,7 +6,9 @@ the pairs whose coverage is not culled. Pure numpy (the reference's distance), n
 
 ``--subgroups`` also counts (subgroup of 32 pixels, list entry) pairs where some pixel of the
 subgroup is within reach -- the pairs a GPU subgroup cannot skip -- for the subgroup covering two
-rows of its tile and for an 8 x 4 block (common.wgsl tile_pixel), as a share of the listed pairs.
+rows of its tile and for an 8 x 4 block (common.wgsl tile_pixel), as a share of the listed pairs;
+and of the 8 x 4 blocks' pairs, those whose pixels are all deep enough inside for coverage to be
+1.0 in f32 (the backward's vertex gradients exactly zero there).
 
 ``--tiles 16,8`` counts the lists' pairs for other tile sizes too (a model: the kernels' tiles are
 TILE x TILE). Set beside ``--subgroups``: a GPU subgroup already skips the entries none of its
@@ -118,20 +120,33 @@ def sublist_pairs(scene: Scene, block: int, tolerance: float = 1e-5) -> int:
     return pairs
 
 
+#: d / sigma from which an f32 sigmoid is 1.0 exactly (e^-x below half an ulp of 1): coverage's
+#: derivative, and so an entry's vertex gradients, are exactly zero there
+SATURATED = 24 * np.log(2)
+
+
 def subgroup_pairs(scene: Scene, tolerance: float = 1e-5) -> dict:
-    """(subgroup, listed entry) pairs with a pixel within reach, per layout, and the pairs listed."""
+    """(subgroup, listed entry) pairs with a pixel within reach, per layout, and the pairs listed;
+    "saturated": those of the 8 x 4 blocks whose pixels in the frame are all so deep inside the
+    triangle that its coverage is 1.0 in f32 (a walk could skip their vertex gradients' sums)."""
     W, H = scene.width, scene.height
     verts, reach = _reach(scene, tolerance)
-    out = {"listed": 0, **{name: 0 for name in SUBGROUP_LAYOUTS}}
+    deep_px = SATURATED * scene.sigma * min(W, H)
+    out = {"listed": 0, "saturated": 0, **{name: 0 for name in SUBGROUP_LAYOUTS}}
     for i, j, _, _, listed in tile_lists(verts, reach, W, H):
         xs, ys = np.meshgrid(np.arange(i * TILE, i * TILE + TILE) + 0.5, np.arange(j * TILE, j * TILE + TILE) + 0.5)
-        near = (_distance(verts[listed], xs.ravel(), ys.ravel()) >= -reach).reshape(len(listed), TILE, TILE)
-        near &= (xs < W)[None] & (ys < H)[None]  # pixels outside the frame reach nothing
+        d = _distance(verts[listed], xs.ravel(), ys.ravel()).reshape(len(listed), TILE, TILE)
+        in_frame = (xs < W)[None] & (ys < H)[None]
+        near = (d >= -reach) & in_frame  # pixels outside the frame reach nothing
+        deep = (d >= deep_px) | ~in_frame
         out["listed"] += len(listed) * (TILE * TILE // 32)
         for name, rect in SUBGROUP_LAYOUTS.items():
             for k in range(TILE * TILE // 32):
                 x, y, w, h = rect(k)
-                out[name] += int(near[:, y:y + h, x:x + w].any(axis=(1, 2)).sum())
+                hit = near[:, y:y + h, x:x + w].any(axis=(1, 2))
+                out[name] += int(hit.sum())
+                if name == "8x4 block":
+                    out["saturated"] += int((hit & deep[:, y:y + h, x:x + w].all(axis=(1, 2))).sum())
     return out
 
 
@@ -237,12 +252,14 @@ def main():
         walked = sum(sublist_pairs(s, size, a.tolerance) for s in scenes)
         print(f"sub-lists of {size}x{size} blocks: {walked} pairs ({walked / tot['tiled']:.3f} of the lists')")
     if a.subgroups:
-        sub = {"listed": 0, **{name: 0 for name in SUBGROUP_LAYOUTS}}
+        sub = {"listed": 0, "saturated": 0, **{name: 0 for name in SUBGROUP_LAYOUTS}}
         for s in scenes:
             for k, v in subgroup_pairs(s, a.tolerance).items():
                 sub[k] += v
         shares = ", ".join(f"{name} {sub[name] / sub['listed']:.3f}" for name in SUBGROUP_LAYOUTS)
         print(f"(subgroup of 32, listed entry) pairs with a pixel within reach, of {sub['listed']} listed: {shares}")
+        print(f"  of the 8x4 blocks' {sub['8x4 block']}, every pixel's coverage 1.0 in f32 (vertex gradients exactly "
+              f"zero): {sub['saturated']} ({sub['saturated'] / max(sub['8x4 block'], 1):.4f})")
     if a.vectors:
         vec: dict = {}
         for s in scenes:
