@@ -1,9 +1,10 @@
 """The main window's file side: open, save and export dialogs, exports run on the worker
 thread (pictures as a chain of tile jobs: app/picture_export.py; a clip's video as a chain of
 frame jobs: app/video_export.py), the recent-files menu, drag and drop (a video, or a folder of
-frames, opens as a clip), and the Save (a clip: Export) / Discard / Cancel question before a
-close would lose a fit's work. A mixin of :class:`app.window.MainWindow`, which owns the state these methods use (worker,
-settings, status and error display, the export progress widget)."""
+frames, opens as a clip), and the questions before a close would lose work (an export in
+progress; a fit not saved, a clip not exported). A mixin of :class:`app.window.MainWindow`, which
+owns the state these methods use (worker, settings, status and error display, the export progress
+widget)."""
 
 from __future__ import annotations
 
@@ -45,48 +46,84 @@ class FileActions:
         """The fit moved on (iterations ran, an edit) since it was loaded or last saved."""
         self.unsaved = True
 
+    def running_export(self):
+        """The picture or video export in progress, if any."""
+        return next((e for e in (self.picture_export, self.video_export) if e is not None and e.active), None)
+
     def close_needs_answer(self) -> bool:
-        """Would closing now lose work: a picture's fit that moved on since it was saved, or a
-        clip's fitted frames not in a video exported since? Only the app asks (``ask_to_save``);
-        scripts and tests close at once."""
-        if not self.ask_to_save or self._close_answered or self.fit_info is None:
+        """Would closing now lose work: an export in progress, a picture's fit that moved on since it
+        was saved, or a clip's fitted frames not in a video exported since? Only the app asks
+        (``ask_to_save``); scripts and tests close at once (an export in progress is cancelled)."""
+        if not self.ask_to_save:
+            return False
+        if self.running_export() is not None:
+            return True
+        if self._close_answered or self.fit_info is None:
             return False
         if self.clip is not None:
             return len(self.clip_scenes) > self.clip_exported
         return self.unsaved
 
     def ask_before_close(self) -> None:
-        """Save (a clip: Export) / Discard / Cancel, without blocking the event loop (the fit goes
-        on meanwhile)."""
-        name = Path(self.fit_info.source).name if self.fit_info.source else "the picture"
+        """The question before a close, without blocking the event loop (the fit and any export go
+        on meanwhile): an export in progress first (Close when done / Stop it and close / Cancel),
+        then the fit's Save (a clip: Export) / Discard / Cancel."""
         B = QtWidgets.QMessageBox.StandardButton
-        if self.clip is not None:
-            frames = len(self.clip_scenes)
-            title, text = "Export the clip?", (
-                f"{frames} fitted frame{'s' if frames != 1 else ''} of {name} "
-                f"{'are' if frames != 1 else 'is'} not in a video exported since. Export "
-                f"{'them' if frames != 1 else 'it'} before closing?")
+        export = self.running_export()
+        if export is not None:
+            title, text = "Export in progress", (f"The export to {Path(export.path).name} is not written yet. "
+                                                 "Close once it is, or stop it?")
+            labels = {B.Save: "Close when done", B.Discard: "Stop it and close"}
         else:
-            title, text = "Save the fit?", f"The fit of {name} has changed since it was last saved. Save it before closing?"
+            name = Path(self.fit_info.source).name if self.fit_info.source else "the picture"
+            if self.clip is not None:
+                frames = len(self.clip_scenes)
+                title, text = "Export the clip?", (
+                    f"{frames} fitted frame{'s' if frames != 1 else ''} of {name} "
+                    f"{'are' if frames != 1 else 'is'} not in a video exported since. Export "
+                    f"{'them' if frames != 1 else 'it'} before closing?")
+                labels = {B.Save: "Export video…"}
+            else:
+                title, text = "Save the fit?", (f"The fit of {name} has changed since it was last saved. Save it "
+                                                "before closing?")
+                labels = {}
         box = QtWidgets.QMessageBox(QtWidgets.QMessageBox.Icon.Question, title, text,
                                     B.Save | B.Discard | B.Cancel, self)
-        if self.clip is not None:
-            box.button(B.Save).setText("Export video…")
+        for button, label in labels.items():
+            box.button(button).setText(label)
         box.setDefaultButton(B.Save)
         box.setAttribute(QtCore.Qt.WidgetAttribute.WA_DeleteOnClose)
-        box.finished.connect(lambda answer: self._on_close_answer(B(answer)))
+        box.finished.connect(lambda answer: self._on_close_answer(B(answer), export))
         self.close_box = box
         box.open()
 
-    def _on_close_answer(self, answer) -> None:
+    def _on_close_answer(self, answer, export=None) -> None:
         self.close_box = None
         B = QtWidgets.QMessageBox.StandardButton
-        if answer == B.Discard:
+        if export is not None:
+            if answer in (B.Save, B.Discard):
+                self._close_after(export, stop=answer == B.Discard)
+        elif answer == B.Discard:
             self._close_now()
         elif answer == B.Save and self.clip is not None:
             self._export_then_close()
         elif answer == B.Save:
             self.ask_save_scene(then=self._close_now)  # (no name chosen: the window stays open)
+
+    def _close_after(self, export, stop: bool) -> None:
+        """Close once ``export`` has ended: written (then the fit's own question, if any), or, with
+        ``stop``, cancelled. A write that fails or is cancelled otherwise keeps the window open."""
+        def ended(*_):
+            if self.isVisible():
+                self.close()
+        if not export.active:  # (it ended while the question was open)
+            ended()
+            return
+        export.finished.connect(ended)
+        if stop:
+            export.cancelled.connect(ended)
+            export.failed.connect(ended)
+            export.cancel()
 
     def _export_then_close(self) -> None:
         """The clip's video, then the close once it is written (cancelled or failed: the window

@@ -273,3 +273,53 @@ def test_failures_are_said_in_a_dialog_and_leave_no_file(qtbot, window, folder, 
     assert "No space left" in win.last_error[1] and "b.png" in win.last_error[1]
     assert list(folder.iterdir()) == []
     assert not win.export_progress.isVisible() and win.running
+
+
+# ---------------------------------------------------------------------- closing with an export in progress
+@pytest.fixture
+def asking(window):
+    """The window as trifit gui makes it: closing asks before it would lose work."""
+    window.ask_to_save = True
+    yield window
+    window.ask_to_save = False  # (a failed test must not turn the fixture's own close into a question)
+
+
+def _answer(qtbot, win: MainWindow, button) -> str:
+    qtbot.waitUntil(lambda: win.close_box is not None and win.close_box.isVisible(), timeout=WAIT_MS)
+    text = win.close_box.text()
+    win.close_box.button(button).click()
+    return text
+
+
+def test_closing_during_an_export_asks_and_close_when_done_writes_it_first(qtbot, asking, folder):
+    from PySide6 import QtWidgets
+
+    win = asking
+    B = QtWidgets.QMessageBox.StandardButton
+    fitting(qtbot, win)
+    win.pause_fit()
+    qtbot.waitUntil(lambda: not win.running, timeout=WAIT_MS)
+    win.save_scene(folder / "fit.json")  # (the fit's own question is not asked about here)
+    qtbot.waitUntil(lambda: not win.unsaved, timeout=WAIT_MS)
+    job = win.export_picture(folder / "big.png", width=LARGE_WIDTH)
+    win.close()
+    assert "big.png is not written yet" in _answer(qtbot, win, B.Cancel)
+    assert win.isVisible() and job.active
+    win.close()
+    _answer(qtbot, win, B.Save)  # "Close when done"
+    qtbot.waitUntil(lambda: not win.isVisible(), timeout=WAIT_MS)
+    assert job.state == "done" and (folder / "big.png").exists() and not win.worker.alive
+
+
+def test_stop_it_and_close_cancels_the_export_and_then_asks_about_the_fit(qtbot, asking, folder):
+    from PySide6 import QtWidgets
+
+    win = asking
+    B = QtWidgets.QMessageBox.StandardButton
+    fitting(qtbot, win)
+    job = win.export_picture(folder / "big.png", width=LARGE_WIDTH)
+    win.close()
+    _answer(qtbot, win, B.Discard)  # "Stop it and close": then the fit, not saved, is asked about
+    assert "has changed since it was last saved" in _answer(qtbot, win, B.Discard)
+    qtbot.waitUntil(lambda: not win.isVisible(), timeout=WAIT_MS)
+    assert job.state == "cancelled" and not (folder / "big.png").exists() and not win.worker.alive
