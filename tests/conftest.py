@@ -172,6 +172,23 @@ def worker_call(qtbot, win, fn, timeout_ms: int = 20_000):
     return got[0]
 
 
+@pytest.fixture
+def asking(window):
+    """The module's window as trifit gui makes it: closing asks before it would lose work (an
+    export in progress, a fit not saved, a clip not exported); scripts and other tests close at once."""
+    window.ask_to_save = True
+    yield window
+    window.ask_to_save = False  # (a failed test must not turn the window fixture's close into a question)
+
+
+def answer_close(qtbot, win, button, timeout_ms: int = 20_000) -> str:
+    """Wait for the question a close asked, click ``button`` (a QMessageBox.StandardButton); its text."""
+    qtbot.waitUntil(lambda: win.close_box is not None and win.close_box.isVisible(), timeout=timeout_ms)
+    text = win.close_box.text()
+    win.close_box.button(button).click()
+    return text
+
+
 def open_window(qtbot, engine, settings, size=(1100, 560)):
     """A shown main window and a check to run after closing it: the fit worker and every thread
     the window started are gone (a generator: ``yield from open_window(...)`` in a fixture)."""

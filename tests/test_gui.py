@@ -35,7 +35,7 @@ from trifit.run import ChunkSizer  # noqa: E402
 
 pytestmark = pytest.mark.gui
 
-from conftest import GUI_SIZE as SIZE, GUI_TRIANGLES as TRIANGLES, open_window, worker_call  # noqa: E402
+from conftest import GUI_SIZE as SIZE, GUI_TRIANGLES as TRIANGLES, answer_close, open_window, worker_call  # noqa: E402
 
 WAIT_MS = 20_000   # generous: a cold lavapipe compiles the shaders on the first step
 
@@ -608,15 +608,6 @@ def test_growth_and_pruning_are_marked_on_the_plots(qtbot, window):
 
 
 # ---------------------------------------------------------------------- closing a fit not saved
-@pytest.fixture
-def asking(window):
-    """The window as trifit gui makes it: closing a fit not saved asks first (scripts and the other
-    tests close at once)."""
-    window.ask_to_save = True
-    yield window
-    window.ask_to_save = False  # (a failed test must not turn the fixture's own close into a question)
-
-
 def _fitted_and_paused(qtbot, win: MainWindow) -> int:
     win.open_image(sample_path("astronaut.png"))
     wait_loaded(qtbot, win)
@@ -634,11 +625,6 @@ def _saved(qtbot, win: MainWindow, path):
     return path
 
 
-def _answer(qtbot, win: MainWindow, button) -> None:
-    qtbot.waitUntil(lambda: win.close_box is not None and win.close_box.isVisible(), timeout=WAIT_MS)
-    win.close_box.button(button).click()
-
-
 def test_closing_a_fit_changed_since_it_was_saved_asks_and_save_writes_it_then_closes(qtbot, asking, tmp_path):
     win = asking
     B = QtWidgets.QMessageBox.StandardButton
@@ -646,11 +632,11 @@ def test_closing_a_fit_changed_since_it_was_saved_asks_and_save_writes_it_then_c
     assert win.unsaved
     win.close()  # the question, not a close
     assert win.isVisible() and win.worker.alive
-    _answer(qtbot, win, B.Cancel)
+    answer_close(qtbot, win, B.Cancel)
     assert win.isVisible() and win.worker.alive and win.close_box is None
     win.scene_path = str(tmp_path / "kept.json")  # (as an earlier Ctrl+S would have set it: no file dialog)
     win.close()
-    _answer(qtbot, win, B.Save)
+    answer_close(qtbot, win, B.Save)
     qtbot.waitUntil(lambda: not win.isVisible(), timeout=WAIT_MS)
     assert not win.worker.alive
     assert trifit.Scene.load(tmp_path / "kept.json").meta["iterations"] == at
@@ -667,7 +653,7 @@ def test_a_saved_fit_closes_at_once_and_discard_drops_what_came_after(qtbot, ask
     qtbot.waitUntil(lambda: not win.running, timeout=WAIT_MS)
     assert win.unsaved
     win.close()
-    _answer(qtbot, win, B.Discard)
+    answer_close(qtbot, win, B.Discard)
     qtbot.waitUntil(lambda: not win.isVisible(), timeout=WAIT_MS)
     assert not win.worker.alive
     assert trifit.Scene.load(path).meta["iterations"] == at  # the file as saved, nothing written after
@@ -690,5 +676,5 @@ def test_a_count_changed_on_a_saved_paused_fit_is_asked_about(qtbot, asking, tmp
         win.controls.triangles.setValue(win.controls.triangles.value() - 5)
     assert win.unsaved
     win.close()
-    _answer(qtbot, win, QtWidgets.QMessageBox.StandardButton.Discard)
+    answer_close(qtbot, win, QtWidgets.QMessageBox.StandardButton.Discard)
     qtbot.waitUntil(lambda: not win.isVisible(), timeout=WAIT_MS)

@@ -13,7 +13,7 @@ import pytest
 pytest.importorskip("PySide6")
 pytest.importorskip("pytestqt")
 
-from conftest import open_window  # noqa: E402
+from conftest import answer_close, open_window  # noqa: E402
 from PySide6 import QtCore  # noqa: E402
 
 import trifit.app  # noqa: E402,F401  (installs the PySide6 refcount guard first)
@@ -276,21 +276,6 @@ def test_failures_are_said_in_a_dialog_and_leave_no_file(qtbot, window, folder, 
 
 
 # ---------------------------------------------------------------------- closing with an export in progress
-@pytest.fixture
-def asking(window):
-    """The window as trifit gui makes it: closing asks before it would lose work."""
-    window.ask_to_save = True
-    yield window
-    window.ask_to_save = False  # (a failed test must not turn the fixture's own close into a question)
-
-
-def _answer(qtbot, win: MainWindow, button) -> str:
-    qtbot.waitUntil(lambda: win.close_box is not None and win.close_box.isVisible(), timeout=WAIT_MS)
-    text = win.close_box.text()
-    win.close_box.button(button).click()
-    return text
-
-
 def test_closing_during_an_export_asks_and_close_when_done_writes_it_first(qtbot, asking, folder):
     from PySide6 import QtWidgets
 
@@ -303,10 +288,10 @@ def test_closing_during_an_export_asks_and_close_when_done_writes_it_first(qtbot
     qtbot.waitUntil(lambda: not win.unsaved, timeout=WAIT_MS)
     job = win.export_picture(folder / "big.png", width=LARGE_WIDTH)
     win.close()
-    assert "big.png is not written yet" in _answer(qtbot, win, B.Cancel)
+    assert "big.png is not written yet" in answer_close(qtbot, win, B.Cancel)
     assert win.isVisible() and job.active
     win.close()
-    _answer(qtbot, win, B.Save)  # "Close when done"
+    answer_close(qtbot, win, B.Save)  # "Close when done"
     qtbot.waitUntil(lambda: not win.isVisible(), timeout=WAIT_MS)
     assert job.state == "done" and (folder / "big.png").exists() and not win.worker.alive
 
@@ -319,7 +304,7 @@ def test_stop_it_and_close_cancels_the_export_and_then_asks_about_the_fit(qtbot,
     fitting(qtbot, win)
     job = win.export_picture(folder / "big.png", width=LARGE_WIDTH)
     win.close()
-    _answer(qtbot, win, B.Discard)  # "Stop it and close": then the fit, not saved, is asked about
-    assert "has changed since it was last saved" in _answer(qtbot, win, B.Discard)
+    answer_close(qtbot, win, B.Discard)  # "Stop it and close": then the fit, not saved, is asked about
+    assert "has changed since it was last saved" in answer_close(qtbot, win, B.Discard)
     qtbot.waitUntil(lambda: not win.isVisible(), timeout=WAIT_MS)
     assert job.state == "cancelled" and not (folder / "big.png").exists() and not win.worker.alive

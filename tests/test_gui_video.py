@@ -18,7 +18,7 @@ pytest.importorskip("PySide6")
 pytest.importorskip("pytestqt")
 
 from clips import assert_same_video, av_or_fail, moving_disc, read_video, two_shots, write_video  # noqa: E402
-from conftest import GUI_SIZE, GUI_TRIANGLES, open_window  # noqa: E402
+from conftest import GUI_SIZE, GUI_TRIANGLES, answer_close, open_window  # noqa: E402
 
 import trifit.app  # noqa: E402,F401  (installs the PySide6 refcount guard first)
 from trifit.app.window import MainWindow  # noqa: E402
@@ -48,7 +48,6 @@ def clip(tmp_path_factory, av):
         s.width, s.height, s.pix_fmt = W, H, "yuv420p"
         c.start_encoding()
     return d
-
 
 
 @pytest.fixture
@@ -212,26 +211,11 @@ def test_a_new_shot_gets_a_fit_of_its_own_in_the_window_as_in_the_command(qtbot,
 
 
 # ---------------------------------------------------------------------- closing a clip not exported
-@pytest.fixture
-def asking(window):
-    """The window as trifit gui makes it: closing work not saved or exported asks first."""
-    window.ask_to_save = True
-    yield window
-    window.ask_to_save = False  # (a failed test must not turn the fixture's own close into a question)
-
-
 def _frames_fitted(qtbot, win: MainWindow, clip, n: int) -> None:
     win.controls.first_frame_iters.setValue(FIRST)
     win.controls.iters_per_frame.setValue(EACH)
     win.open_file(clip / "clip.mp4", start=True)
     qtbot.waitUntil(lambda: win.clip is not None and len(win.clip_scenes) >= n, timeout=WAIT_MS)
-
-
-def _answer(qtbot, win: MainWindow, button) -> str:
-    qtbot.waitUntil(lambda: win.close_box is not None and win.close_box.isVisible(), timeout=WAIT_MS)
-    text = win.close_box.text()
-    win.close_box.button(button).click()
-    return text
 
 
 def test_closing_a_clip_with_frames_not_exported_asks_and_export_writes_them_then_closes(qtbot, asking, clip, av,
@@ -242,13 +226,13 @@ def test_closing_a_clip_with_frames_not_exported_asks_and_export_writes_them_the
     B = QtWidgets.QMessageBox.StandardButton
     _frames_fitted(qtbot, win, clip, 2)
     win.close()  # the question, not a close; the fit goes on meanwhile
-    assert "not in a video exported since" in _answer(qtbot, win, B.Cancel)
+    assert "not in a video exported since" in answer_close(qtbot, win, B.Cancel)
     assert win.isVisible() and win.worker.alive
     out = tmp_path / "kept.mp4"
     monkeypatch.setattr(win, "_ask_save_path", lambda *a: str(out))  # (the file dialog's answer)
     win.close()
     asked = len(win.clip_scenes)
-    _answer(qtbot, win, B.Save)  # "Export video…": the fit pauses, the video is written, then the close
+    answer_close(qtbot, win, B.Save)  # "Export video…": the fit pauses, the video is written, then the close
     qtbot.waitUntil(lambda: not win.isVisible(), timeout=WAIT_MS)
     assert not win.worker.alive and win.last_error is None
     frames, rate, _ = read_video(av, out)
@@ -271,6 +255,6 @@ def test_a_clip_exported_closes_at_once_and_discard_drops_frames_fitted_after(qt
     win.start_fit()  # a frame more: asked about again
     qtbot.waitUntil(lambda: len(win.clip_scenes) > done, timeout=WAIT_MS)
     win.close()
-    _answer(qtbot, win, B.Discard)
+    answer_close(qtbot, win, B.Discard)
     qtbot.waitUntil(lambda: not win.isVisible(), timeout=WAIT_MS)
     assert not win.worker.alive and sorted(p.name for p in tmp_path.glob("*.mp4")) == ["by-hand.mp4"]
