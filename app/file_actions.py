@@ -1,17 +1,16 @@
 """The main window's file side: open, save and export dialogs, exports run on the worker
 thread (pictures as a chain of tile jobs: app/picture_export.py; a clip's video as a chain of
 frame jobs: app/video_export.py), the recent-files menu, drag and drop (a video, or a folder of
-frames, opens as a clip), and the questions before a close would lose work (an export in
-progress; a fit not saved, a clip not exported). A mixin of :class:`app.window.MainWindow`, which
-owns the state these methods use (worker, settings, status and error display, the export progress
-widget)."""
+frames, opens as a clip; the questions before an open replaces work not saved are
+app/work_questions.py's). A mixin of :class:`app.window.MainWindow`, which owns the state these
+methods use (worker, settings, status and error display, the export progress widget)."""
 
 from __future__ import annotations
 
 import os
 from pathlib import Path
 
-from PySide6 import QtCore, QtWidgets
+from PySide6 import QtWidgets
 
 from trifit.errors import TrifitError
 from trifit.fileutil import check_writable
@@ -40,104 +39,6 @@ class FileActions:
             if then is not None:
                 then()
         self._run_export(lambda: exports.scene_json_job(path), on_done=saved)
-
-    # ------------------------------------------------------------------ closing with a fit not saved
-    def note_unsaved(self) -> None:
-        """The fit moved on (iterations ran, an edit) since it was loaded or last saved."""
-        self.unsaved = True
-
-    def running_export(self):
-        """The picture or video export in progress, if any."""
-        return next((e for e in (self.picture_export, self.video_export) if e is not None and e.active), None)
-
-    def close_needs_answer(self) -> bool:
-        """Would closing now lose work: an export in progress, a picture's fit that moved on since it
-        was saved, or a clip's fitted frames not in a video exported since? Only the app asks
-        (``ask_to_save``); scripts and tests close at once (an export in progress is cancelled)."""
-        if not self.ask_to_save:
-            return False
-        if self.running_export() is not None:
-            return True
-        if self._close_answered or self.fit_info is None:
-            return False
-        if self.clip is not None:
-            return len(self.clip_scenes) > self.clip_exported
-        return self.unsaved
-
-    def ask_before_close(self) -> None:
-        """The question before a close, without blocking the event loop (the fit and any export go
-        on meanwhile): an export in progress first (Close when done / Stop it and close / Cancel),
-        then the fit's Save (a clip: Export) / Discard / Cancel."""
-        B = QtWidgets.QMessageBox.StandardButton
-        export = self.running_export()
-        if export is not None:
-            title, text = "Export in progress", (f"The export to {Path(export.path).name} is not written yet. "
-                                                 "Close once it is, or stop it?")
-            labels = {B.Save: "Close when done", B.Discard: "Stop it and close"}
-        else:
-            name = Path(self.fit_info.source).name if self.fit_info.source else "the picture"
-            if self.clip is not None:
-                frames = len(self.clip_scenes)
-                title, text = "Export the clip?", (
-                    f"{frames} fitted frame{'s' if frames != 1 else ''} of {name} "
-                    f"{'are' if frames != 1 else 'is'} not in a video exported since. Export "
-                    f"{'them' if frames != 1 else 'it'} before closing?")
-                labels = {B.Save: "Export video…"}
-            else:
-                title, text = "Save the fit?", (f"The fit of {name} has changed since it was last saved. Save it "
-                                                "before closing?")
-                labels = {}
-        box = QtWidgets.QMessageBox(QtWidgets.QMessageBox.Icon.Question, title, text,
-                                    B.Save | B.Discard | B.Cancel, self)
-        for button, label in labels.items():
-            box.button(button).setText(label)
-        box.setDefaultButton(B.Save)
-        box.setAttribute(QtCore.Qt.WidgetAttribute.WA_DeleteOnClose)
-        box.finished.connect(lambda answer: self._on_close_answer(B(answer), export))
-        self.close_box = box
-        box.open()
-
-    def _on_close_answer(self, answer, export=None) -> None:
-        self.close_box = None
-        B = QtWidgets.QMessageBox.StandardButton
-        if export is not None:
-            if answer in (B.Save, B.Discard):
-                self._close_after(export, stop=answer == B.Discard)
-        elif answer == B.Discard:
-            self._close_now()
-        elif answer == B.Save and self.clip is not None:
-            self._export_then_close()
-        elif answer == B.Save:
-            self.ask_save_scene(then=self._close_now)  # (no name chosen: the window stays open)
-
-    def _close_after(self, export, stop: bool) -> None:
-        """Close once ``export`` has ended: written (then the fit's own question, if any), or, with
-        ``stop``, cancelled. A write that fails or is cancelled otherwise keeps the window open."""
-        def ended(*_):
-            if self.isVisible():
-                self.close()
-        if not export.active:  # (it ended while the question was open)
-            ended()
-            return
-        export.finished.connect(ended)
-        if stop:
-            export.cancelled.connect(ended)
-            export.failed.connect(ended)
-            export.cancel()
-
-    def _export_then_close(self) -> None:
-        """The clip's video, then the close once it is written (cancelled or failed: the window
-        stays open, and the next close asks again). The fit pauses: frames fitted after the export
-        began would not be in it."""
-        path = self._ask_save_path("Export video", ".trifit.mp4", VIDEO_FILTER)
-        if not path:
-            return
-        self.pause_fit()
-        self.export_video(path, then=self._close_now)
-
-    def _close_now(self) -> None:
-        self._close_answered = True
-        self.close()
 
     def export_png(self, path: str | os.PathLike, width: int, edges: str = "crisp") -> PictureExport | None:
         """A picture ``width`` pixels wide, the fit's aspect kept (see :meth:`export_picture`)."""
@@ -249,12 +150,12 @@ class FileActions:
         path, _ = QtWidgets.QFileDialog.getOpenFileName(self, "Open image or video", self._folder(), OPEN_FILTER)
         if path:
             self._remember_folder(path)
-            self.open_file(path)
+            self.replace_fit(lambda: self.open_file(path), Path(path).name)
 
     def ask_open_scene(self) -> None:
         path, _ = QtWidgets.QFileDialog.getOpenFileName(self, "Open scene to refine", self._folder(), SCENE_FILTER)
         if path:
-            self.open_scene(path)
+            self.replace_fit(lambda: self.open_scene(path), Path(path).name)
 
     def _ask_save_path(self, title: str, suffix: str, file_filter: str) -> str | None:
         stem = Path(self.fit_info.source).stem if self.fit_info and self.fit_info.source else "trifit"
@@ -361,7 +262,7 @@ class FileActions:
         for path in items:
             there = Path(path).exists()  # (moved or deleted since: shown, but not offered)
             action = self.recent_menu.addAction(Path(path).name if there else f"{Path(path).name} (missing)",
-                                                lambda p=path: self.open_file(p))
+                                                lambda p=path: self.replace_fit(lambda: self.open_file(p), Path(p).name))
             action.setToolTip(path)
             action.setEnabled(there)
 
@@ -391,9 +292,9 @@ class FileActions:
             return
         event.acceptProposedAction()
         if path.lower().endswith(".json"):
-            self.open_scene(path)
+            self.replace_fit(lambda: self.open_scene(path), Path(path).name)
         else:
             self._remember_folder(path)
-            self.open_file(path)
+            self.replace_fit(lambda: self.open_file(path), Path(path).name)
 
     # ------------------------------------------------------------------ settings and shutdown

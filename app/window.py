@@ -41,13 +41,14 @@ from .session_actions import SessionActions
 from .session_record import CrashedSession
 from .video_export import VideoExport
 from .window_settings import WindowSettings
+from .work_questions import WorkQuestions
 from .worker import FitInfo, FitWorker, Progress
 
 log = logging.getLogger("trifit.app")
 
 
 
-class MainWindow(FileActions, SessionActions, WindowSettings, QtWidgets.QMainWindow):
+class MainWindow(FileActions, WorkQuestions, SessionActions, WindowSettings, QtWidgets.QMainWindow):
     def __init__(self, engine: trifit.Engine, settings: QtCore.QSettings | None = None,
                  present_method: str | None = None, session: SessionStore | None = None):
         super().__init__()
@@ -75,10 +76,10 @@ class MainWindow(FileActions, SessionActions, WindowSettings, QtWidgets.QMainWin
         self.clip_scenes: list = []                        # its fitted frames' scenes, in order
         self.clip_exported = 0                             # how many of them the last video exported
         self.export_dialog: ExportDialog | None = None     # the latest export dialog opened
-        self.ask_to_save = False      # the app sets it: closing work not saved or exported asks first (close_needs_answer)
+        self.ask_to_save = False      # the app sets it: a close or open that would lose work asks first (work_questions.py)
         self.unsaved = False          # the fit moved on since it was loaded or last saved
-        self._close_answered = False  # the question was answered: the next close goes through
-        self.close_box: QtWidgets.QMessageBox | None = None  # that question, while it is open
+        self._close_answered = False  # the fit's question was answered: the next close goes through
+        self.question_box: QtWidgets.QMessageBox | None = None  # such a question, while it is open
         self.setWindowTitle("trifit")
         self.setAcceptDrops(True)
 
@@ -506,7 +507,7 @@ class MainWindow(FileActions, SessionActions, WindowSettings, QtWidgets.QMainWin
     def closeEvent(self, event):  # noqa: N802 - Qt override
         if self.close_needs_answer():
             event.ignore()  # the question decides (app/file_actions.py)
-            if self.close_box is None:
+            if self.question_box is None:
                 self.ask_before_close()
             return
         self._save_settings()

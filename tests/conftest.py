@@ -183,9 +183,9 @@ def asking(window):
 
 def answer_close(qtbot, win, button, timeout_ms: int = 20_000) -> str:
     """Wait for the question a close asked, click ``button`` (a QMessageBox.StandardButton); its text."""
-    qtbot.waitUntil(lambda: win.close_box is not None and win.close_box.isVisible(), timeout=timeout_ms)
-    text = win.close_box.text()
-    win.close_box.button(button).click()
+    qtbot.waitUntil(lambda: win.question_box is not None and win.question_box.isVisible(), timeout=timeout_ms)
+    text = win.question_box.text()
+    win.question_box.button(button).click()
     return text
 
 

@@ -633,7 +633,7 @@ def test_closing_a_fit_changed_since_it_was_saved_asks_and_save_writes_it_then_c
     win.close()  # the question, not a close
     assert win.isVisible() and win.worker.alive
     answer_close(qtbot, win, B.Cancel)
-    assert win.isVisible() and win.worker.alive and win.close_box is None
+    assert win.isVisible() and win.worker.alive and win.question_box is None
     win.scene_path = str(tmp_path / "kept.json")  # (as an earlier Ctrl+S would have set it: no file dialog)
     win.close()
     answer_close(qtbot, win, B.Save)
@@ -664,7 +664,7 @@ def test_a_saved_and_paused_fit_closes_without_asking(qtbot, asking, tmp_path):
     _fitted_and_paused(qtbot, win)
     _saved(qtbot, win, tmp_path / "saved.json")
     win.close()
-    assert not win.isVisible() and win.close_box is None and not win.worker.alive
+    assert not win.isVisible() and win.question_box is None and not win.worker.alive
 
 
 def test_a_count_changed_on_a_saved_paused_fit_is_asked_about(qtbot, asking, tmp_path):
@@ -678,3 +678,24 @@ def test_a_count_changed_on_a_saved_paused_fit_is_asked_about(qtbot, asking, tmp
     win.close()
     answer_close(qtbot, win, QtWidgets.QMessageBox.StandardButton.Discard)
     qtbot.waitUntil(lambda: not win.isVisible(), timeout=WAIT_MS)
+
+
+def test_opening_another_picture_over_a_fit_not_saved_asks_first(qtbot, asking, tmp_path):
+    """Open recent (as File > Open and a drop) replaces the fit only once its question is answered."""
+    win = asking
+    _fitted_and_paused(qtbot, win)
+    astronaut, chelsea = (str(Path(sample_path(n)).resolve()) for n in ("astronaut.png", "chelsea.png"))
+    win.settings.setValue("recent", [chelsea, astronaut])
+    win._fill_recent_menu()  # (as the menu does when it is about to show)
+    win.recent_menu.actions()[0].trigger()
+    assert "before opening chelsea.png" in answer_close(qtbot, win, QtWidgets.QMessageBox.StandardButton.Cancel)
+    qtbot.wait(300)
+    assert win.fit_info.source == astronaut and win.unsaved  # nothing opened, nothing lost
+    win.recent_menu.actions()[0].trigger()
+    answer_close(qtbot, win, QtWidgets.QMessageBox.StandardButton.Discard)
+    wait_loaded(qtbot, win, chelsea)
+    assert not win.unsaved and win.isVisible()
+    win._fill_recent_menu()
+    win.recent_menu.actions()[1].trigger()  # a fresh fit, nothing to lose: no question
+    wait_loaded(qtbot, win, astronaut)
+    assert win.question_box is None
