@@ -67,7 +67,7 @@ def run_gui(image_path: str | None = None, start: bool = False, backend: str = "
     ensure_application()
     try:
         window = create_window(image_path, start, backend, autosave=True)
-        window.ask_to_save = True  # a fit changed since its last save (a clip: frames not exported) is not closed without asking
+        window.ask_to_save = True  # work not saved or exported is not closed or replaced without asking
     except trifit.TrifitError as exc:  # e.g. backend="gpu" on a machine without an adapter
         QtWidgets.QMessageBox.critical(None, "trifit cannot start", str(exc))
         return 1

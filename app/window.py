@@ -506,7 +506,7 @@ class MainWindow(FileActions, WorkQuestions, SessionActions, WindowSettings, QtW
 
     def closeEvent(self, event):  # noqa: N802 - Qt override
         if self.close_needs_answer():
-            event.ignore()  # the question decides (app/file_actions.py)
+            event.ignore()  # the question decides (app/work_questions.py)
             if self.question_box is None:
                 self.ask_before_close()
             return

@@ -47,6 +47,8 @@ class WorkQuestions:
         return self.running_export() is not None or (not self._close_answered and self.fit_needs_answer())
 
     def ask_before_close(self) -> None:
+        """An export being written is asked about first; once it has ended, the close asks the
+        fit's question too where there is work to lose."""
         export = self.running_export()
         if export is None:
             self._ask_about_fit("closing", self._close_now)
