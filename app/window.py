@@ -382,11 +382,12 @@ class MainWindow(FileActions, WorkQuestions, SessionActions, WindowSettings, QtW
 
     # ------------------------------------------------------------------ worker reports
     def _on_loaded(self, info: FitInfo) -> None:
-        if self._restoring is not None and info.source == self._restoring.source:
+        restored = self._restoring is not None and info.source == self._restoring.source
+        if restored:
             self.session.adopt(self._restoring)  # its files stay until the fit autosaves over them
             self._restoring = None
         self.fit_info = info
-        self.unsaved = False
+        self.unsaved = restored  # (a restored fit exists only in the autosave, which a normal close removes)
         self._show_fit_actions()
         self.last_stats = None
         self._follow_engine_device()

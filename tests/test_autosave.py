@@ -45,7 +45,7 @@ from trifit.resources import sample_path  # noqa: E402
 pytestmark = pytest.mark.gui
 
 REPO = Path(__file__).resolve().parents[1]
-from conftest import GUI_SIZE as SIZE, GUI_TRIANGLES as TRIANGLES, worker_call  # noqa: E402
+from conftest import GUI_SIZE as SIZE, GUI_TRIANGLES as TRIANGLES, answer_close, worker_call  # noqa: E402
 
 INTERVAL_S = 0.5   # autosave period for the tests (the app's default is 30 s)
 WAIT_MS = 20_000
@@ -392,3 +392,27 @@ def test_a_session_records_sharp_edges_and_older_records_read_as_off():
     assert params_from_record({"params": {"triangles": 10, "size": 64}})[0].sharp is False
     with pytest.raises(SessionDamaged, match="params.sharp must be true or false"):
         params_from_record({"params": {"triangles": 10, "size": 64, "sharp": 1}})
+
+
+def test_a_restored_fit_is_not_closed_without_asking(qtbot, engine, settings, tmp_path, monkeypatch):
+    """A restored fit lives only in the autosave, which a normal close removes: closing it asks,
+    even paused and not moved on since."""
+    root = tmp_path / "autosave"
+    folder = abandoned_session(root, sample_path("chelsea.png"), n=7, iteration=123)
+    monkeypatch.setenv(RESTORE_ENV, "yes")
+    win = make_window(qtbot, engine, settings, SessionStore(root, interval_s=INTERVAL_S))
+    win.ask_to_save = True
+    try:
+        win.begin(sample_path("astronaut.png"), start=False)
+        qtbot.waitUntil(lambda: win.fit_info is not None, timeout=WAIT_MS)
+        assert win.unsaved and not win.running
+        win.close()
+        answer_close(qtbot, win, QtWidgets.QMessageBox.StandardButton.Cancel)
+        assert win.isVisible() and folder.exists()
+        win.close()
+        answer_close(qtbot, win, QtWidgets.QMessageBox.StandardButton.Discard)
+        qtbot.waitUntil(lambda: not win.isVisible(), timeout=WAIT_MS)
+    finally:
+        win.ask_to_save = False
+        win.close()
+    assert not folder.exists()  # discarded: the clean quit removed it
