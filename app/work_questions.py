@@ -3,7 +3,8 @@
 
 - **An export being written** (closing only): Close when done / Stop it and close / Cancel.
 - **A picture's fit that moved on since it was loaded or last saved** (iterations, edits, a count
-  or sigma set while paused): Save (to the last Ctrl+S file, or one named) / Discard / Cancel.
+  or sigma set while paused), or restored after a crash (the autosave, which a normal close
+  removes, is its only copy): Save (to the last Ctrl+S file, or one named) / Discard / Cancel.
 - **A clip's fitted frames not in a video exported since**: Export video (then the close or the
   open, once it is written) / Discard / Cancel.
 
