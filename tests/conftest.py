@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+from pathlib import Path
 
 import pytest
 
@@ -110,8 +111,7 @@ def kill_the_first_to_start(client, marker):
     (``marker``, a file that must not exist yet, is created by the worker that dies; the nanny's
     restarted worker gets the plugin again and sees it). The task it had is lost with it and goes
     back to the scheduler. Yields a function saying whether that worker is dead. Tied to a task's
-    start, not to a result coming back: a test that waited for a busy worker when its first result
-    came back found none when the other worker had finished everything by then."""
+    start, not to a result coming back: by then the other worker may have finished every task."""
     from distributed.diagnostics.plugin import WorkerPlugin
 
     class KillAtFirstStart(WorkerPlugin):  # a local class: cloudpickle sends it by value
@@ -131,7 +131,7 @@ def kill_the_first_to_start(client, marker):
 
     def killed() -> bool:  # the worker that took the marker is gone
         try:
-            os.kill(int(open(marker).read()), 0)
+            os.kill(int(Path(marker).read_text()), 0)
         except ProcessLookupError:
             return True
         except (FileNotFoundError, ValueError):
