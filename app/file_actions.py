@@ -150,12 +150,12 @@ class FileActions:
         path, _ = QtWidgets.QFileDialog.getOpenFileName(self, "Open image or video", self._folder(), OPEN_FILTER)
         if path:
             self._remember_folder(path)
-            self.replace_fit(lambda: self.open_file(path), Path(path).name)
+            self.replace_fit(self.open_file, path)
 
     def ask_open_scene(self) -> None:
         path, _ = QtWidgets.QFileDialog.getOpenFileName(self, "Open scene to refine", self._folder(), SCENE_FILTER)
         if path:
-            self.replace_fit(lambda: self.open_scene(path), Path(path).name)
+            self.replace_fit(self.open_scene, path)
 
     def _ask_save_path(self, title: str, suffix: str, file_filter: str) -> str | None:
         stem = Path(self.fit_info.source).stem if self.fit_info and self.fit_info.source else "trifit"
@@ -262,7 +262,7 @@ class FileActions:
         for path in items:
             there = Path(path).exists()  # (moved or deleted since: shown, but not offered)
             action = self.recent_menu.addAction(Path(path).name if there else f"{Path(path).name} (missing)",
-                                                lambda p=path: self.replace_fit(lambda: self.open_file(p), Path(p).name))
+                                                lambda p=path: self.replace_fit(self.open_file, p))
             action.setToolTip(path)
             action.setEnabled(there)
 
@@ -292,9 +292,9 @@ class FileActions:
             return
         event.acceptProposedAction()
         if path.lower().endswith(".json"):
-            self.replace_fit(lambda: self.open_scene(path), Path(path).name)
+            self.replace_fit(self.open_scene, path)
         else:
             self._remember_folder(path)
-            self.replace_fit(lambda: self.open_file(path), Path(path).name)
+            self.replace_fit(self.open_file, path)
 
     # ------------------------------------------------------------------ settings and shutdown

@@ -59,13 +59,13 @@ class WorkQuestions:
                   {B.Save: "Close when done", B.Discard: "Stop it and close"},
                   lambda answer: self._close_after(export, stop=answer == B.Discard) if answer != B.Cancel else None)
 
-    def replace_fit(self, open_it, name: str) -> None:
-        """``open_it()`` (an open that replaces the fit with ``name``) at once, or after the fit's
-        question where there is work to lose."""
+    def replace_fit(self, open_with, path) -> None:
+        """``open_with(path)`` (an open that replaces the fit) at once, or after the fit's question
+        where there is work to lose."""
         if self.fit_needs_answer():
-            self._ask_about_fit(f"opening {name}", open_it)
+            self._ask_about_fit(f"opening {Path(path).name}", lambda: open_with(path))
         else:
-            open_it()
+            open_with(path)
 
     # ------------------------------------------------------------------ the boxes and their answers
     def _ask_about_fit(self, before: str, then) -> None:
