@@ -14,7 +14,7 @@ pytest.importorskip("PySide6")
 pytest.importorskip("pytestqt")
 
 from conftest import answer_close, open_window  # noqa: E402
-from PySide6 import QtCore  # noqa: E402
+from PySide6 import QtCore, QtWidgets  # noqa: E402
 
 import trifit.app  # noqa: E402,F401  (installs the PySide6 refcount guard first)
 import trifit.export  # noqa: E402
@@ -277,8 +277,6 @@ def test_failures_are_said_in_a_dialog_and_leave_no_file(qtbot, window, folder, 
 
 # ---------------------------------------------------------------------- closing with an export in progress
 def test_closing_during_an_export_asks_and_close_when_done_writes_it_first(qtbot, asking, folder):
-    from PySide6 import QtWidgets
-
     win = asking
     B = QtWidgets.QMessageBox.StandardButton
     fitting(qtbot, win)
@@ -297,8 +295,6 @@ def test_closing_during_an_export_asks_and_close_when_done_writes_it_first(qtbot
 
 
 def test_stop_it_and_close_cancels_the_export_and_then_asks_about_the_fit(qtbot, asking, folder):
-    from PySide6 import QtWidgets
-
     win = asking
     B = QtWidgets.QMessageBox.StandardButton
     fitting(qtbot, win)

@@ -19,6 +19,7 @@ pytest.importorskip("pytestqt")
 
 from clips import assert_same_video, av_or_fail, moving_disc, read_video, two_shots, write_video  # noqa: E402
 from conftest import GUI_SIZE, GUI_TRIANGLES, answer_close, open_window  # noqa: E402
+from PySide6 import QtWidgets  # noqa: E402
 
 import trifit.app  # noqa: E402,F401  (installs the PySide6 refcount guard first)
 from trifit.app.window import MainWindow  # noqa: E402
@@ -220,8 +221,6 @@ def _frames_fitted(qtbot, win: MainWindow, clip, n: int) -> None:
 
 def test_closing_a_clip_with_frames_not_exported_asks_and_export_writes_them_then_closes(qtbot, asking, clip, av,
                                                                                         tmp_path, monkeypatch):
-    from PySide6 import QtWidgets
-
     win = asking
     B = QtWidgets.QMessageBox.StandardButton
     _frames_fitted(qtbot, win, clip, 2)
@@ -240,8 +239,6 @@ def test_closing_a_clip_with_frames_not_exported_asks_and_export_writes_them_the
 
 
 def test_a_clip_exported_closes_at_once_and_discard_drops_frames_fitted_after(qtbot, asking, clip, tmp_path):
-    from PySide6 import QtWidgets
-
     win = asking
     B = QtWidgets.QMessageBox.StandardButton
     _frames_fitted(qtbot, win, clip, 2)

@@ -252,10 +252,10 @@ def main():
         walked = sum(sublist_pairs(s, size, a.tolerance) for s in scenes)
         print(f"sub-lists of {size}x{size} blocks: {walked} pairs ({walked / tot['tiled']:.3f} of the lists')")
     if a.subgroups:
-        sub = {"listed": 0, "saturated": 0, **{name: 0 for name in SUBGROUP_LAYOUTS}}
+        sub: dict = {}
         for s in scenes:
             for k, v in subgroup_pairs(s, a.tolerance).items():
-                sub[k] += v
+                sub[k] = sub.get(k, 0) + v
         shares = ", ".join(f"{name} {sub[name] / sub['listed']:.3f}" for name in SUBGROUP_LAYOUTS)
         print(f"(subgroup of 32, listed entry) pairs with a pixel within reach, of {sub['listed']} listed: {shares}")
         print(f"  of the 8x4 blocks' {sub['8x4 block']}, every pixel's coverage 1.0 in f32 (vertex gradients exactly "
